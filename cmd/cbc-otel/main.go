@@ -1,0 +1,89 @@
+// Command cbc-otel makes CodeBuddy CLI and Claude Code stream-json workflows
+// observable: it wraps the CLI (run), replays recordings (replay), stands in
+// for the CLI (simulate) and shows the whole pipeline end to end (demo).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes of the wrapper's own failures. Everything else is the child's.
+const (
+	exitOK       = 0
+	exitFailure  = 1   // the wrapper itself failed (I/O, internal error)
+	exitUsage    = 2   // bad flags or arguments
+	exitNoExec   = 126 // the command exists but cannot be executed
+	exitNotFound = 127 // the command was not found
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// stdio carries the process's standard streams so that every subcommand can
+// be run in-process by tests.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+	// inFile and outFile are the real files when the streams are the
+	// process's own; run passes them to the child's pumps.
+	inFile, outFile *os.File
+}
+
+func main() {
+	// SIGINT and SIGTERM are handled per subcommand (run forwards them to the
+	// child); this context only serves subcommands that simply stop.
+	ctx := context.Background()
+	os.Exit(realMain(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, inFile: os.Stdin, outFile: os.Stdout}))
+}
+
+const usageText = `usage: cbc-otel <command> [flags] [args]
+
+commands:
+  run [flags] -- CMD [ARGS...]   wrap a CLI: pass stdio through byte-exact, observe its workflows
+  replay [flags] FILE...         run a recording (- for stdin) through the pipeline, print a summary
+  simulate [flags]               a protocol-faithful stand-in for the CLI on stdio
+  demo [flags]                   run simulated workflows under the wrapper and show what is observed
+  version                        print the version
+
+Run 'cbc-otel <command> -h' for a command's flags.
+`
+
+// realMain dispatches to a subcommand and returns the process exit code.
+func realMain(ctx context.Context, args []string, sio stdio) int {
+	if len(args) == 0 {
+		fmt.Fprint(sio.err, usageText)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(ctx, rest, sio)
+	case "replay":
+		return withStopSignals(ctx, func(ctx context.Context) int { return cmdReplay(ctx, rest, sio) })
+	case "simulate":
+		return withStopSignals(ctx, func(ctx context.Context) int { return cmdSimulate(ctx, rest, sio) })
+	case "demo":
+		return withStopSignals(ctx, func(ctx context.Context) int { return cmdDemo(ctx, rest, sio) })
+	case "version", "--version", "-version":
+		fmt.Fprintf(sio.out, "cbc-otel %s\n", version)
+		return exitOK
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(sio.out, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(sio.err, "cbc-otel: unknown command %q\n\n%s", cmd, usageText)
+		return exitUsage
+	}
+}
+
+// withStopSignals runs f with a context cancelled by SIGINT or SIGTERM.
+func withStopSignals(ctx context.Context, f func(context.Context) int) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return f(ctx)
+}

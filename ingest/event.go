@@ -1,0 +1,123 @@
+package ingest
+
+// Kind is the kind of a decoded protocol message.
+type Kind uint8
+
+// The messages the Tracker consumes. Everything else on the wire is passed
+// through and ignored.
+const (
+	KindNone             Kind = iota
+	KindInit                  // system/init
+	KindTaskStarted           // system/task_started
+	KindTaskProgress          // system/task_progress
+	KindTaskUpdated           // system/task_updated
+	KindTaskNotification      // system/task_notification
+	KindControlRequest        // control_request (stdin: interrupt, stop_task)
+	KindControlResponse       // control_response (stdout)
+)
+
+var kindNames = [...]string{"none", "init", "task_started", "task_progress", "task_updated", "task_notification", "control_request", "control_response"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Usage is the usage block of task_progress and task_notification.
+type Usage struct {
+	TotalTokens int64
+	ToolUses    int64
+	DurationMs  int64
+}
+
+// Entry is one element of a workflow_progress snapshot: a phase or an agent.
+// Unknown entry types never become an Entry.
+type Entry struct {
+	Phase bool // a workflow_phase; otherwise a workflow_agent
+	Index int
+	Title string // phase title
+
+	AgentID    string
+	Label      string
+	State      string // raw spelling: start, running, done, error, cached, ...
+	Cached     bool   // done + cached:true
+	PhaseIndex int
+	PhaseTitle string
+	QueuedAt   int64
+	StartedAt  int64
+	EndedAt    int64
+	// LastProgressAt is Claude Code's last activity time; it only advances
+	// the replay clock.
+	LastProgressAt int64
+	DurationMs int64
+	Tokens     int64
+	ToolCalls  int64
+	Error      string
+	// Previews are untrusted model and user text; the decoder fills them
+	// only when asked (DecodeOptions.KeepPreviews).
+	ResultPreview string
+	PromptPreview string
+}
+
+// Event is one decoded message of interest. Which fields are set depends on
+// Kind. Strings are already sanitized and bounded; secrets never reach an
+// Event because the decoder has no field for them.
+type Event struct {
+	Kind   Kind
+	Source Source
+
+	SessionID string
+	TaskID    string
+	RunID     string
+	ToolUseID string
+
+	// task_started
+	TaskType     string
+	WorkflowName string
+	Description  string
+	ParentTaskID string
+
+	// task_progress
+	Usage       Usage
+	HasUsage    bool
+	HasProgress bool // workflow_progress present (else a usage-only tick)
+	Entries     []Entry
+
+	// task_updated
+	PatchStatus  string
+	PatchEndTime int64
+	PatchError   string
+
+	// task_notification
+	Status  string
+	Summary string // only with KeepPreviews
+	Reason  string
+
+	// control_request / control_response
+	RequestID      string
+	RequestSubtype string // interrupt, stop_task, initialize, ... / success, error
+}
+
+// Times returns the largest epoch-ms timestamp the event carries, or 0. The
+// replay clock advances with it so that replay sees the same grace windows
+// as a live run.
+func (e *Event) Times() int64 {
+	var t int64
+	if e.PatchEndTime > t {
+		t = e.PatchEndTime
+	}
+	for i := range e.Entries {
+		en := &e.Entries[i]
+		for _, v := range [...]int64{en.QueuedAt, en.StartedAt, en.EndedAt, en.LastProgressAt} {
+			if v > t {
+				t = v
+			}
+		}
+		if en.StartedAt > 0 && en.DurationMs > 0 && en.StartedAt+en.DurationMs > t {
+			t = en.StartedAt + en.DurationMs
+		}
+	}
+	return t
+}

@@ -1,0 +1,129 @@
+package ingest
+
+import "bytes"
+
+// Line is one framed line, without its terminating "\n" (and "\r").
+type Line struct {
+	// Data is the line, or only its first MaxLine bytes when Truncated. It
+	// is valid only during the callback that receives it.
+	Data []byte
+	// Len is the full length of the line in the stream, including its
+	// terminator, whatever was kept of it.
+	Len int64
+	// Truncated reports that the line was longer than the framer's cap.
+	Truncated bool
+}
+
+// Framer splits a byte stream into lines the way a tailer must: it carries a
+// partial line across writes, strips a "\r" before the "\n", flushes an
+// unterminated last line at EOF and caps what it buffers per line. Past the
+// cap it keeps only the line's prefix and skips the rest, so memory stays
+// bounded whatever the line length; the prefix still tells the decoder
+// whether the line mattered.
+type Framer struct {
+	max       int
+	buf       []byte
+	lineLen   int64 // bytes of the current partial line seen so far
+	truncated bool
+	skipping  bool // after a gap: discard up to the next newline
+	emit      func(Line)
+}
+
+// NewFramer returns a framer that calls emit for every line and buffers at
+// most max bytes of one line.
+func NewFramer(max int, emit func(Line)) *Framer {
+	if max < 1 {
+		max = 1
+	}
+	return &Framer{max: max, emit: emit}
+}
+
+// Write frames p. Complete lines that lie wholly in p are passed to emit
+// without copying.
+func (f *Framer) Write(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			f.partial(p)
+			return
+		}
+		seg := p[:i]
+		p = p[i+1:]
+		if f.skipping {
+			f.skipping = false
+			f.reset()
+			continue
+		}
+		if f.lineLen == 0 {
+			// Fast path: the whole line is in p.
+			n := int64(len(seg)) + 1
+			if len(seg) > f.max {
+				f.emit(Line{Data: trimCR(seg[:f.max], false), Len: n, Truncated: true})
+			} else {
+				f.emit(Line{Data: trimCR(seg, true), Len: n})
+			}
+			continue
+		}
+		f.partial(seg)
+		f.lineLen++ // the newline
+		f.emit(Line{Data: trimCR(f.buf, !f.truncated), Len: f.lineLen, Truncated: f.truncated})
+		f.reset()
+	}
+}
+
+// partial appends p to the current line, keeping at most max bytes.
+func (f *Framer) partial(p []byte) {
+	if f.skipping {
+		return
+	}
+	f.lineLen += int64(len(p))
+	if room := f.max - len(f.buf); room > 0 {
+		if len(p) > room {
+			p = p[:room]
+			f.truncated = true
+		}
+		f.buf = append(f.buf, p...)
+	} else if len(p) > 0 {
+		f.truncated = true
+	}
+}
+
+// Gap tells the framer that bytes are missing from the stream (the tap
+// dropped them): the partial line is discarded and so is everything up to
+// the next newline, because neither is a whole line.
+func (f *Framer) Gap() {
+	f.reset()
+	f.skipping = true
+}
+
+// Flush ends the stream: an unterminated last line is emitted as a line.
+func (f *Framer) Flush() {
+	if !f.skipping && f.lineLen > 0 {
+		f.emit(Line{Data: f.buf, Len: f.lineLen, Truncated: f.truncated})
+	}
+	f.skipping = false
+	f.reset()
+}
+
+// Pending returns how many bytes of an unterminated line are held.
+func (f *Framer) Pending() int64 { return f.lineLen }
+
+func (f *Framer) reset() {
+	// Keep a modest buffer for reuse; drop a huge one so one long line does
+	// not pin its memory for the rest of the stream.
+	if cap(f.buf) > 1<<20 {
+		f.buf = nil
+	} else {
+		f.buf = f.buf[:0]
+	}
+	f.lineLen = 0
+	f.truncated = false
+}
+
+// trimCR removes one trailing "\r" of a complete line (CRLF framing).
+func trimCR(b []byte, complete bool) []byte {
+	if complete && len(b) > 0 && b[len(b)-1] == '\r' {
+		return b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,212 @@
+package ingest
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// DefaultMaxLine is the per-line cap of the framer. Lines of interest
+// (task_* events) are small; a workflow with a thousand agents makes
+// snapshots of about a megabyte. Longer lines are passed through by the
+// wrapper untouched but only their prefix is looked at here.
+const DefaultMaxLine = 8 << 20
+
+// PipelineOptions configures a Pipeline.
+type PipelineOptions struct {
+	// MaxLine caps what is buffered of one line; 0 means DefaultMaxLine.
+	MaxLine int
+	Decode  DecodeOptions
+	Tracker TrackerOptions
+	// Live selects the clock: the wall clock for a live stream, the
+	// stream's own timestamps for a replay (see Tracker).
+	Live bool
+	// Now returns the wall clock; nil means time.Now. Tests replace it.
+	Now func() time.Time
+}
+
+// Pipeline frames, decodes and tracks one stream: the CLI's stdout and the
+// control requests on its stdin. It is driven from one goroutine.
+type Pipeline struct {
+	framers     [numSources]*Framer
+	dec         *Decoder
+	tr          *Tracker
+	stats       *Stats
+	live        bool
+	now         func() time.Time
+	streamClock int64
+	cur         Source
+}
+
+// NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
+func NewPipeline(opts PipelineOptions) *Pipeline {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultMaxLine
+	}
+	if opts.Tracker.Stats == nil {
+		opts.Tracker.Stats = new(Stats)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Pipeline{
+		dec:   NewDecoder(opts.Decode),
+		tr:    NewTracker(opts.Tracker),
+		stats: opts.Tracker.Stats,
+		live:  opts.Live,
+		now:   opts.Now,
+	}
+	for i := range p.framers {
+		p.framers[i] = NewFramer(opts.MaxLine, p.line)
+	}
+	return p
+}
+
+// Stats returns the pipeline's counters.
+func (p *Pipeline) Stats() *Stats { return p.stats }
+
+// Tracker returns the pipeline's tracker.
+func (p *Pipeline) Tracker() *Tracker { return p.tr }
+
+// Write feeds bytes of src.
+func (p *Pipeline) Write(src Source, b []byte) {
+	p.cur = src
+	p.framers[src%numSources].Write(b)
+}
+
+// Gap tells the pipeline that bytes of src were lost before the next Write.
+func (p *Pipeline) Gap(src Source) { p.framers[src%numSources].Gap() }
+
+// EndOfStream flushes an unterminated last line of src.
+func (p *Pipeline) EndOfStream(src Source) {
+	p.cur = src
+	p.framers[src%numSources].Flush()
+}
+
+// Tick advances a live pipeline's clock so that grace windows close while
+// the stream is quiet. It does nothing in replay, whose clock is the stream.
+func (p *Pipeline) Tick() {
+	if p.live {
+		p.tr.Advance(p.now().UnixMilli())
+	}
+}
+
+// Close flushes both sources and ends the stream: open runs are abandoned
+// and every run is finalized.
+func (p *Pipeline) Close() {
+	for src := range p.framers {
+		p.EndOfStream(Source(src))
+	}
+	p.tr.Close(p.clock(nil))
+}
+
+func (p *Pipeline) clock(ev *Event) int64 {
+	if p.live {
+		return p.now().UnixMilli()
+	}
+	if ev != nil {
+		p.streamClock = max(p.streamClock, ev.Times())
+	}
+	return p.streamClock
+}
+
+func (p *Pipeline) line(l Line) {
+	p.stats.countLine(p.cur, l.Len)
+	if l.Truncated {
+		// Only lines we would have decoded count as rejected: a long
+		// assistant message is ordinary traffic.
+		if Interesting(l.Data) {
+			p.stats.rejected[ReasonTooLong].Add(1)
+		}
+		return
+	}
+	ev, reason := p.dec.Decode(p.cur, l.Data)
+	if reason != ReasonNone {
+		p.stats.rejected[reason].Add(1)
+		return
+	}
+	if ev == nil {
+		return
+	}
+	p.tr.Handle(ev, p.clock(ev))
+}
+
+// Consume drains the taps of a wrapped child until both are closed, then
+// closes the pipeline. Either tap may be nil. tick is how often a live
+// pipeline's grace windows are checked while the stream is quiet.
+func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Duration) {
+	if tick <= 0 {
+		tick = 500 * time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var outC, inC <-chan Chunk
+	if stdout != nil {
+		outC = stdout.Chunks()
+	}
+	if stdin != nil {
+		inC = stdin.Chunks()
+	}
+	for outC != nil || inC != nil {
+		select {
+		case c, ok := <-outC:
+			if !ok {
+				outC = nil
+				p.endTap(SourceStdout, stdout)
+				continue
+			}
+			p.chunk(SourceStdout, stdout, c)
+		case c, ok := <-inC:
+			if !ok {
+				inC = nil
+				p.endTap(SourceStdin, stdin)
+				continue
+			}
+			p.chunk(SourceStdin, stdin, c)
+		case <-t.C:
+			p.Tick()
+		case <-ctx.Done():
+			outC, inC = nil, nil
+		}
+	}
+	p.Close()
+}
+
+func (p *Pipeline) chunk(src Source, tap *Tap, c Chunk) {
+	if c.Gap {
+		p.Gap(src)
+	}
+	p.Write(src, c.Data)
+	tap.Release(c)
+}
+
+func (p *Pipeline) endTap(src Source, tap *Tap) {
+	_, dropped, _ := tap.Stats()
+	p.stats.AddDropped(src, dropped)
+	if tap.GapPending() {
+		p.Gap(src) // the partial last line is incomplete: do not parse it
+	}
+	p.EndOfStream(src)
+}
+
+// Feed copies r into the pipeline as src until EOF (not closing the
+// pipeline) or until ctx is done.
+func Feed(ctx context.Context, p *Pipeline, src Source, r io.Reader) error {
+	buf := make([]byte, 256<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := r.Read(buf)
+		if n > 0 {
+			p.Write(src, buf[:n])
+		}
+		if err == io.EOF {
+			p.EndOfStream(src)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package ingest
+
+import "sync/atomic"
+
+// numSources is the number of Source values (stdout, stdin).
+const numSources = 2
+
+// Stats counts what a pipeline saw. Counters only grow; every field is safe
+// to read from any goroutine while the pipeline runs (a metrics scrape).
+type Stats struct {
+	lines      [numSources]atomic.Int64
+	bytes      [numSources]atomic.Int64
+	rejected   [numReasons]atomic.Int64
+	violations [numViolations]atomic.Int64
+	events     atomic.Int64
+	dropped    [numSources]atomic.Int64
+}
+
+// Lines returns the lines framed from src.
+func (s *Stats) Lines(src Source) int64 { return s.lines[src%numSources].Load() }
+
+// Bytes returns the bytes framed from src.
+func (s *Stats) Bytes(src Source) int64 { return s.bytes[src%numSources].Load() }
+
+// Rejected returns the lines rejected for r.
+func (s *Stats) Rejected(r Reason) int64 { return s.rejected[r].Load() }
+
+// Violations returns the protocol violations of kind v.
+func (s *Stats) Violations(v Violation) int64 { return s.violations[v].Load() }
+
+// Events returns the decoded events of interest.
+func (s *Stats) Events() int64 { return s.events.Load() }
+
+// Dropped returns the bytes of src that the tap dropped under pressure.
+func (s *Stats) Dropped(src Source) int64 { return s.dropped[src%numSources].Load() }
+
+// AddDropped records bytes of src that never reached the pipeline.
+func (s *Stats) AddDropped(src Source, n int64) { s.dropped[src%numSources].Add(n) }
+
+func (s *Stats) countLine(src Source, n int64) {
+	s.lines[src%numSources].Add(1)
+	s.bytes[src%numSources].Add(n)
+}

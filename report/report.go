@@ -1,0 +1,165 @@
+// Package report turns finalized runs into what people and scripts read: a
+// terminal waterfall per workflow run and the `replay --json` contract, one
+// JSON object per line.
+package report
+
+import (
+	"encoding/json"
+	"io"
+	"sort"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// Collector is an ingest.Sink that keeps every finalized run, in order of
+// finalization.
+type Collector struct {
+	Runs []ingest.Run
+}
+
+// Observe keeps finalized runs.
+func (c *Collector) Observe(l ingest.Lifecycle) {
+	if l.Kind == ingest.RunFinalized {
+		c.Runs = append(c.Runs, l.Run.Clone())
+	}
+}
+
+// Workflow is the JSON form of a workflow run (kind "workflow"). Times are
+// epoch milliseconds, 0 when unknown.
+type Workflow struct {
+	Kind       string  `json:"kind"` // "workflow"
+	TaskID     string  `json:"task_id"`
+	RunID      string  `json:"run_id"`
+	SessionID  string  `json:"session_id"`
+	Workflow   string  `json:"workflow"`
+	Status     string  `json:"status"` // completed | failed | stopped | abandoned
+	Start      int64   `json:"start"`
+	End        int64   `json:"end"`
+	DurationMs int64   `json:"duration_ms"` // the CLI's usage.duration_ms, else end − start
+	Tokens     int64   `json:"tokens"`
+	ToolUses   int64   `json:"tool_uses"`
+	Phases     []Phase `json:"phases"`
+	Agents     []Agent `json:"agents"`
+}
+
+// Phase is the JSON form of a phase: its agents' earliest start and latest end.
+type Phase struct {
+	Index int    `json:"index"`
+	Title string `json:"title"`
+	Start int64  `json:"start"`
+	End   int64  `json:"end"`
+}
+
+// Agent is the JSON form of a sub-agent. State is done | error | cached |
+// abandoned (started, never ended) | not_started (queued, never started);
+// Cached is true for a cached agent whichever spelling the stream used.
+type Agent struct {
+	Index      int    `json:"index"`
+	AgentID    string `json:"agentId"`
+	Label      string `json:"label"`
+	PhaseIndex int    `json:"phaseIndex"`
+	State      string `json:"state"`
+	Cached     bool   `json:"cached"`
+	Start      int64  `json:"start"`
+	End        int64  `json:"end"`
+	Tokens     int64  `json:"tokens"`
+	Error      string `json:"error"`
+}
+
+// Task is the JSON form of a non-workflow background task (kind "task").
+type Task struct {
+	Kind     string `json:"kind"` // "task"
+	TaskID   string `json:"task_id"`
+	TaskType string `json:"task_type"`
+	Status   string `json:"status"`
+}
+
+// StatsLine is the last JSON line (kind "stats"): what the pipeline read.
+type StatsLine struct {
+	Kind       string           `json:"kind"` // "stats"
+	Lines      int64            `json:"lines"`
+	Bytes      int64            `json:"bytes"`
+	Rejected   map[string]int64 `json:"rejected"`
+	Violations map[string]int64 `json:"violations"`
+}
+
+// WorkflowOf converts a finalized workflow run.
+func WorkflowOf(r *ingest.Run) Workflow {
+	w := Workflow{
+		Kind: "workflow", TaskID: r.TaskID, RunID: r.RunID, SessionID: r.SessionID,
+		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
+		DurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
+		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)),
+	}
+	if w.DurationMs == 0 {
+		w.DurationMs = r.DurationMs()
+	}
+	for _, p := range r.Phases {
+		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})
+	}
+	for _, a := range r.Agents {
+		w.Agents = append(w.Agents, Agent{
+			Index: a.Index, AgentID: a.AgentID, Label: a.Label, PhaseIndex: a.PhaseIndex,
+			State: a.State.String(), Cached: a.Cached, Start: a.Start, End: a.End,
+			Tokens: a.Tokens, Error: a.Error,
+		})
+	}
+	return w
+}
+
+// TaskOf converts a finalized non-workflow task.
+func TaskOf(r *ingest.Run) Task {
+	return Task{Kind: "task", TaskID: r.TaskID, TaskType: r.TaskType, Status: r.Status.String()}
+}
+
+// StatsOf summarizes a pipeline's counters over all sources.
+func StatsOf(s *ingest.Stats) StatsLine {
+	out := StatsLine{Kind: "stats", Rejected: map[string]int64{}, Violations: map[string]int64{}}
+	for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+		out.Lines += s.Lines(src)
+		out.Bytes += s.Bytes(src)
+	}
+	for _, r := range ingest.Reasons() {
+		if n := s.Rejected(r); n > 0 {
+			out.Rejected[r.String()] = n
+		}
+	}
+	for _, v := range ingest.Violations() {
+		if n := s.Violations(v); n > 0 {
+			out.Violations[v.String()] = n
+		}
+	}
+	return out
+}
+
+// WriteJSON writes one JSON object per run and the stats line.
+func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for i := range runs {
+		var v any
+		if runs[i].Workflow {
+			v = WorkflowOf(&runs[i])
+		} else {
+			v = TaskOf(&runs[i])
+		}
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	}
+	if stats != nil {
+		// encoding/json sorts map keys, so the line is deterministic.
+		return enc.Encode(StatsOf(stats))
+	}
+	return nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]int64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

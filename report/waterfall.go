@@ -1,0 +1,205 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// WaterfallOptions bounds the rendering.
+type WaterfallOptions struct {
+	// Width is the total line width in columns; 0 means 100. The bar gets
+	// what the name and figure columns leave.
+	Width int
+}
+
+const nameCols = 28
+
+// WriteWaterfall prints a per-run summary: for each workflow a header line,
+// then each phase and its agents with a bar placed on the run's time axis,
+// then one line per plain task and the stream's counters. Every name is
+// already sanitized by ingest; here it is also cut to its column.
+func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts WaterfallOptions) error {
+	width := opts.Width
+	if width <= 0 {
+		width = 100
+	}
+	barCols := max(10, width-nameCols-34)
+	var b strings.Builder
+	nw, nt := 0, 0
+	for i := range runs {
+		r := &runs[i]
+		if !r.Workflow {
+			nt++
+			continue
+		}
+		nw++
+		writeRun(&b, r, barCols)
+	}
+	if nt > 0 {
+		fmt.Fprintf(&b, "tasks:\n")
+		for i := range runs {
+			r := &runs[i]
+			if r.Workflow {
+				continue
+			}
+			fmt.Fprintf(&b, "  %-*s %-10s %s\n", nameCols, cut(r.TaskType, nameCols), r.Status, cut(r.TaskID, 40))
+		}
+	}
+	if nw == 0 && nt == 0 {
+		b.WriteString("no workflow runs or tasks seen\n")
+	}
+	if stats != nil {
+		s := StatsOf(stats)
+		fmt.Fprintf(&b, "stream: %d lines, %s", s.Lines, bytesText(s.Bytes))
+		for _, k := range sortedKeys(s.Rejected) {
+			fmt.Fprintf(&b, ", rejected %s=%d", k, s.Rejected[k])
+		}
+		for _, k := range sortedKeys(s.Violations) {
+			fmt.Fprintf(&b, ", violation %s=%d", k, s.Violations[k])
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
+	wf := WorkflowOf(r)
+	name := r.Name
+	if name == "" {
+		name = "(unnamed workflow)"
+	}
+	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  [task %s", statusMark(r.Status), cut(name, 60), r.Status, msText(wf.DurationMs), wf.Tokens, wf.ToolUses, cut(r.TaskID, 40))
+	if r.RunID != "" {
+		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))
+	}
+	b.WriteString("]\n")
+	if r.Error != "" {
+		fmt.Fprintf(b, "  error: %s\n", cut(r.Error, 200))
+	}
+	if r.InterruptLatencyMs >= 0 {
+		fmt.Fprintf(b, "  interrupt → stopped in %s\n", msText(r.InterruptLatencyMs))
+	}
+	t0, t1 := r.Start, r.End
+	for _, a := range r.Agents {
+		if a.Start > 0 && (t0 == 0 || a.Start < t0) {
+			t0 = a.Start
+		}
+		t1 = max(t1, a.End)
+	}
+	axis := axis{t0: t0, t1: t1, cols: barCols}
+	printed := map[int]bool{}
+	for _, p := range r.Phases {
+		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(fmt.Sprintf("phase %d %s", p.Index, p.Title), nameCols), axis.bar(p.Start, p.End, '▒'), msText(span(p.Start, p.End)))
+		for _, a := range r.Agents {
+			if a.PhaseIndex == p.Index {
+				writeAgent(b, &a, axis)
+				printed[a.Index] = true
+			}
+		}
+	}
+	for _, a := range r.Agents {
+		if !printed[a.Index] {
+			writeAgent(b, &a, axis)
+		}
+	}
+}
+
+func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
+	label := a.Label
+	if label == "" {
+		label = "agent"
+	}
+	fmt.Fprintf(b, "    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), msText(span(a.Start, a.End)), a.State)
+	if a.Tokens > 0 {
+		fmt.Fprintf(b, " %d tok", a.Tokens)
+	}
+	if a.Error != "" {
+		fmt.Fprintf(b, "  %s", cut(a.Error, 60))
+	}
+	b.WriteString("\n")
+}
+
+type axis struct {
+	t0, t1 int64
+	cols   int
+}
+
+// bar draws [s, e] on the axis; an unknown end draws a single mark at the start.
+func (ax axis) bar(s, e int64, fill rune) string {
+	cells := make([]rune, ax.cols)
+	for i := range cells {
+		cells[i] = '·'
+	}
+	if s > 0 && ax.t1 > ax.t0 {
+		scale := float64(ax.cols) / float64(ax.t1-ax.t0)
+		from := int(float64(s-ax.t0) * scale)
+		to := from
+		if e >= s {
+			to = int(float64(e-ax.t0) * scale)
+		}
+		from = min(max(from, 0), ax.cols-1)
+		to = min(max(to, from), ax.cols-1)
+		for i := from; i <= to; i++ {
+			cells[i] = fill
+		}
+	}
+	return "|" + string(cells) + "|"
+}
+
+func span(s, e int64) int64 {
+	if s > 0 && e >= s {
+		return e - s
+	}
+	return -1
+}
+
+func statusMark(s ingest.RunStatus) string {
+	switch s {
+	case ingest.StatusCompleted:
+		return "✔"
+	case ingest.StatusFailed:
+		return "✘"
+	case ingest.StatusStopped:
+		return "■"
+	default:
+		return "?"
+	}
+}
+
+func msText(ms int64) string {
+	switch {
+	case ms < 0:
+		return "-"
+	case ms < 1000:
+		return fmt.Sprintf("%dms", ms)
+	case ms < 60_000:
+		return fmt.Sprintf("%.2fs", float64(ms)/1000)
+	default:
+		return fmt.Sprintf("%dm%02ds", ms/60_000, ms/1000%60)
+	}
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}
+
+// cut shortens s to n runes, marking the cut with "…".
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
