@@ -61,17 +61,17 @@ func Interesting(line []byte) bool {
 // message bodies, the initialize response's account block) are skipped by
 // encoding/json without being stored.
 type wire struct {
-	Type         string     `json:"type"`
-	Subtype      string     `json:"subtype"`
-	SessionID    *string    `json:"session_id"`
-	TaskID       string     `json:"task_id"`
-	RunID        string     `json:"run_id"`
-	ToolUseID    string     `json:"tool_use_id"`
-	TaskType     string     `json:"task_type"`
-	WorkflowName string     `json:"workflow_name"`
-	Description  string     `json:"description"`
-	ParentTaskID string     `json:"parent_task_id"`
-	Usage        *wireUsage `json:"usage"`
+	Type         string          `json:"type"`
+	Subtype      string          `json:"subtype"`
+	SessionID    *string         `json:"session_id"`
+	TaskID       string          `json:"task_id"`
+	RunID        string          `json:"run_id"`
+	ToolUseID    string          `json:"tool_use_id"`
+	TaskType     string          `json:"task_type"`
+	WorkflowName string          `json:"workflow_name"`
+	Description  string          `json:"description"`
+	ParentTaskID string          `json:"parent_task_id"`
+	Usage        *wireUsage      `json:"usage"`
 	RawProgress  json.RawMessage `json:"workflow_progress"`
 	Patch        *wirePatch      `json:"patch"`
 	Status       string          `json:"status"`

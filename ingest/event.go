@@ -51,10 +51,10 @@ type Entry struct {
 	// LastProgressAt is Claude Code's last activity time; it only advances
 	// the replay clock.
 	LastProgressAt int64
-	DurationMs int64
-	Tokens     int64
-	ToolCalls  int64
-	Error      string
+	DurationMs     int64
+	Tokens         int64
+	ToolCalls      int64
+	Error          string
 	// Previews are untrusted model and user text; the decoder fills them
 	// only when asked (DecodeOptions.KeepPreviews).
 	ResultPreview string

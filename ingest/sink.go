@@ -55,16 +55,16 @@ type Violation uint8
 
 // Protocol violations.
 const (
-	ViolationNone                Violation = iota
-	ViolationDuplicateNotify               // a second task_notification for a run
-	ViolationDuplicateStart                // a second task_started for the same run
-	ViolationUnknownTask                   // an event for a task never started
-	ViolationLateEvent                     // an event after the run's grace window closed
-	ViolationMissingTerminal               // an agent without a final state at a completed/failed notification
-	ViolationAgentRegression               // an agent's final state changed or went back to live
-	ViolationStatusConflict                // task_updated's terminal status contradicts the notification
-	ViolationUpdateAfterNotification       // task_updated after the task_notification
-	ViolationUnknownStatus                 // a status spelling the protocol does not define
+	ViolationNone                    Violation = iota
+	ViolationDuplicateNotify                   // a second task_notification for a run
+	ViolationDuplicateStart                    // a second task_started for the same run
+	ViolationUnknownTask                       // an event for a task never started
+	ViolationLateEvent                         // an event after the run's grace window closed
+	ViolationMissingTerminal                   // an agent without a final state at a completed/failed notification
+	ViolationAgentRegression                   // an agent's final state changed or went back to live
+	ViolationStatusConflict                    // task_updated's terminal status contradicts the notification
+	ViolationUpdateAfterNotification           // task_updated after the task_notification
+	ViolationUnknownStatus                     // a status spelling the protocol does not define
 	numViolations
 )
 
