@@ -237,6 +237,10 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 		ev.ParentTaskID = cleanID(w.ParentTaskID)
 	case KindTaskProgress:
 		if len(w.RawProgress) > 0 && !bytes.Equal(w.RawProgress, []byte("null")) {
+			// encoding/json decodes into the slice's old elements without
+			// zeroing absent fields: clear them, or one run's error text
+			// would leak into the next snapshot's agents.
+			clear(d.entries[:cap(d.entries)])
 			d.entries = d.entries[:0]
 			if err := json.Unmarshal(w.RawProgress, &d.entries); err != nil {
 				return nil, ReasonBadShape

@@ -114,13 +114,14 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 	if label == "" {
 		label = "agent"
 	}
-	fmt.Fprintf(b, "    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), msText(span(a.Start, a.End)), a.State)
+	line := fmt.Sprintf("    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), msText(span(a.Start, a.End)), a.State)
 	if a.Tokens > 0 {
-		fmt.Fprintf(b, " %d tok", a.Tokens)
+		line += fmt.Sprintf(" %d tok", a.Tokens)
 	}
 	if a.Error != "" {
-		fmt.Fprintf(b, "  %s", cut(a.Error, 60))
+		line += "  " + cut(a.Error, 60)
 	}
+	b.WriteString(strings.TrimRight(line, " "))
 	b.WriteString("\n")
 }
 

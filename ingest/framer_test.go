@@ -1,0 +1,100 @@
+// Tests of the line framer: CRLF, partial lines across writes, the per-line
+// cap, gaps and the unterminated last line.
+package ingest
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+type framed struct {
+	data      string
+	len       int64
+	truncated bool
+}
+
+func frameAll(max int, writes ...string) []framed {
+	var out []framed
+	f := NewFramer(max, func(l Line) { out = append(out, framed{string(l.Data), l.Len, l.Truncated}) })
+	for _, w := range writes {
+		if w == "<gap>" {
+			f.Gap()
+			continue
+		}
+		f.Write([]byte(w))
+	}
+	f.Flush()
+	return out
+}
+
+func TestFramer(t *testing.T) {
+	tests := []struct {
+		name   string
+		max    int
+		writes []string
+		want   []framed
+	}{
+		{"one line", 100, []string{"abc\n"}, []framed{{"abc", 4, false}}},
+		{"crlf", 100, []string{"abc\r\nde\r\n"}, []framed{{"abc", 5, false}, {"de", 4, false}}},
+		{"crlf split between writes", 100, []string{"abc\r", "\n"}, []framed{{"abc", 5, false}}},
+		{"bare cr kept inside a line", 100, []string{"a\rb\n"}, []framed{{"a\rb", 4, false}}},
+		{"empty lines", 100, []string{"\n\n"}, []framed{{"", 1, false}, {"", 1, false}}},
+		{"partial across writes", 100, []string{"ab", "cd", "e\nf"}, []framed{{"abcde", 6, false}, {"f", 1, false}}},
+		{"no final newline", 100, []string{"abc\ndef"}, []framed{{"abc", 4, false}, {"def", 3, false}}},
+		{"cap in one write", 4, []string{"abcdefgh\nxy\n"}, []framed{{"abcd", 9, true}, {"xy", 3, false}}},
+		{"cap across writes", 4, []string{"ab", "cdef", "gh\n"}, []framed{{"abcd", 9, true}}},
+		{"cap unterminated", 4, []string{"abcdefgh"}, []framed{{"abcd", 8, true}}},
+		{"gap drops partial and the rest of its line", 100, []string{"abc", "<gap>", "def\nghi\n"}, []framed{{"ghi", 4, false}}},
+		{"gap at the end drops the partial", 100, []string{"abc\nde", "<gap>"}, []framed{{"abc", 4, false}}},
+		{"nul and invalid utf-8 pass", 100, []string{"a\x00\xff\n"}, []framed{{"a\x00\xff", 4, false}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := frameAll(tt.max, tt.writes...)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d lines %+v, want %d %+v", len(got), got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("line %d: got %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestFramerBoundedMemory feeds a 64 MiB line in 64 KiB writes: the framer
+// holds no more than its cap.
+func TestFramerBoundedMemory(t *testing.T) {
+	const max = 1 << 16
+	var lines []framed
+	f := NewFramer(max, func(l Line) { lines = append(lines, framed{"", l.Len, l.Truncated}) })
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	for range 1024 {
+		f.Write(chunk)
+		if cap(f.buf) > 2*max {
+			t.Fatalf("framer buffer grew to %d bytes, cap is %d", cap(f.buf), max)
+		}
+	}
+	f.Write([]byte("\n"))
+	if len(lines) != 1 || lines[0].len != 64<<20+1 || !lines[0].truncated {
+		t.Fatalf("got %+v, want one truncated line of %d bytes", lines, 64<<20+1)
+	}
+}
+
+func BenchmarkFramer(b *testing.B) {
+	var sb strings.Builder
+	for sb.Len() < 1<<20 {
+		sb.WriteString(`{"type":"assistant","message":{"content":"` + strings.Repeat("y", 2000) + `"}}` + "\n")
+	}
+	data := []byte(sb.String())
+	f := NewFramer(DefaultMaxLine, func(Line) {})
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for off := 0; off < len(data); off += 64 << 10 {
+			f.Write(data[off:min(off+64<<10, len(data))])
+		}
+	}
+}
