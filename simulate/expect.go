@@ -1,0 +1,255 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Kinds of ExpectedRun.
+const (
+	KindWorkflow = "workflow" // a local_workflow task
+	KindTask     = "task"     // any other background task (Bash, Agent, local_bash, ...)
+)
+
+// ExpectedRun is the ground truth for one task run the simulator made: what
+// a correct consumer must reconstruct from the stream alone. `--expect FILE`
+// writes one per line, in task_started order, in exactly the shape
+// `cbc-otel replay --json` prints, so tests can compare the two line by line
+// (keyed by task_id). Every value is derivable from the emitted stream by the
+// rules documented on each field; the simulator computes them from the very
+// rows it printed, not from its private schedule.
+//
+// A workflow marshals as
+//
+//	{"kind","task_id","run_id","session_id","workflow","status","start","end",
+//	 "duration_ms","tokens","tool_uses","phases":[...],"agents":[...]}
+//
+// and any other task as {"kind","task_id","task_type","status"}. All listed
+// keys are always present (zero values included) so the shape is fixed.
+type ExpectedRun struct {
+	// Kind is KindWorkflow or KindTask.
+	Kind string `json:"kind"`
+	// TaskID is the task_id of the task_* events.
+	TaskID string `json:"task_id"`
+	// TaskType is task_started.task_type; only for KindTask.
+	TaskType string `json:"task_type,omitempty"`
+	// RunID is the run_id of the task_* events (Claude Code); "" for cbc.
+	RunID string `json:"run_id"`
+	// SessionID is the session_id of the system/init that preceded the task.
+	SessionID string `json:"session_id"`
+	// Workflow is task_started.workflow_name verbatim (cbc may say
+	// "path:<basename>").
+	Workflow string `json:"workflow"`
+	// Status is the task_notification status: completed, failed or stopped;
+	// "abandoned" when the stream ended without a notification.
+	Status string `json:"status"`
+	// Start is the run's start in epoch ms: end_time minus the final usage's
+	// duration_ms when both are known, else the earliest agent
+	// queuedAt/startedAt, else 0.
+	Start int64 `json:"start"`
+	// End is the terminal task_updated patch.end_time in epoch ms, 0 if none.
+	End int64 `json:"end"`
+	// DurationMS is End-Start when both are known, else 0.
+	DurationMS int64 `json:"duration_ms"`
+	// Tokens is the final usage.total_tokens: the notification's usage if it
+	// has one, else the last task_progress usage.
+	Tokens int64 `json:"tokens"`
+	// ToolUses is the final usage.tool_uses, chosen like Tokens.
+	ToolUses int64 `json:"tool_uses"`
+	// Phases lists the workflow_phase entries of the last snapshot, by index.
+	Phases []ExpectedPhase `json:"phases"`
+	// Agents lists every workflow_agent index ever seen, by index, in the
+	// state of its last row (late cbc flips after the notification included).
+	Agents []ExpectedAgent `json:"agents"`
+}
+
+// ExpectedPhase is one workflow phase of an ExpectedRun.
+type ExpectedPhase struct {
+	// Index is workflow_phase.index (1-based in both CLIs).
+	Index int `json:"index"`
+	// Title is workflow_phase.title.
+	Title string `json:"title"`
+	// Start is the minimum non-zero Start of the phase's agents, else 0.
+	Start int64 `json:"start"`
+	// End is the maximum non-zero End of the phase's agents, else 0.
+	End int64 `json:"end"`
+}
+
+// ExpectedAgent is one sub-agent of an ExpectedRun.
+type ExpectedAgent struct {
+	// Index is workflow_agent.index, the agent's identity within a run.
+	Index int `json:"index"`
+	// AgentID is the last non-empty agentId seen ("" if never assigned, as
+	// for Claude Code agents that stayed queued).
+	AgentID string `json:"agentId"`
+	// Label is workflow_agent.label.
+	Label string `json:"label"`
+	// PhaseIndex is workflow_agent.phaseIndex (0 if absent).
+	PhaseIndex int `json:"phaseIndex"`
+	// State is the final state: done, error, cached (state "cached", or
+	// "done" with cached:true), not_started (only ever seen queued: "start"
+	// without startedAt) or abandoned (started but never terminal by the
+	// end of the stream). "running" is read as "start".
+	State string `json:"state"`
+	// Cached is true for cached agents, whichever spelling.
+	Cached bool `json:"cached"`
+	// Start is startedAt in epoch ms, 0 if absent.
+	Start int64 `json:"start"`
+	// End is endedAt if present, else startedAt+durationMs if both are
+	// present, else 0.
+	End int64 `json:"end"`
+	// Tokens is the last row's tokens, 0 if absent.
+	Tokens int64 `json:"tokens"`
+	// Error is the last row's error, "" if none.
+	Error string `json:"error"`
+}
+
+// MarshalJSON prints the kind-specific shape: tasks that are not workflows
+// carry only kind, task_id, task_type and status.
+func (r ExpectedRun) MarshalJSON() ([]byte, error) {
+	if r.Kind == KindTask {
+		return marshalOrdered(obj{
+			{"kind", r.Kind}, {"task_id", r.TaskID}, {"task_type", r.TaskType}, {"status", r.Status},
+		})
+	}
+	phases, agents := r.Phases, r.Agents
+	if phases == nil {
+		phases = []ExpectedPhase{}
+	}
+	if agents == nil {
+		agents = []ExpectedAgent{}
+	}
+	return marshalOrdered(obj{
+		{"kind", r.Kind}, {"task_id", r.TaskID}, {"run_id", r.RunID}, {"session_id", r.SessionID},
+		{"workflow", r.Workflow}, {"status", r.Status}, {"start", r.Start}, {"end", r.End},
+		{"duration_ms", r.DurationMS}, {"tokens", r.Tokens}, {"tool_uses", r.ToolUses},
+		{"phases", phases}, {"agents", agents},
+	})
+}
+
+func marshalOrdered(o obj) ([]byte, error) {
+	b, err := o.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("expected run: %w", err)
+	}
+	return b, nil
+}
+
+// compile-time check that ExpectedRun round-trips through encoding/json.
+var _ json.Marshaler = ExpectedRun{}
+
+// get returns the value of key in o.
+func (o obj) get(key string) (any, bool) {
+	for _, f := range o {
+		if f.k == key {
+			return f.v, true
+		}
+	}
+	return nil, false
+}
+
+// int64Of reads an integer member, 0 if absent.
+func (o obj) int64Of(key string) (int64, bool) {
+	v, ok := o.get(key)
+	if !ok {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+func (o obj) stringOf(key string) string {
+	v, _ := o.get(key)
+	str, _ := v.(string)
+	return str
+}
+
+// expectedRun derives the ground truth of a task from the rows and events
+// the simulator printed, by the rules documented on ExpectedRun.
+func (s *session) expectedRun(t *task) ExpectedRun {
+	status := t.status
+	if status == "" {
+		status = "abandoned"
+	}
+	if t.plan == nil {
+		return ExpectedRun{Kind: KindTask, TaskID: t.id, TaskType: t.typ, Status: status}
+	}
+	r := ExpectedRun{Kind: KindWorkflow, TaskID: t.id, RunID: t.runID, SessionID: s.sessionID,
+		Workflow: t.name, Status: status, Phases: []ExpectedPhase{}, Agents: []ExpectedAgent{}}
+	final := t.notifUse
+	if final == nil {
+		final = t.lastUsage
+	}
+	if final != nil {
+		r.Tokens, r.ToolUses = final.tokens, final.tools
+	}
+	if t.status != "" {
+		r.End = t.endTime
+	}
+	earliest := int64(0)
+	for _, a := range t.agents {
+		if !a.visible {
+			continue
+		}
+		row := s.row(t, a)
+		ea := ExpectedAgent{Index: a.index, AgentID: row.stringOf("agentId"), Label: row.stringOf("label"),
+			Error: row.stringOf("error")}
+		pi, _ := row.int64Of("phaseIndex")
+		ea.PhaseIndex = int(pi)
+		ea.Tokens, _ = row.int64Of("tokens")
+		started, hasStart := row.int64Of("startedAt")
+		ea.Start = started
+		if end, ok := row.int64Of("endedAt"); ok {
+			ea.End = end
+		} else if d, ok := row.int64Of("durationMs"); ok && hasStart {
+			ea.End = started + d
+		}
+		c, _ := row.get("cached")
+		state := row.stringOf("state")
+		switch {
+		case state == "cached" || c == true:
+			ea.State, ea.Cached = "cached", true
+		case state == "done" || state == "error":
+			ea.State = state
+		case !hasStart:
+			ea.State = "not_started"
+		default:
+			ea.State = "abandoned"
+		}
+		for _, k := range []string{"queuedAt", "startedAt"} {
+			if v, ok := row.int64Of(k); ok && v != 0 && (earliest == 0 || v < earliest) {
+				earliest = v
+			}
+		}
+		r.Agents = append(r.Agents, ea)
+	}
+	if final != nil && r.End != 0 {
+		r.Start = r.End - final.durMS
+	} else {
+		r.Start = earliest
+	}
+	if r.Start != 0 && r.End != 0 {
+		r.DurationMS = r.End - r.Start
+	}
+	for i, title := range t.plan.phases {
+		ph := ExpectedPhase{Index: i + 1, Title: title}
+		for _, a := range r.Agents {
+			if a.PhaseIndex != i+1 {
+				continue
+			}
+			if a.Start != 0 && (ph.Start == 0 || a.Start < ph.Start) {
+				ph.Start = a.Start
+			}
+			if a.End > ph.End {
+				ph.End = a.End
+			}
+		}
+		r.Phases = append(r.Phases, ph)
+	}
+	return r
+}

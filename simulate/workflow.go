@@ -1,0 +1,557 @@
+package simulate
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// task is one background task of a turn: a workflow or a side task.
+type task struct {
+	id, runID, toolUseID string
+	typ                  string // task_type
+	description          string
+	name                 string // workflow_name
+	side                 *sideTask
+	status               string // notification status; "" while running
+	endTime              int64
+
+	// Workflow only.
+	plan      *plan
+	agents    []*agent // index order
+	start     int64    // when the run began, epoch ms
+	lastUsage *usage   // usage of the last task_progress
+	notifUse  *usage   // usage of the notification, if it had one
+	progressN int      // task_progress frames emitted, for noise pacing
+}
+
+// agent is one sub-agent row. Its fields are what the rows printed so far
+// say; ExpectedRun is derived from the rendered row, not from the plan.
+type agent struct {
+	ap        agentPlan
+	index     int
+	id        string
+	visible   bool   // has appeared in a snapshot
+	started   bool   // has a startedAt
+	state     string // start, done, error, cached
+	queuedAt  int64
+	startedAt int64
+	endedAt   int64
+	progress  int64 // lastProgressAt
+	toolFired bool
+	errMsg    string
+	byStop    bool // flipped to error by a stop
+
+	endAt, toolAt time.Duration // scheduled, in the group's scripted time
+}
+
+func (a *agent) terminal() bool {
+	return a.state == "done" || a.state == "error" || a.state == "cached"
+}
+
+// runScenario launches the side tasks and the workflow of a plan and runs
+// them to their ends.
+func (s *session) runScenario(p *plan) error {
+	var sides []*task
+	for i := range p.sides {
+		t, err := s.startSide(&p.sides[i])
+		if err != nil {
+			return err
+		}
+		sides = append(sides, t)
+	}
+	wf, err := s.startWorkflow(p)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	groups := 0
+	for _, a := range p.agents {
+		groups = max(groups, a.group)
+	}
+	for g := 1; g <= groups && !stopped; g++ {
+		if stopped, err = s.runGroup(wf, g); err != nil {
+			return err
+		}
+		if stopped {
+			break // the workflow's stop path comes before the side tasks'
+		}
+		if err := s.endSides(sides, g); err != nil {
+			return err
+		}
+	}
+	if stopped {
+		if err := s.stopWorkflow(wf); err != nil {
+			return err
+		}
+	} else if err := s.finishWorkflow(wf); err != nil {
+		return err
+	}
+	return s.endSides(sides, 0)
+}
+
+// startSide launches a background task that is not a workflow.
+func (s *session) startSide(st *sideTask) (*task, error) {
+	t := &task{side: st, description: st.description}
+	t.id, t.runID, t.toolUseID = s.newTaskIDs(st.kind)
+	var err error
+	switch {
+	case st.kind == "bash" && s.claude():
+		t.typ = "local_bash"
+		err = s.emitToolUse(t.toolUseID, "Bash", obj{{"command", st.prompt}, {"description", st.description}, {"run_in_background", true}})
+	case st.kind == "bash":
+		t.typ = "Bash"
+		err = s.emitToolUse(t.toolUseID, "Bash", obj{{"command", st.prompt}, {"description", st.description}, {"run_in_background", true}})
+	case s.claude():
+		t.typ = "local_agent"
+		err = s.emitToolUse(t.toolUseID, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}})
+	default:
+		t.typ = "Agent"
+		err = s.emitToolUse(t.toolUseID, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.tasks = append(s.tasks, t)
+	if err := s.emitBackgroundTasks(); err != nil {
+		return nil, err
+	}
+	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description})
+	if t.typ == "local_agent" || t.typ == "Agent" {
+		o = append(o, kv{"subagent_type", "general-purpose"})
+	}
+	o = append(o, kv{"is_backgrounded", true})
+	if t.typ == "local_agent" {
+		o = append(o, kv{"spawn_depth", 1})
+	}
+	o = append(o, kv{"task_type", t.typ})
+	if t.typ == "local_agent" {
+		o = append(o, kv{"prompt", st.prompt})
+	}
+	if err := s.emit(s.taskTail(o)); err != nil {
+		return nil, err
+	}
+	msg := "Command running in background with ID: " + t.id + "."
+	if st.kind == "agent" {
+		msg = "Async agent launched successfully. agentId: " + t.id
+	}
+	if err := s.emitToolResult(t.toolUseID, msg); err != nil {
+		return nil, err
+	}
+	_, err = s.pause(s.ids.jitter(30*time.Millisecond), nil)
+	return t, err
+}
+
+// endSides ends the still-running side tasks due after group g (0 = after
+// the workflow), and kills those a stop request targets.
+func (s *session) endSides(sides []*task, g int) error {
+	for _, t := range sides {
+		if t.status != "" {
+			continue
+		}
+		t.endTime = s.clk.Now()
+		switch {
+		case s.stopRequested(t):
+			if err := s.emitTaskUpdated(t, "killed", ""); err != nil {
+				return err
+			}
+			if err := s.emitNotification(t, "stopped", "Background task \""+t.description+"\" was stopped", nil); err != nil {
+				return err
+			}
+		case t.side.endAfter == g:
+			if err := s.emitTaskUpdated(t, "completed", ""); err != nil {
+				return err
+			}
+			summary := "Background command \"" + t.description + "\" completed (exit code 0)"
+			var u *usage
+			if t.side.kind == "agent" {
+				summary = "result of solo"
+				u = &usage{tokens: 120, durMS: 186}
+			}
+			if err := s.emitNotification(t, "completed", summary, u); err != nil {
+				return err
+			}
+		default:
+			continue
+		}
+		if err := s.emitBackgroundTasks(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startWorkflow launches the workflow task.
+func (s *session) startWorkflow(p *plan) (*task, error) {
+	t := &task{plan: p, typ: "local_workflow", description: p.description, name: p.name}
+	if p.pathName && !s.claude() {
+		t.name = "path:" + p.name + ".workflow.js"
+	}
+	t.id, t.runID, t.toolUseID = s.newTaskIDs("workflow")
+	for i, ap := range p.agents {
+		a := &agent{ap: ap, index: i + 1}
+		if s.claude() {
+			a.id = "a" + contentHash(p.name, ap.label, ap.prompt)[:16]
+		} else {
+			a.id = "v2:" + contentHash(p.name, ap.label, ap.prompt)
+		}
+		t.agents = append(t.agents, a)
+	}
+	input := obj{{"script", p.script()}}
+	if p.pathName {
+		input = obj{{"scriptPath", "/srv/sim/proj/" + p.name + ".workflow.js"}}
+	}
+	if err := s.emitToolUse(t.toolUseID, "Workflow", input); err != nil {
+		return nil, err
+	}
+	s.tasks = append(s.tasks, t)
+	if err := s.emitBackgroundTasks(); err != nil {
+		return nil, err
+	}
+	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description},
+		kv{"task_type", t.typ}, kv{"workflow_name", t.name})
+	if s.claude() {
+		o = append(o, kv{"prompt", p.script()})
+	}
+	t.start = s.clk.Now()
+	if err := s.emit(s.taskTail(o)); err != nil {
+		return nil, err
+	}
+	if err := s.emitToolResult(t.toolUseID, "Workflow launched in background. Task ID: "+t.id+"\nSummary: "+t.description); err != nil {
+		return nil, err
+	}
+	if err := s.emitAssistantText("Workflow launched; waiting for its notification."); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// runGroup runs the agents of group g, at most plan.concurrency at a time.
+// It returns true if a stop request arrived (the caller runs the stop path).
+func (s *session) runGroup(t *task, g int) (bool, error) {
+	stop := func() bool { return s.stopRequested(t) }
+	var pending, running []*agent
+	now := s.clk.Now()
+	anyCached := false
+	for _, a := range t.agents {
+		if a.ap.group != g {
+			continue
+		}
+		switch {
+		case a.ap.cached:
+			a.visible, a.state, a.queuedAt, a.progress = true, "cached", now, now
+			a.startedAt, a.endedAt = now, now
+			anyCached = true
+		default:
+			pending = append(pending, a)
+			if s.claude() {
+				// Claude Code lists queued agents before they start.
+				a.visible, a.state, a.queuedAt, a.progress = true, "start", now, now
+			}
+		}
+	}
+	if anyCached && len(pending) == 0 {
+		if err := s.emitProgress(t, nil); err != nil {
+			return false, err
+		}
+	}
+	var local time.Duration // scripted time since the group began
+	for len(pending) > 0 || len(running) > 0 {
+		for len(running) < t.plan.concurrency && len(pending) > 0 {
+			a := pending[0]
+			pending = pending[1:]
+			gap := s.ids.jitter(4 * time.Millisecond)
+			if stopped, err := s.pause(gap, stop); stopped || err != nil {
+				return stopped, err
+			}
+			local += gap
+			now = s.clk.Now()
+			if !a.visible {
+				a.queuedAt = now
+			}
+			a.visible, a.started, a.state, a.startedAt, a.progress = true, true, "start", now, now
+			a.endAt = local + s.ids.jitter(a.ap.dur)
+			if a.ap.slow {
+				a.endAt = local + a.ap.dur // the stall window stays exact
+			}
+			if a.ap.tools > 0 {
+				a.toolAt = local + (a.endAt-local)/2
+			}
+			running = append(running, a)
+			if err := s.emitProgress(t, a); err != nil {
+				return false, err
+			}
+			s.agentStarts++
+			if s.cfg.InterruptAfter > 0 && s.agentStarts == s.cfg.InterruptAfter && !s.selfInterrupted {
+				s.selfInterrupted, s.stopAll = true, true
+			}
+		}
+		// The next event is the earliest tool tick or end among the running.
+		next, isTool := running[0], false
+		at := func(a *agent) (time.Duration, bool) {
+			if a.ap.tools > 0 && !a.toolFired {
+				return a.toolAt, true
+			}
+			return a.endAt, false
+		}
+		best, bestTool := at(next)
+		for _, a := range running[1:] {
+			if w, tool := at(a); w < best {
+				next, best, bestTool = a, w, tool
+			}
+		}
+		isTool = bestTool
+		if stopped, err := s.pause(best-local, stop); stopped || err != nil {
+			return stopped, err
+		}
+		local = best
+		now = s.clk.Now()
+		next.progress = now
+		if isTool {
+			next.toolFired = true
+			if err := s.emitProgressTick(t, next); err != nil {
+				return false, err
+			}
+			continue
+		}
+		next.endedAt = now
+		next.state = "done"
+		if next.ap.errMsg != "" {
+			next.state, next.errMsg = "error", next.ap.errMsg
+		}
+		running = slices.DeleteFunc(running, func(a *agent) bool { return a == next })
+		if err := s.emitProgress(t, next); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// currentUsage sums what the agents have used so far.
+func (t *task) currentUsage(now int64) usage {
+	u := usage{durMS: now - t.start}
+	for _, a := range t.agents {
+		if a.state == "cached" {
+			continue
+		}
+		if a.toolFired || (a.terminal() && a.state == "done") {
+			u.tokens += a.ap.tokens
+		}
+		if a.toolFired {
+			u.tools += a.ap.tools
+		}
+	}
+	return u
+}
+
+// snapshot renders the full workflow_progress timeline.
+func (s *session) snapshot(t *task) []obj {
+	var out []obj
+	for i, ph := range t.plan.phases {
+		out = append(out, obj{{"type", "workflow_phase"}, {"index", i + 1}, {"title", ph}})
+	}
+	for _, a := range t.agents {
+		if a.visible {
+			out = append(out, s.row(t, a))
+		}
+	}
+	return out
+}
+
+// row renders one workflow_agent entry in the dialect's shape.
+func (s *session) row(t *task, a *agent) obj {
+	phaseTitle := t.plan.phases[a.ap.phase-1]
+	if !s.claude() {
+		state := a.state
+		if state == "start" && t.plan.running {
+			state = "running"
+		}
+		o := obj{{"type", "workflow_agent"}, {"index", a.index}, {"agentId", a.id}, {"state", state},
+			{"startedAt", a.startedAt}}
+		if a.terminal() {
+			o = append(o, kv{"endedAt", a.endedAt})
+		}
+		o = append(o, kv{"label", a.ap.label}, kv{"phaseIndex", a.ap.phase}, kv{"phaseTitle", phaseTitle})
+		if a.terminal() && a.state != "cached" && !a.byStop {
+			o = append(o, kv{"tokens", a.tokens()})
+		}
+		if a.state == "done" || a.state == "cached" {
+			o = append(o, kv{"resultPreview", "result of " + a.ap.label})
+		}
+		if a.errMsg != "" {
+			o = append(o, kv{"error", a.errMsg})
+		}
+		return o
+	}
+	o := obj{{"type", "workflow_agent"}, {"index", a.index}, {"label", a.ap.label}, {"phaseIndex", a.ap.phase},
+		{"phaseTitle", phaseTitle}}
+	cached := a.state == "cached"
+	if a.started || cached {
+		o = append(o, kv{"agentId", a.id})
+	}
+	o = append(o, kv{"model", claudeModel})
+	if cached {
+		o = append(o, kv{"state", "done"}, kv{"cached", true})
+	} else {
+		o = append(o, kv{"state", a.state})
+	}
+	if a.started {
+		o = append(o, kv{"startedAt", a.startedAt})
+	}
+	o = append(o, kv{"queuedAt", a.queuedAt})
+	if a.started || cached {
+		o = append(o, kv{"attempt", 1})
+	}
+	if a.toolFired && a.terminal() {
+		o = append(o, kv{"lastToolName", "Bash"}, kv{"lastToolSummary", a.ap.tool})
+	}
+	o = append(o, kv{"promptPreview", a.ap.prompt})
+	if a.started || cached {
+		o = append(o, kv{"promptFramed", true})
+	}
+	o = append(o, kv{"lastProgressAt", a.progress})
+	if a.errMsg != "" {
+		o = append(o, kv{"error", a.errMsg})
+	}
+	if a.byStop {
+		o = append(o, kv{"endedWithRun", "stopped"})
+	}
+	if a.terminal() && !cached && !a.byStop {
+		o = append(o, kv{"tokens", a.tokens()}, kv{"toolCalls", a.ap.tools}, kv{"durationMs", a.endedAt - a.startedAt})
+	}
+	if a.state == "done" || cached {
+		o = append(o, kv{"resultPreview", "result of " + a.ap.label})
+	}
+	return o
+}
+
+// tokens is what a finished agent reports: errors used none.
+func (a *agent) tokens() int64 {
+	if a.state == "error" {
+		return 0
+	}
+	return a.ap.tokens
+}
+
+// emitProgress writes a full snapshot; focus is the agent that changed
+// (nil: none in particular).
+func (s *session) emitProgress(t *task, focus *agent) error {
+	u := t.currentUsage(s.clk.Now())
+	return s.emitProgressWith(t, focus, u, true)
+}
+
+// emitProgressTick writes the frame of a tool call: Claude Code sends a
+// usage-only task_progress, cbc a full snapshot.
+func (s *session) emitProgressTick(t *task, focus *agent) error {
+	u := t.currentUsage(s.clk.Now())
+	return s.emitProgressWith(t, focus, u, !s.claude())
+}
+
+func (s *session) emitProgressWith(t *task, focus *agent, u usage, withTimeline bool) error {
+	desc := t.description
+	if focus != nil {
+		desc = t.plan.phases[focus.ap.phase-1] + ": " + sanitizeLabel(focus.ap.label)
+	}
+	o := append(s.taskHead("task_progress", t), kv{"tool_use_id", t.toolUseID}, kv{"description", desc},
+		kv{"usage", u.obj()})
+	if s.claude() {
+		if focus != nil {
+			o = append(o, kv{"last_tool_name", focus.ap.label})
+		}
+		o = append(o, kv{"summary", t.description})
+	}
+	if withTimeline {
+		o = append(o, kv{"workflow_progress", s.snapshot(t)})
+	}
+	t.lastUsage = &u
+	if err := s.emit(s.taskTail(o)); err != nil {
+		return err
+	}
+	t.progressN++
+	if t.progressN%3 == 0 {
+		return s.emitNoise()
+	}
+	return nil
+}
+
+// finishWorkflow ends a run that was not stopped: completed, or failed if
+// the script throws.
+func (s *session) finishWorkflow(t *task) error {
+	if _, err := s.pause(s.ids.jitter(3*time.Millisecond), nil); err != nil {
+		return err
+	}
+	t.endTime = s.clk.Now()
+	u := t.currentUsage(t.endTime)
+	t.notifUse = &u
+	status, patchStatus, errMsg := "completed", "completed", ""
+	summary := fmt.Sprintf("Dynamic workflow %q completed", t.description)
+	if t.plan.failErr != "" {
+		status, patchStatus, errMsg = "failed", "failed", t.plan.failErr
+		summary = fmt.Sprintf("Dynamic workflow %q failed: %s", t.description, errMsg)
+	}
+	if err := s.emitTaskUpdated(t, patchStatus, errMsg); err != nil {
+		return err
+	}
+	if err := s.emitNotification(t, status, summary, &u); err != nil {
+		return err
+	}
+	return s.emitBackgroundTasks()
+}
+
+// stopWorkflow runs the dialect's stop path. Claude Code flips in-flight
+// agents to error first and sends a notification without usage; cbc sends
+// killed and the notification first and flips the agents late, one
+// snapshot each. Queued agents never get a terminal state.
+func (s *session) stopWorkflow(t *task) error {
+	now := s.clk.Now()
+	var inflight []*agent
+	for _, a := range t.agents {
+		if a.started && !a.terminal() {
+			inflight = append(inflight, a)
+		}
+	}
+	if s.claude() {
+		for _, a := range inflight {
+			a.state, a.errMsg, a.byStop = "error", "Stopped because the workflow was stopped", true
+		}
+		if len(inflight) > 0 {
+			if err := s.emitProgress(t, nil); err != nil {
+				return err
+			}
+		}
+		t.endTime = now
+		if err := s.emitTaskUpdated(t, "killed", ""); err != nil {
+			return err
+		}
+		if err := s.emitNotification(t, "stopped", t.description, nil); err != nil {
+			return err
+		}
+		return s.emitBackgroundTasks()
+	}
+	t.endTime = now
+	u := t.currentUsage(now)
+	t.notifUse = &u
+	if err := s.emitTaskUpdated(t, "killed", ""); err != nil {
+		return err
+	}
+	if err := s.emitNotification(t, "stopped", fmt.Sprintf("Dynamic workflow %q was stopped", t.description), &u); err != nil {
+		return err
+	}
+	reason := s.interruptReason
+	if reason == "" {
+		reason = "user cancel"
+	}
+	// All late flips land within 1 s of scripted time.
+	spacing := min(150*time.Millisecond, 900*time.Millisecond/time.Duration(max(1, len(inflight))))
+	for _, a := range inflight {
+		if _, err := s.pause(spacing, nil); err != nil {
+			return err
+		}
+		a.state, a.errMsg, a.byStop, a.endedAt = "error", "subagent aborted: "+reason, true, s.clk.Now()
+		a.progress = a.endedAt
+		if err := s.emitProgressWith(t, a, u, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
