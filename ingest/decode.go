@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 )
 
 // Reason is why a line was rejected. The set is closed so that it can be a
@@ -55,6 +56,57 @@ var (
 // It is the cheap prefilter in front of Decode.
 func Interesting(line []byte) bool {
 	return bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit)
+}
+
+// LongLineOfInterest reports whether the prefix of an over-long line is a
+// message the Tracker consumes. The marker prefilter is not enough here: a
+// long assistant message quoting a task event contains the markers too. So
+// the prefix's top-level "type" and "subtype" are read with a token
+// decoder, skipping other values; a prefix that ends before they are known
+// does not count.
+func LongLineOfInterest(prefix []byte) bool {
+	if !Interesting(prefix) {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	var typ, sub string
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		key, _ := k.(string)
+		switch key {
+		case "type", "subtype":
+			v, err := dec.Token()
+			if err != nil {
+				return false
+			}
+			s, _ := v.(string)
+			if key == "type" {
+				typ = s
+			} else {
+				sub = s
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false
+			}
+		}
+		switch {
+		case strings.HasPrefix(typ, "control_"):
+			return true
+		case typ != "" && typ != "system":
+			return false
+		case typ == "system" && sub != "":
+			return sub == "init" || strings.HasPrefix(sub, "task_")
+		}
+	}
+	return false
 }
 
 // wire is the union of the fields we read. Fields not named here (prompt,

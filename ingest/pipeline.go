@@ -12,6 +12,9 @@ import (
 // wrapper untouched but only their prefix is looked at here.
 const DefaultMaxLine = 8 << 20
 
+// maxClockLeap bounds how far one event may move a replay's clock.
+const maxClockLeap = 24 * 60 * 60 * 1000
+
 // PipelineOptions configures a Pipeline.
 type PipelineOptions struct {
 	// MaxLine caps what is buffered of one line; 0 means DefaultMaxLine.
@@ -105,7 +108,11 @@ func (p *Pipeline) clock(ev *Event) int64 {
 		return p.now().UnixMilli()
 	}
 	if ev != nil {
-		p.streamClock = max(p.streamClock, ev.Times())
+		// One absurd timestamp must not close every later grace window at
+		// once: the clock follows the stream, but not by leaps of a day.
+		if t := ev.Times(); p.streamClock == 0 || t <= p.streamClock+maxClockLeap {
+			p.streamClock = max(p.streamClock, t)
+		}
 	}
 	return p.streamClock
 }
@@ -115,7 +122,7 @@ func (p *Pipeline) line(l Line) {
 	if l.Truncated {
 		// Only lines we would have decoded count as rejected: a long
 		// assistant message is ordinary traffic.
-		if Interesting(l.Data) {
+		if LongLineOfInterest(l.Data) {
 			p.stats.rejected[ReasonTooLong].Add(1)
 		}
 		return

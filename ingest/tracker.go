@@ -143,7 +143,9 @@ func (t *Tracker) Handle(ev *Event, now int64) {
 	case KindTaskNotification:
 		t.notified(ev)
 	case KindControlRequest:
-		t.control(ev)
+		if ev.Source == SourceStdin { // requests only travel to the CLI
+			t.control(ev)
+		}
 	}
 }
 
@@ -151,7 +153,9 @@ func (t *Tracker) Handle(ev *Event, now int64) {
 // abandoned, and every run is finalized (no late snapshot can come).
 func (t *Tracker) Close(now int64) {
 	t.tick(now)
-	for _, r := range t.open {
+	// finalize compacts t.open, so walk a copy.
+	open := slices.Clone(t.open)
+	for _, r := range open {
 		if r.Finished || r.Finalized {
 			continue
 		}
@@ -161,7 +165,7 @@ func (t *Tracker) Close(now int64) {
 		}
 		t.finish(r)
 	}
-	for _, r := range t.open {
+	for _, r := range open {
 		if !r.Finalized {
 			t.finalize(r)
 		}
@@ -262,8 +266,10 @@ func (t *Tracker) progress(ev *Event) {
 	if ev.HasUsage && !r.Finished {
 		r.Usage = ev.Usage
 	}
-	if !ev.HasProgress {
-		return // a usage-only tick must not wipe the snapshot
+	if !ev.HasProgress || !r.Workflow {
+		// A usage-only tick must not wipe the snapshot; a plain task has
+		// no phases or agents of its own.
+		return
 	}
 	for i := range ev.Entries {
 		e := &ev.Entries[i]
@@ -375,9 +381,6 @@ func (t *Tracker) updated(ev *Event) {
 		// The notification is authoritative; a later patch may still fill
 		// in an end time it lacked.
 		t.violation(ViolationUpdateAfterNotification, r)
-		if r.End == 0 && ev.PatchEndTime > 0 {
-			r.End = ev.PatchEndTime
-		}
 		return
 	}
 	if ev.PatchStatus != "" {

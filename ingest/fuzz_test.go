@@ -1,0 +1,571 @@
+// Native fuzz targets for package ingest, seeded with every line of every
+// recording in ../testdata/corpus plus crafted inputs:
+//
+//   - FuzzFramer: any bytes written in any pieces frame to the same lines as
+//     one write, and as bytes.Split on "\n" with CR trimming (prefixes for
+//     lines over the cap); Len adds up to the input; nothing kept exceeds the cap.
+//   - FuzzDecoder: any line decodes to an event or a reason, never both, and
+//     never panics; every decoded string is valid UTF-8 without control or
+//     bidi characters and within its bound; numbers are never negative.
+//   - FuzzDecoderReuse: decoding a line after another line gives the same
+//     event as a fresh decoder (no state leaks between lines).
+//   - FuzzTracker: the input is a program over a small alphabet of realistic
+//     events (3 tasks × 3 run ids × 4 agents × every state spelling, updates
+//     and notifications with every status, duplicates, interrupts, clock
+//     jumps), so the fuzzer explores orderings rather than JSON syntax;
+//     lifecycle invariants are checked after every step and after Close.
+//
+// `go test ./ingest/` runs the seeds only; run one target at a time with
+// `go test -fuzz=FuzzTracker -fuzztime=60s ./ingest/`.
+package ingest_test
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// ---------------------------------------------------------------- framer
+
+type fLine struct {
+	Data      string
+	Len       int64
+	Truncated bool
+}
+
+func frameChunks(t *testing.T, max int, chunks [][]byte) []fLine {
+	var out []fLine
+	var f *ingest.Framer
+	f = ingest.NewFramer(max, func(l ingest.Line) {
+		if len(l.Data) > max {
+			t.Fatalf("line kept %d bytes, cap %d", len(l.Data), max)
+		}
+		out = append(out, fLine{string(l.Data), l.Len, l.Truncated})
+	})
+	for _, c := range chunks {
+		f.Write(c)
+	}
+	f.Flush()
+	if p := f.Pending(); p != 0 {
+		t.Fatalf("Pending after Flush = %d", p)
+	}
+	return out
+}
+
+// refLines frames data with bytes.Split.
+func refLines(data []byte, max int) []fLine {
+	var out []fLine
+	parts := bytes.Split(data, []byte("\n"))
+	for i, p := range parts {
+		terminated := i < len(parts)-1
+		if !terminated && len(p) == 0 {
+			break
+		}
+		l := fLine{Len: int64(len(p))}
+		if terminated {
+			l.Len++
+		}
+		switch {
+		case len(p) > max:
+			l.Data, l.Truncated = string(p[:max]), true
+		case terminated:
+			l.Data = string(bytes.TrimSuffix(p, []byte("\r")))
+		default:
+			l.Data = string(p)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func FuzzFramer(f *testing.F) {
+	for i, l := range corpusLines(f) {
+		f.Add(append(l, '\n'), []byte{byte(i), 3, 200, 1}, uint16(0))
+		f.Add(append(l, '\r', '\n'), []byte{7, byte(i)}, uint16(64+i))
+	}
+	f.Add([]byte("a\r\nbb\n\nccc\r"), []byte{1, 1, 1, 1}, uint16(2))
+	f.Add([]byte("abc\r\n\rx\ny\r"), []byte{0, 2}, uint16(3))
+	f.Add([]byte("\n\n\r\n"), []byte{}, uint16(1))
+	f.Fuzz(func(t *testing.T, data []byte, cuts []byte, capSel uint16) {
+		max := int(capSel)
+		if max == 0 {
+			max = 1 << 20
+		}
+		// The cut bytes choose piece lengths (0 is an empty write).
+		var chunks [][]byte
+		rest := data
+		for i := 0; len(rest) > 0; i++ {
+			n := len(rest)
+			if i < len(cuts) {
+				n = min(int(cuts[i])%(2*max+3), len(rest))
+			}
+			chunks = append(chunks, rest[:n])
+			rest = rest[n:]
+		}
+		whole := frameChunks(t, max, [][]byte{data})
+		split := frameChunks(t, max, chunks)
+		if !reflect.DeepEqual(whole, split) {
+			t.Fatalf("split framing differs\nwhole: %+v\nsplit: %+v\nchunks: %q", whole, split, chunks)
+		}
+		if ref := refLines(data, max); !reflect.DeepEqual(whole, ref) {
+			t.Fatalf("framing differs from bytes.Split\n got: %+v\nwant: %+v", whole, ref)
+		}
+		var sum int64
+		for _, l := range whole {
+			sum += l.Len
+		}
+		if sum != int64(len(data)) {
+			t.Fatalf("Len sum %d, input %d", sum, len(data))
+		}
+	})
+}
+
+// ---------------------------------------------------------------- decoder
+
+// Bounds of decode.go (maxIDLen, maxNameLen, maxTextLen, maxPreviewLen).
+const (
+	boundID      = 128
+	boundName    = 256
+	boundText    = 1024
+	boundPreview = 512
+)
+
+func checkClean(t *testing.T, field, s string, bound int) {
+	t.Helper()
+	if len(s) > bound {
+		t.Errorf("%s: %d bytes, bound %d", field, len(s), bound)
+	}
+	if !utf8.ValidString(s) {
+		t.Errorf("%s: invalid UTF-8 %q", field, s)
+	}
+	if strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") || strings.Contains(s, "  ") {
+		t.Errorf("%s: uncollapsed spaces %q", field, s)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) ||
+			(r >= 0x2066 && r <= 0x2069) || r == 0x200b || r == 0x200c || r == 0x200d || r == 0x2060 || r == 0xfeff {
+			t.Errorf("%s: control or bidi character %U in %q", field, r, s)
+		}
+	}
+}
+
+func checkEvent(t *testing.T, ev *ingest.Event, keep bool) {
+	t.Helper()
+	if ev.Kind == ingest.KindNone || ev.Kind > ingest.KindControlResponse {
+		t.Errorf("kind %v", ev.Kind)
+	}
+	for name, s := range map[string]string{"SessionID": ev.SessionID, "TaskID": ev.TaskID, "RunID": ev.RunID,
+		"ToolUseID": ev.ToolUseID, "TaskType": ev.TaskType, "ParentTaskID": ev.ParentTaskID, "PatchStatus": ev.PatchStatus,
+		"Status": ev.Status, "Reason": ev.Reason, "RequestID": ev.RequestID, "RequestSubtype": ev.RequestSubtype} {
+		checkClean(t, name, s, boundID)
+	}
+	checkClean(t, "WorkflowName", ev.WorkflowName, boundName)
+	checkClean(t, "Description", ev.Description, boundText)
+	checkClean(t, "PatchError", ev.PatchError, boundText)
+	checkClean(t, "Summary", ev.Summary, boundPreview)
+	nums := []int64{ev.Usage.TotalTokens, ev.Usage.ToolUses, ev.Usage.DurationMs, ev.PatchEndTime}
+	if !keep && ev.Summary != "" {
+		t.Errorf("summary kept without KeepPreviews")
+	}
+	if !ev.HasProgress && len(ev.Entries) > 0 {
+		t.Errorf("entries without HasProgress")
+	}
+	for i := range ev.Entries {
+		e := &ev.Entries[i]
+		checkClean(t, "Title", e.Title, boundName)
+		checkClean(t, "AgentID", e.AgentID, boundID)
+		checkClean(t, "Label", e.Label, boundName)
+		checkClean(t, "State", e.State, boundID)
+		checkClean(t, "PhaseTitle", e.PhaseTitle, boundName)
+		checkClean(t, "Error", e.Error, boundText)
+		checkClean(t, "ResultPreview", e.ResultPreview, boundPreview)
+		checkClean(t, "PromptPreview", e.PromptPreview, boundPreview)
+		if !keep && (e.ResultPreview != "" || e.PromptPreview != "") {
+			t.Errorf("previews kept without KeepPreviews")
+		}
+		nums = append(nums, int64(e.Index), int64(e.PhaseIndex), e.QueuedAt, e.StartedAt, e.EndedAt,
+			e.LastProgressAt, e.DurationMs, e.Tokens, e.ToolCalls)
+	}
+	for _, n := range nums {
+		if n < 0 || n > 1<<53 {
+			t.Errorf("number %d out of range", n)
+		}
+	}
+	if ev.Times() < 0 {
+		t.Errorf("Times %d", ev.Times())
+	}
+}
+
+func decoderSeeds(f *testing.F) [][]byte {
+	seeds := corpusLines(f)
+	for _, s := range []string{
+		`{"type":"system","subtype":"task_started",`,
+		`hello`,
+		`{"type":"system","subtype":"task_started","task_id":5}`,
+		`{"type":"system","subtype":"task_updated","task_id":"w"}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w\u202e\u0000x  y","workflow_progress":[{"type":"workflow_agent","index":-1,"startedAt":1e300,"label":"\u001b[31mred\t\tx ","state":"done","cached":true,"resultPreview":"p"}]}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w","workflow_progress":null,"usage":{"total_tokens":-5,"duration_ms":"x"}}`,
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped","summary":"s\u0085\u2066","usage":{"duration_ms":9007199254740993}}`,
+		`{"type":"control_request","request_id":"x","request":{"subtype":"interrupt","session_id":"S"}}`,
+		`{"type":"control_response","response":{"subtype":"success","request_id":"init","response":{"account":{"token":"CANARY-TOKEN"}}}}`,
+		"{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"\xff\xfe\"}",
+		`{"type":"system","subtype":"task_progress","task_id":"w","workflow_progress":[{"type":"workflow_phase","index":1,"title":"` + strings.Repeat("é", 300) + `"}]}`,
+	} {
+		seeds = append(seeds, []byte(s))
+	}
+	return seeds
+}
+
+func FuzzDecoder(f *testing.F) {
+	for _, s := range decoderSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		for _, keep := range []bool{false, true} {
+			d := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: keep})
+			for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+				ev, reason := d.Decode(src, line)
+				switch {
+				case reason != ingest.ReasonNone && ev != nil:
+					t.Fatalf("both an event and reason %v", reason)
+				case reason != ingest.ReasonNone:
+					if reason != ingest.ReasonInvalidJSON && reason != ingest.ReasonBadShape {
+						t.Fatalf("reason %v from Decode", reason)
+					}
+				case ev != nil:
+					if ev.Source != src {
+						t.Errorf("source %v, want %v", ev.Source, src)
+					}
+					checkEvent(t, ev, keep)
+				}
+			}
+		}
+	})
+}
+
+// snapshotEvent deep-copies an event.
+func snapshotEvent(ev *ingest.Event) *ingest.Event {
+	if ev == nil {
+		return nil
+	}
+	c := *ev
+	c.Entries = append([]ingest.Entry(nil), ev.Entries...)
+	if len(c.Entries) == 0 {
+		c.Entries = nil
+	}
+	return &c
+}
+
+func FuzzDecoderReuse(f *testing.F) {
+	seeds := decoderSeeds(f)
+	for i := range seeds {
+		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
+	}
+	f.Add([]byte(`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done","cached":true,"error":"boom","startedAt":5,"endedAt":9}]}`),
+		[]byte(`{"type":"system","subtype":"task_progress","task_id":"b","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done"}]}`))
+	f.Fuzz(func(t *testing.T, prev, line []byte) {
+		fresh := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: true})
+		ev, r := fresh.Decode(ingest.SourceStdout, line)
+		want := snapshotEvent(ev)
+		reused := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: true})
+		reused.Decode(ingest.SourceStdout, prev)
+		ev2, r2 := reused.Decode(ingest.SourceStdout, line)
+		got := snapshotEvent(ev2)
+		if r != r2 || !reflect.DeepEqual(want, got) {
+			t.Fatalf("decoding after %q changed the result\nfresh:  %+v %v\nreused: %+v %v", prev, want, r, got, r2)
+		}
+	})
+}
+
+// ---------------------------------------------------------------- tracker
+
+var (
+	fzTasks    = [...]string{"wA", "wB", "tC"}
+	fzRuns     = [...]string{"", "r1", "r2"}
+	fzTypes    = [...]string{"local_workflow", "local_workflow", "local_workflow", "Bash", "local_agent", "Agent"}
+	fzStatuses = [...]string{"completed", "failed", "stopped", "killed", "cancelled", "aborted", "running", "paused", "pending", "exploded"}
+	fzSessions = [...]string{"S1", "S2", ""}
+)
+
+// agentKey identifies an agent: the Tracker's run pointer and the index.
+type agentKey struct {
+	run *ingest.Run
+	idx int
+}
+
+// invariantSink checks the lifecycle as it is emitted.
+type invariantSink struct {
+	t         *testing.T
+	runs      []*ingest.Run // in order of first appearance
+	seen      map[*ingest.Run]bool
+	finished  map[*ingest.Run]int
+	finalized map[*ingest.Run]int
+	ended     map[agentKey]int
+	state     map[agentKey]ingest.AgentState
+	final     map[*ingest.Run]ingest.Run // copy at RunFinalized
+}
+
+func newInvariantSink(t *testing.T) *invariantSink {
+	return &invariantSink{t: t, seen: map[*ingest.Run]bool{}, finished: map[*ingest.Run]int{},
+		finalized: map[*ingest.Run]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
+		final: map[*ingest.Run]ingest.Run{}}
+}
+
+func (s *invariantSink) Observe(l ingest.Lifecycle) {
+	t := s.t
+	r := l.Run
+	if r == nil {
+		return
+	}
+	if !s.seen[r] {
+		s.seen[r] = true
+		s.runs = append(s.runs, r)
+	}
+	if s.finalized[r] > 0 {
+		t.Fatalf("%v for run %s/%s after its RunFinalized", l.Kind, r.TaskID, r.RunID)
+	}
+	// Agent states only move forward; a final state never changes.
+	for i := range r.Agents {
+		a := &r.Agents[i]
+		k := agentKey{r, a.Index}
+		if prev, ok := s.state[k]; ok {
+			if prev.Final() && a.State != prev {
+				t.Fatalf("run %s agent %d: final state %v became %v (%v)", r.TaskID, a.Index, prev, a.State, l.Kind)
+			}
+			if !prev.Final() && !a.State.Final() && a.State < prev {
+				t.Fatalf("run %s agent %d: %v went back to %v", r.TaskID, a.Index, prev, a.State)
+			}
+		}
+		s.state[k] = a.State
+	}
+	switch l.Kind {
+	case ingest.RunFinished, ingest.TaskEnded:
+		if l.Kind == ingest.RunFinished != r.Workflow {
+			t.Fatalf("%v for a run with Workflow=%v", l.Kind, r.Workflow)
+		}
+		if s.finished[r]++; s.finished[r] > 1 {
+			t.Fatalf("run %s/%s finished twice", r.TaskID, r.RunID)
+		}
+		if r.Status == ingest.StatusRunning {
+			t.Fatalf("run %s/%s finished with status running", r.TaskID, r.RunID)
+		}
+	case ingest.RunFinalized:
+		s.finalized[r]++
+		if s.finished[r] != 1 {
+			t.Fatalf("run %s/%s finalized after %d RunFinished", r.TaskID, r.RunID, s.finished[r])
+		}
+		if r.Status == ingest.StatusRunning || !r.Finished || !r.Finalized {
+			t.Fatalf("run %s/%s finalized with status %v finished=%v", r.TaskID, r.RunID, r.Status, r.Finished)
+		}
+		for i := range r.Agents {
+			a := &r.Agents[i]
+			if !a.State.Final() {
+				t.Fatalf("run %s agent %d finalized in state %v", r.TaskID, a.Index, a.State)
+			}
+		}
+		s.final[r] = r.Clone()
+	case ingest.AgentEnded:
+		if l.Agent == nil || !l.Agent.State.Final() {
+			t.Fatalf("AgentEnded without a final agent: %+v", l.Agent)
+		}
+		k := agentKey{r, l.Agent.Index}
+		if s.ended[k]++; s.ended[k] > 1 {
+			t.Fatalf("run %s agent %d ended twice", r.TaskID, l.Agent.Index)
+		}
+	case ingest.AgentStarted:
+		if l.Agent == nil || l.Agent.Start <= 0 {
+			t.Fatalf("AgentStarted without a start: %+v", l.Agent)
+		}
+	}
+}
+
+// counters reads every counter of st.
+func counters(st *ingest.Stats) []int64 {
+	c := []int64{st.Events()}
+	for _, v := range ingest.Violations() {
+		c = append(c, st.Violations(v))
+	}
+	for _, r := range ingest.Reasons() {
+		c = append(c, st.Rejected(r))
+	}
+	for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+		c = append(c, st.Lines(src), st.Bytes(src))
+	}
+	return c
+}
+
+// fzProgram interprets fuzz bytes as tracker operations.
+type fzProgram struct {
+	b   []byte
+	i   int
+	now int64
+}
+
+func (p *fzProgram) next() byte {
+	if p.i < len(p.b) {
+		c := p.b[p.i]
+		p.i++
+		return c
+	}
+	return 0
+}
+
+// agentRowJSON renders agent idx in the state chosen by c, with times
+// around now.
+func agentRowJSON(idx int, c byte, now int64) string {
+	start := now - int64(idx)*100
+	base := fmt.Sprintf(`{"type":"workflow_agent","index":%d,"label":"agent-%d","phaseIndex":%d,"phaseTitle":"P%d","queuedAt":%d`,
+		idx, idx, 1+idx%2, 1+idx%2, start-50)
+	id := fmt.Sprintf(`,"agentId":"v1:%d"`, idx)
+	switch c % 10 {
+	case 1:
+		return base + `,"state":"start"}`
+	case 2:
+		return base + id + fmt.Sprintf(`,"state":"start","startedAt":%d,"tokens":%d}`, start, c)
+	case 3:
+		return base + id + fmt.Sprintf(`,"state":"running","startedAt":%d}`, start)
+	case 4:
+		return base + id + fmt.Sprintf(`,"state":"done","startedAt":%d,"durationMs":%d,"tokens":7}`, start, 10+int(c))
+	case 5:
+		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"endedAt":%d,"error":"subagent aborted: x"}`, start, now)
+	case 6:
+		return base + id + `,"state":"cached"}`
+	case 7:
+		return base + id + `,"state":"done","cached":true}`
+	case 8:
+		return base + id + fmt.Sprintf(`,"state":"exploded","startedAt":%d}`, start)
+	case 9:
+		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"durationMs":5}`, start)
+	}
+	return ""
+}
+
+// line returns the next operation as a stream line for the tracker ("" for
+// a clock-only operation, handled here).
+func (p *fzProgram) line(tr *ingest.Tracker) (line string, src ingest.Source) {
+	op := p.next()
+	p.now += 40
+	task := fzTasks[int(p.next())%len(fzTasks)]
+	a := p.next()
+	run := fzRuns[int(a)%len(fzRuns)]
+	runField := ""
+	if run != "" {
+		runField = `,"run_id":"` + run + `"`
+	}
+	head := fmt.Sprintf(`{"type":"system","task_id":"%s"%s,"session_id":"%s"`, task, runField, fzSessions[int(a/3)%len(fzSessions)])
+	switch op % 12 {
+	case 0, 1:
+		typ := fzTypes[int(p.next())%len(fzTypes)]
+		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"}`, typ), 0
+	case 2, 3, 4:
+		var rows []string
+		if a&0x80 != 0 {
+			rows = append(rows, `{"type":"workflow_phase","index":1,"title":"P1"}`, `{"type":"workflow_note","index":9}`)
+		}
+		for idx := 1; idx <= 4; idx++ {
+			if r := agentRowJSON(idx, p.next(), p.now); r != "" {
+				rows = append(rows, r)
+			}
+		}
+		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":%d},"workflow_progress":[%s]}`,
+			op, p.now-T0, strings.Join(rows, ",")), 0
+	case 5:
+		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":2,"duration_ms":%d}}`, op, p.now-T0), 0
+	case 6:
+		end := ""
+		if a&1 != 0 {
+			end = fmt.Sprintf(`,"end_time":%d`, p.now)
+		}
+		return head + fmt.Sprintf(`,"subtype":"task_updated","patch":{"status":"%s"%s,"error":"e"}}`,
+			fzStatuses[int(p.next())%len(fzStatuses)], end), 0
+	case 7, 8:
+		u := ""
+		if a&1 != 0 {
+			u = fmt.Sprintf(`,"usage":{"total_tokens":1,"tool_uses":1,"duration_ms":%d}`, p.now-T0)
+		}
+		return head + fmt.Sprintf(`,"subtype":"task_notification","status":"%s"%s}`, fzStatuses[int(p.next())%len(fzStatuses)], u), 0
+	case 9:
+		// Clock jump: up to ~25 s forward, or a little backwards.
+		j := p.next()
+		if j&0x80 != 0 {
+			p.now -= int64(j&0x7f) * 10
+		} else {
+			p.now += int64(j) * 200
+		}
+		tr.Advance(p.now)
+		return "", 0
+	case 10:
+		if a&1 != 0 {
+			return fmt.Sprintf(`{"type":"control_request","request_id":"i","request":{"subtype":"stop_task","task_id":"%s"}}`, task), ingest.SourceStdin
+		}
+		return fmt.Sprintf(`{"type":"control_request","request_id":"i","request":{"subtype":"interrupt","session_id":"%s"}}`,
+			fzSessions[int(a/3)%len(fzSessions)]), ingest.SourceStdin
+	default:
+		return "dup", 0 // repeat the previous line
+	}
+}
+
+func FuzzTracker(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 2, 0, 0, 1, 2, 0, 0, 6, 0, 1, 3, 8, 0, 0, 2, 11, 2, 0, 0, 5, 5, 5, 5, 9, 0, 0, 100})
+	f.Add([]byte{0, 1, 1, 0, 3, 1, 1, 2, 3, 4, 5, 10, 1, 4, 7, 1, 1, 3, 11, 9, 0, 0, 30, 2, 1, 1, 5, 5, 5, 5})
+	f.Add([]byte{0, 2, 0, 3, 0, 0, 1, 0, 7, 0, 0, 0, 7, 0, 0, 0, 9, 0, 0, 127, 7, 0, 0, 0})
+	f.Add(bytes.Repeat([]byte{0, 1, 2, 2, 1, 2, 4, 9, 9, 7, 1, 2, 3, 6, 2, 5, 1, 11, 9, 1, 2, 40}, 4))
+	for _, l := range corpusLines(f) {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		if len(prog) > 1024 {
+			prog = prog[:1024]
+		}
+		inv := newInvariantSink(t)
+		st := new(ingest.Stats)
+		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st})
+		dec := ingest.NewDecoder(ingest.DecodeOptions{})
+		p := &fzProgram{b: prog, now: T0}
+		prev, prevSrc := "", ingest.SourceStdout
+		last := counters(st)
+		for p.i < len(p.b) {
+			line, src := p.line(tr)
+			if line == "dup" {
+				line, src = prev, prevSrc
+			}
+			if line != "" {
+				ev, reason := dec.Decode(src, []byte(line))
+				if reason != ingest.ReasonNone || ev == nil {
+					t.Fatalf("generated line rejected (%v): %s", reason, line)
+				}
+				tr.Handle(ev, p.now)
+				prev, prevSrc = line, src
+			}
+			cur := counters(st)
+			for i := range cur {
+				if cur[i] < last[i] {
+					t.Fatalf("counter %d went down: %d → %d", i, last[i], cur[i])
+				}
+			}
+			last = cur
+		}
+		tr.Close(p.now + 1)
+		if n := len(tr.Open()); n != 0 {
+			t.Fatalf("%d runs open after Close", n)
+		}
+		for _, r := range inv.runs {
+			if inv.finalized[r] != 1 {
+				t.Fatalf("run %s/%s finalized %d times after Close", r.TaskID, r.RunID, inv.finalized[r])
+			}
+			fr := inv.final[r]
+			for _, a := range fr.Agents {
+				if n := inv.ended[agentKey{r, a.Index}]; n != 1 {
+					t.Fatalf("run %s agent %d: AgentEnded %d times", r.TaskID, a.Index, n)
+				}
+			}
+		}
+	})
+}

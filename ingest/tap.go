@@ -1,0 +1,223 @@
+package ingest
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Source says which stream bytes came from.
+type Source uint8
+
+// The tapped streams of a wrapped child.
+const (
+	// SourceStdout is what the child wrote to its stdout (the event stream).
+	SourceStdout Source = iota
+	// SourceStdin is what was written to the child's stdin (user messages and
+	// control requests such as interrupt).
+	SourceStdin
+)
+
+// String returns the label value used for the source in metrics and logs.
+func (s Source) String() string {
+	switch s {
+	case SourceStdout:
+		return "stdout"
+	case SourceStdin:
+		return "stdin"
+	default:
+		return "unknown"
+	}
+}
+
+// Chunk is a piece of tapped bytes. Gap reports that bytes were dropped just
+// before Data, so a line framer must discard the partial line it carries.
+// Data is only valid until the chunk is given back with Tap.Release.
+type Chunk struct {
+	Data []byte
+	Gap  bool
+	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
+}
+
+// Buffer size classes. A tap is written with whatever one read of a pipe
+// returned: from a few bytes (a control message) up to the reader's buffer
+// (128 KiB in supervise). Small writes get small buffers so that the byte
+// budget, which counts buffer capacity, is not eaten by tiny chunks; a full
+// read fits one chunk (one hand-over to the consumer), and larger writes are
+// split.
+var tapClasses = [...]int{512, 4 << 10, 32 << 10, 128 << 10}
+
+// maxFree caps each class's free list so that an idle tap does not keep the
+// memory of its busiest moment forever.
+const maxFree = 256
+
+// Tap is an io.Writer that never blocks: Write copies p into pooled buffers
+// and queues them for the consumer; when the queue (bounded in bytes) is full
+// it drops the bytes and counts them. It decouples the passthrough pipe from
+// telemetry: a slow or stuck consumer costs telemetry, never the child.
+//
+// The queue bound counts the capacity of the queued buffers, so it bounds the
+// memory the tap holds, not just the payload.
+type Tap struct {
+	queueBytes int64
+	maxClass   int          // largest class that fits the budget
+	queued     atomic.Int64 // capacity of buffers handed out and not released
+	ch         chan Chunk
+	free       [len(tapClasses)]chan *[]byte
+
+	mu     sync.Mutex // serialises Write and Close so Write never sends on a closed channel
+	closed bool
+	gap    bool // bytes were dropped since the last queued chunk; guarded by mu
+
+	gapPending atomic.Bool // set by Close from gap, read by the consumer
+
+	bytesIn, bytesDropped, chunksDropped atomic.Int64
+}
+
+// NewTap returns a tap whose queue holds at most queueBytes bytes of buffers.
+// A queueBytes below the smallest buffer class is raised to it so that the
+// tap can pass anything at all.
+func NewTap(queueBytes int) *Tap {
+	if queueBytes < tapClasses[0] {
+		queueBytes = tapClasses[0]
+	}
+	// Every queued chunk holds at least the smallest class, so this many
+	// slots can never be the binding limit: the byte budget is.
+	slots := queueBytes/tapClasses[0] + 1
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots)}
+	for i, size := range tapClasses {
+		if size <= queueBytes {
+			t.maxClass = i
+		}
+	}
+	for i, size := range tapClasses {
+		n := queueBytes / size
+		if n > maxFree {
+			n = maxFree
+		}
+		t.free[i] = make(chan *[]byte, n+1)
+	}
+	return t
+}
+
+// Write queues a copy of p for the consumer, or drops it when the queue is
+// full. It always returns len(p), nil: a tap failing must never fail the
+// pipe it taps. It does not retain p. One goroutine writes.
+func (t *Tap) Write(p []byte) (int, error) {
+	n := len(p)
+	if n == 0 {
+		return 0, nil
+	}
+	t.bytesIn.Add(int64(n))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		t.drop(len(p))
+		return n, nil
+	}
+	for len(p) > 0 {
+		class := min(classFor(len(p)), t.maxClass)
+		size := tapClasses[class]
+		if t.queued.Load()+int64(size) > t.queueBytes {
+			// Drop all of the rest: delivering a later piece of this write
+			// after a dropped one would only produce a second gap.
+			t.drop(len(p))
+			return n, nil
+		}
+		buf := t.get(class)
+		k := copy((*buf)[:size], p)
+		c := Chunk{Data: (*buf)[:k], Gap: t.gap, buf: buf}
+		t.queued.Add(int64(size))
+		select {
+		case t.ch <- c:
+			t.gap = false
+			p = p[k:]
+		default:
+			// Unreachable with slots sized from the byte budget; kept so
+			// that Write can never block whatever the sizing.
+			t.queued.Add(-int64(size))
+			t.put(buf)
+			t.drop(len(p))
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// drop counts k dropped bytes and remembers to flag the next chunk. mu held.
+func (t *Tap) drop(k int) {
+	t.bytesDropped.Add(int64(k))
+	t.chunksDropped.Add(1)
+	t.gap = true
+}
+
+// classFor returns the smallest class holding n bytes, or the largest.
+func classFor(n int) int {
+	for i, size := range tapClasses {
+		if n <= size {
+			return i
+		}
+	}
+	return len(tapClasses) - 1
+}
+
+// get returns a buffer of the class from the free list, allocating only when
+// the list is empty (warm-up, or after maxFree was exceeded).
+func (t *Tap) get(class int) *[]byte {
+	select {
+	case b := <-t.free[class]:
+		return b
+	default:
+		b := make([]byte, tapClasses[class])
+		return &b
+	}
+}
+
+// put returns a buffer to its class's free list, or lets the GC have it.
+func (t *Tap) put(b *[]byte) {
+	class := classFor(cap(*b))
+	select {
+	case t.free[class] <- b:
+	default:
+	}
+}
+
+// Chunks returns the queue. It is closed after Close once everything queued
+// before Close has been received.
+func (t *Tap) Chunks() <-chan Chunk { return t.ch }
+
+// Release gives a received chunk's buffer back to the tap. The consumer must
+// not use c.Data afterwards, and must release each chunk exactly once;
+// releasing frees queue space, so a consumer that never releases will see
+// everything dropped once the queue is full.
+func (t *Tap) Release(c Chunk) {
+	if c.buf == nil {
+		return
+	}
+	t.queued.Add(-int64(cap(*c.buf)))
+	t.put(c.buf)
+}
+
+// Close ends the stream: Chunks is closed after the chunks already queued.
+// Call it after the last Write; later Writes are counted as dropped. It is
+// idempotent and never blocks.
+func (t *Tap) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	t.gapPending.Store(t.gap)
+	close(t.ch)
+}
+
+// GapPending reports, once Chunks is closed, that bytes were dropped after
+// the last delivered chunk: the stream's tail is missing, so an unterminated
+// last line must not be taken as complete.
+func (t *Tap) GapPending() bool { return t.gapPending.Load() }
+
+// Stats returns the bytes written to the tap, the bytes dropped and the
+// number of dropped writes (or pieces of writes). Safe from any goroutine.
+func (t *Tap) Stats() (bytesIn, bytesDropped, chunksDropped int64) {
+	return t.bytesIn.Load(), t.bytesDropped.Load(), t.chunksDropped.Load()
+}

@@ -1,0 +1,224 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSourceString(t *testing.T) {
+	for s, want := range map[Source]string{SourceStdout: "stdout", SourceStdin: "stdin", Source(9): "unknown"} {
+		if got := s.String(); got != want {
+			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
+		}
+	}
+}
+
+// drain receives every chunk until Chunks is closed and returns the
+// concatenated data and the number of gap flags seen.
+func drain(tap *Tap) (data []byte, gaps int) {
+	for c := range tap.Chunks() {
+		if c.Gap {
+			gaps++
+		}
+		data = append(data, c.Data...)
+		tap.Release(c)
+	}
+	return data, gaps
+}
+
+func TestTapDeliversInOrderWithoutLoss(t *testing.T) {
+	tap := NewTap(1 << 20)
+	var want []byte
+	for i, n := range []int{1, 0, 511, 512, 513, 4096, 5000, 65536, 70000, 131072, 131073, 400000} {
+		p := bytes.Repeat([]byte{byte('a' + i)}, n)
+		want = append(want, p...)
+		if k, err := tap.Write(p); k != n || err != nil {
+			t.Fatalf("Write(%d) = %d, %v", n, k, err)
+		}
+	}
+	tap.Close()
+	got, gaps := drain(tap)
+	if !bytes.Equal(got, want) || gaps != 0 || tap.GapPending() {
+		t.Fatalf("got %d bytes (want %d), %d gaps, pending %v", len(got), len(want), gaps, tap.GapPending())
+	}
+	in, dropped, chunks := tap.Stats()
+	if in != int64(len(want)) || dropped != 0 || chunks != 0 {
+		t.Fatalf("Stats = %d, %d, %d", in, dropped, chunks)
+	}
+}
+
+func TestTapWriteDoesNotRetainInput(t *testing.T) {
+	tap := NewTap(1 << 16)
+	p := []byte("hello\n")
+	tap.Write(p)
+	copy(p, "XXXXXX")
+	tap.Close()
+	if got, _ := drain(tap); string(got) != "hello\n" {
+		t.Fatalf("got %q: the tap kept a reference to the caller's buffer", got)
+	}
+}
+
+// A consumer that never reads must not block the writer; the queue stays
+// within its byte budget and everything beyond it is counted as dropped.
+func TestTapNeverBlocksAndBoundsQueue(t *testing.T) {
+	const queue = 64 << 10
+	tap := NewTap(queue)
+	done := make(chan struct{})
+	var total int64
+	go func() {
+		defer close(done)
+		p := make([]byte, 3000)
+		for i := 0; i < 10000; i++ { // 30 MB into a 64 KiB queue
+			tap.Write(p)
+			total += int64(len(p))
+			if q := tap.queued.Load(); q > queue {
+				t.Errorf("queued %d > budget %d", q, queue)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Write blocked with a consumer that never reads")
+	}
+	in, dropped, chunks := tap.Stats()
+	if in != total || dropped == 0 || chunks == 0 {
+		t.Fatalf("Stats = in %d (want %d), dropped %d, chunks %d", in, total, dropped, chunks)
+	}
+	tap.Close()
+	got, gaps := drain(tap)
+	if int64(len(got))+dropped != total {
+		t.Fatalf("delivered %d + dropped %d != written %d", len(got), dropped, total)
+	}
+	if gaps != 0 || !tap.GapPending() {
+		// Nothing was delivered after the first drop, so the gap is pending.
+		t.Fatalf("gaps %d, pending %v; want 0, true", gaps, tap.GapPending())
+	}
+}
+
+func TestTapGapFlag(t *testing.T) {
+	tap := NewTap(1024) // two 512-byte buffers
+	a, b, c, d := []byte("aaaa"), []byte("bbbb"), []byte("cccc"), []byte("dddd")
+	tap.Write(a)
+	tap.Write(b)
+	tap.Write(c) // queue full: dropped
+	first, second := <-tap.Chunks(), <-tap.Chunks()
+	if first.Gap || second.Gap || string(first.Data) != "aaaa" || string(second.Data) != "bbbb" {
+		t.Fatalf("first %+v second %+v", first, second)
+	}
+	tap.Release(first)
+	tap.Release(second)
+	tap.Write(d)
+	got := <-tap.Chunks()
+	if !got.Gap || string(got.Data) != "dddd" {
+		t.Fatalf("after a drop got %q gap=%v, want dddd gap=true", got.Data, got.Gap)
+	}
+	tap.Release(got)
+	tap.Close()
+	if _, gaps := drain(tap); gaps != 0 || tap.GapPending() {
+		t.Fatalf("gaps %d pending %v after a clean tail", gaps, tap.GapPending())
+	}
+	if _, dropped, chunks := tap.Stats(); dropped != 4 || chunks != 1 {
+		t.Fatalf("dropped %d bytes in %d chunks, want 4 in 1", dropped, chunks)
+	}
+}
+
+// With a budget below the largest class, big writes are split into pieces
+// that fit instead of being dropped whole.
+func TestTapSmallBudgetSplits(t *testing.T) {
+	tap := NewTap(64 << 10)
+	p := pattern(100 << 10)
+	tap.Write(p[:40<<10])
+	tap.Close()
+	got, _ := drain(tap)
+	if !bytes.Equal(got, p[:40<<10]) {
+		t.Fatalf("delivered %d of %d bytes", len(got), 40<<10)
+	}
+}
+
+func pattern(n int) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	return p
+}
+
+func TestTapCloseIdempotentAndWriteAfterClose(t *testing.T) {
+	tap := NewTap(4096)
+	tap.Write([]byte("x"))
+	tap.Close()
+	tap.Close()
+	if n, err := tap.Write([]byte("late")); n != 4 || err != nil {
+		t.Fatalf("Write after Close = %d, %v", n, err)
+	}
+	got, _ := drain(tap)
+	if string(got) != "x" {
+		t.Fatalf("got %q", got)
+	}
+	if _, dropped, _ := tap.Stats(); dropped != 4 {
+		t.Fatalf("dropped %d, want 4", dropped)
+	}
+	tap.Release(Chunk{}) // an empty chunk is harmless
+}
+
+func TestTapSteadyStateDoesNotAllocate(t *testing.T) {
+	tap := NewTap(1 << 20)
+	small, large := make([]byte, 100), make([]byte, 120000)
+	cycle := func() {
+		tap.Write(small)
+		tap.Write(large)
+		tap.Release(<-tap.Chunks())
+		tap.Release(<-tap.Chunks())
+	}
+	cycle() // warm the free lists
+	if n := testing.AllocsPerRun(1000, cycle); n != 0 {
+		t.Fatalf("%v allocations per write/release cycle, want 0", n)
+	}
+}
+
+// A concurrent writer and consumer (run under -race): every byte is either
+// delivered in order or counted as dropped, and each delivered run after a
+// drop carries the gap flag.
+func TestTapConcurrent(t *testing.T) {
+	tap := NewTap(16 << 10)
+	const writes = 20000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var p [8]byte
+		for i := uint64(0); i < writes; i++ {
+			binary.BigEndian.PutUint64(p[:], i)
+			tap.Write(p[:])
+		}
+		tap.Close()
+	}()
+	var delivered int64
+	next := uint64(0)
+	for c := range tap.Chunks() {
+		for len(c.Data) > 0 {
+			v := binary.BigEndian.Uint64(c.Data)
+			if v < next || (v > next && !c.Gap) {
+				t.Fatalf("got record %d, expected %d (gap=%v)", v, next, c.Gap)
+			}
+			c.Gap = false // only the first record of a chunk follows the gap
+			next = v + 1
+			c.Data = c.Data[8:]
+			delivered += 8
+		}
+		tap.Release(c)
+	}
+	wg.Wait()
+	in, dropped, _ := tap.Stats()
+	if in != writes*8 || delivered+dropped != in {
+		t.Fatalf("in %d delivered %d dropped %d", in, delivered, dropped)
+	}
+	if tap.queued.Load() != 0 {
+		t.Fatalf("queued %d after everything was released", tap.queued.Load())
+	}
+}
