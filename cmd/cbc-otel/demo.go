@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -24,8 +26,10 @@ type demoConfig struct {
 	speed     float64
 	json      bool
 	width     int
-	grace     time.Duration
 	timeout   time.Duration
+	hold      bool
+	logLevel  string
+	tel       telemetryFlags
 }
 
 // cmdDemo is the embedded default: it starts `cbc-otel simulate` as a child
@@ -46,8 +50,10 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 	fs.Float64Var(&cfg.speed, "speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
 	fs.BoolVar(&cfg.json, "json", false, "print the replay --json lines instead of the waterfall")
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
-	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "grace window for late snapshots after a run's notification")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
+	fs.BoolVar(&cfg.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
+	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	cfg.tel.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -67,16 +73,38 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		fmt.Fprintln(sio.err, "cbc-otel demo: need at least one scenario, --dialect cbc|claude and --speed >= 0")
 		return exitUsage
 	}
+	level, lerr := parseLogLevel(cfg.logLevel)
+	if err := errors.Join(lerr, cfg.tel.validate()); err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
+		return exitUsage
+	}
+	logger := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel demo: locating own binary: %v\n", err)
 		return exitFailure
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	tel, err := cfg.tel.start(ctx, os.Getenv, logger)
+	if err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
+		return exitUsage
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
+		defer cancel()
+		tel.shutdown(sctx)
+	}()
+	runCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 
 	fmt.Fprintf(sio.err, "cbc-otel demo: running %d simulated %s workflow(s) under the wrapper: %s\n", len(cfg.scenarios), cfg.dialect, strings.Join(cfg.scenarios, ", "))
-	obs := startObserver(ctx, observerOptions{tapQueue: 4 << 20, grace: cfg.grace})
+	if a := tel.metrics.listenAddr(); a != nil {
+		fmt.Fprintf(sio.err, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
+	}
+	if tel.traces.enabled() {
+		fmt.Fprintf(sio.err, "cbc-otel demo: traces to %s\n", tel.traces.describe())
+	}
+	obs := startObserver(runCtx, 4<<20, tel.pipelineOptions(&cfg.tel, true))
 	childIn, drvOut := io.Pipe() // driver → child stdin
 	drvIn, childOut := io.Pipe() // child stdout → driver
 	drvErr := make(chan error, 1)
@@ -86,7 +114,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
 		drvErr <- err
 	}()
-	res, err := supervise.Run(ctx, supervise.Config{
+	res, err := supervise.Run(runCtx, supervise.Config{
 		Path:         exe,
 		Args:         []string{"simulate", "--dialect", cfg.dialect, "--speed", fmt.Sprint(cfg.speed), "--noise", "4096"},
 		Stdin:        childIn,
@@ -107,7 +135,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		fmt.Fprintf(sio.err, "cbc-otel demo: driving the simulator: %v\n", err)
 		return exitFailure
 	}
-	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer fcancel()
 	if err := obs.finish(fctx); err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
@@ -125,6 +153,10 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
 		return exitFailure
+	}
+	if cfg.hold && tel.metrics.listenAddr() != nil {
+		fmt.Fprintf(sio.err, "cbc-otel demo: serving http://%s/metrics until interrupted\n", displayAddr(tel.metrics.listenAddr()))
+		<-ctx.Done()
 	}
 	return exitOK
 }
@@ -195,3 +227,15 @@ func driveDemo(cfg demoConfig, w io.Writer, r io.Reader) error {
 }
 
 var _ ingest.Sink = (*report.Collector)(nil)
+
+// displayAddr turns a wildcard listen address into one a person can open.
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

@@ -3,19 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
 )
-
-// observerOptions configures the telemetry side of a wrapped child.
-type observerOptions struct {
-	tapQueue int           // bytes each tap may hold before it drops
-	grace    time.Duration // grace window for late snapshots
-	maxLine  int
-	sinks    []ingest.Sink
-}
 
 // observer connects the taps of a wrapped child to an ingest pipeline. The
 // pipeline runs on its own goroutine so that the passthrough only ever pays
@@ -27,18 +18,17 @@ type observer struct {
 	done          chan struct{}
 }
 
-func startObserver(ctx context.Context, opts observerOptions) *observer {
+// startObserver starts a live pipeline with opts (whose sinks get the
+// observer's run collector added) behind two taps of tapQueue bytes each.
+func startObserver(ctx context.Context, tapQueue int, opts ingest.PipelineOptions) *observer {
 	o := &observer{
-		stdout: ingest.NewTap(opts.tapQueue),
-		stdin:  ingest.NewTap(opts.tapQueue),
+		stdout: ingest.NewTap(tapQueue),
+		stdin:  ingest.NewTap(tapQueue),
 		done:   make(chan struct{}),
 	}
-	sinks := append([]ingest.Sink{&o.runs}, opts.sinks...)
-	o.pipe = ingest.NewPipeline(ingest.PipelineOptions{
-		MaxLine: opts.maxLine,
-		Live:    true,
-		Tracker: ingest.TrackerOptions{Grace: opts.grace, Sinks: sinks},
-	})
+	opts.Live = true
+	opts.Tracker.Sinks = append(append([]ingest.Sink(nil), opts.Tracker.Sinks...), &o.runs)
+	o.pipe = ingest.NewPipeline(opts)
 	go func() {
 		defer close(o.done)
 		o.pipe.Consume(ctx, o.stdout, o.stdin, 0)

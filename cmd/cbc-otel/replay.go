@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
@@ -15,30 +15,30 @@ import (
 
 // replayConfig holds replay's flags.
 type replayConfig struct {
-	json    bool
-	grace   time.Duration
-	maxLine int
-	width   int
-	files   []string
+	json     bool
+	width    int
+	logLevel string
+	tel      telemetryFlags
+	files    []string
 }
 
 func (c *replayConfig) validate() error {
+	var errs []error
 	if len(c.files) == 0 {
-		return errors.New("no FILE given (use - for stdin)")
+		errs = append(errs, errors.New("no FILE given (use - for stdin)"))
 	}
-	if c.maxLine < 1024 {
-		return fmt.Errorf("--max-line %d: must be at least 1024", c.maxLine)
+	if _, err := parseLogLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
 	}
-	if c.grace < 0 {
-		return fmt.Errorf("--grace %s: must not be negative", c.grace)
-	}
-	return nil
+	errs = append(errs, c.tel.validate())
+	return errors.Join(errs...)
 }
 
-// cmdReplay runs recordings through the pipeline and prints what it found.
-// Each FILE is its own stream (its own Tracker); the counters are summed.
+// cmdReplay runs recordings through the pipeline, exports what they hold
+// (metrics file, traces file or OTLP) and prints what it found. Each FILE is
+// its own stream (its own Tracker); the counters and sinks are shared.
 func cmdReplay(ctx context.Context, args []string, sio stdio) int {
-	var cfg replayConfig
+	cfg := replayConfig{logLevel: "error"}
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(sio.err)
 	fs.Usage = func() {
@@ -46,9 +46,9 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		fs.PrintDefaults()
 	}
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per run and a stats line instead of the waterfall")
-	fs.DurationVar(&cfg.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots, in stream time")
-	fs.IntVar(&cfg.maxLine, "max-line", ingest.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long")
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
+	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	cfg.tel.register(fs, false)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -60,20 +60,29 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
 		return exitUsage
 	}
+	level, _ := parseLogLevel(cfg.logLevel)
+	logger := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
 
-	stats := new(ingest.Stats)
+	tel, err := cfg.tel.start(ctx, os.Getenv, logger)
+	if err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
+		return exitUsage
+	}
 	var col report.Collector
 	for _, name := range cfg.files {
-		if err := replayFile(ctx, name, &cfg, stats, &col, sio.in); err != nil {
+		if err := replayFile(ctx, name, tel.pipelineOptions(&cfg.tel, false, &col), sio.in); err != nil {
+			tel.shutdown(context.Background())
 			fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
 			return exitFailure
 		}
 	}
-	var err error
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
+	defer cancel()
+	tel.shutdown(sctx)
 	if cfg.json {
-		err = report.WriteJSON(sio.out, col.Runs, stats)
+		err = report.WriteJSON(sio.out, col.Runs, tel.stats)
 	} else {
-		err = report.WriteWaterfall(sio.out, col.Runs, stats, report.WaterfallOptions{Width: cfg.width})
+		err = report.WriteWaterfall(sio.out, col.Runs, tel.stats, report.WaterfallOptions{Width: cfg.width})
 	}
 	if err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel replay: writing output: %v\n", err)
@@ -82,7 +91,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	return exitOK
 }
 
-func replayFile(ctx context.Context, name string, cfg *replayConfig, stats *ingest.Stats, sink ingest.Sink, stdin io.Reader) error {
+func replayFile(ctx context.Context, name string, opts ingest.PipelineOptions, stdin io.Reader) error {
 	var r io.Reader
 	if name == "-" {
 		r = stdin
@@ -94,14 +103,7 @@ func replayFile(ctx context.Context, name string, cfg *replayConfig, stats *inge
 		defer f.Close()
 		r = f
 	}
-	grace := cfg.grace
-	if grace == 0 {
-		grace = -1 // NewTracker reads 0 as the default
-	}
-	p := ingest.NewPipeline(ingest.PipelineOptions{
-		MaxLine: cfg.maxLine,
-		Tracker: ingest.TrackerOptions{Grace: grace, Sinks: []ingest.Sink{sink}, Stats: stats},
-	})
+	p := ingest.NewPipeline(opts)
 	if err := ingest.Feed(ctx, p, ingest.SourceStdout, r); err != nil {
 		return fmt.Errorf("reading %s: %w", name, err)
 	}

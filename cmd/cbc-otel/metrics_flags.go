@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/metrics"
+)
+
+// defaultFlushTimeout bounds the push and file write at shutdown when the
+// caller's context has no earlier deadline.
+const defaultFlushTimeout = 10 * time.Second
+
+// metricsFlags holds the Prometheus-side flags shared by run, demo and
+// replay (replay has only --metrics-file and --metrics.max-workflows).
+type metricsFlags struct {
+	listen, webConfig, file, pushURL, pushJob string
+	maxWorkflows                              int
+	flushTimeout                              time.Duration
+	serve                                     bool // the listen and push flags were registered
+}
+
+// register defines the metrics flags on fs. serve selects the flags of a
+// live process (listen address, web config, Pushgateway); replay passes
+// false and gets only the file and cap flags.
+func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
+	m.serve = serve
+	m.flushTimeout = defaultFlushTimeout
+	if serve {
+		fs.StringVar(&m.listen, "web.listen-address", metrics.DefaultAddr,
+			"address of the /metrics, /healthz and /readyz endpoints (empty disables; 9478 is cbc-otel's port, 9464 is Claude Code's)")
+		fs.StringVar(&m.webConfig, "web.config.file", "",
+			"exporter-toolkit web config file enabling TLS and/or basic auth on the metrics endpoint")
+		fs.StringVar(&m.pushURL, "push.gateway", "",
+			"Pushgateway URL (http[s]://[user:pass@]host:port) to push the final metrics to on exit")
+		fs.StringVar(&m.pushJob, "push.job", "cbc-otel", "job label of the Pushgateway group")
+	}
+	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
+	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
+		"distinct workflow label values before further workflows are counted as \"other\"")
+}
+
+// validate checks the flag values before anything starts, so that a typo
+// is a usage error and not a silent lack of telemetry.
+func (m *metricsFlags) validate() error {
+	var errs []error
+	if m.listen != "" {
+		if err := checkListenAddr(m.listen); err != nil {
+			errs = append(errs, fmt.Errorf("--web.listen-address %q: %w", m.listen, err))
+		}
+	}
+	if m.webConfig != "" {
+		if m.listen == "" {
+			errs = append(errs, errors.New("--web.config.file needs --web.listen-address"))
+		}
+		if err := web.Validate(m.webConfig); err != nil {
+			errs = append(errs, fmt.Errorf("--web.config.file %s: %w", m.webConfig, err))
+		}
+	}
+	if m.pushURL != "" {
+		if err := metrics.CheckPushURL(m.pushURL); err != nil {
+			errs = append(errs, fmt.Errorf("--push.gateway: %w", err))
+		}
+		if m.pushJob == "" {
+			errs = append(errs, errors.New("--push.job must not be empty"))
+		}
+	}
+	if m.file != "" {
+		dir := filepath.Dir(m.file)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--metrics-file %s: directory %s does not exist", m.file, dir))
+		}
+	}
+	if m.maxWorkflows < 1 {
+		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))
+	}
+	return errors.Join(errs...)
+}
+
+// checkListenAddr accepts host:port with a numeric port (":9478",
+// "127.0.0.1:0", "[::1]:9478").
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number in 0-65535", port)
+	}
+	return nil
+}
+
+// enabled reports whether the flags ask for any metrics output.
+func (m *metricsFlags) enabled() bool {
+	return m.listen != "" || m.file != "" || m.pushURL != ""
+}
+
+// metricsRuntime is the metrics side of one cbc-otel process: the Metrics
+// sink, the server if one is listening, and the outputs written at
+// shutdown.
+type metricsRuntime struct {
+	flags  metricsFlags
+	m      *metrics.Metrics
+	logger *slog.Logger
+
+	ready      atomic.Bool
+	addr       net.Addr // nil when not serving
+	stopServer context.CancelFunc
+	served     chan error // Serve's result; nil when not serving
+
+	once    sync.Once
+	shutErr error
+}
+
+// start builds the Metrics and, if --web.listen-address is set, binds and
+// serves it. A bind or web-config failure is logged at error and the
+// process carries on without a server: telemetry never stops the child.
+// The returned error is for what cannot happen with validated flags.
+func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar func(*ingest.Run) (string, string), logger *slog.Logger) (*metricsRuntime, error) {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	met, err := metrics.New(metrics.Options{
+		Stats:        stats,
+		Version:      version,
+		MaxWorkflows: m.maxWorkflows,
+		Exemplar:     exemplar,
+		// A replay's file describes the recording, not the replaying process.
+		NoRuntimeCollectors: !m.serve,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &metricsRuntime{flags: *m, m: met, logger: logger}
+	if r.flags.flushTimeout <= 0 {
+		r.flags.flushTimeout = defaultFlushTimeout
+	}
+	r.ready.Store(true)
+	if m.listen == "" {
+		return r, nil
+	}
+	srv, err := metrics.Listen(metrics.ServeOptions{
+		Addr:          m.listen,
+		WebConfigFile: m.webConfig,
+		Gatherer:      met.Registry(),
+		Logger:        logger,
+		Ready:         r.ready.Load,
+	})
+	if err != nil {
+		logger.Error("metrics endpoint not started; continuing without it", "addr", m.listen, "err", err)
+		return r, nil
+	}
+	r.addr = srv.Addr()
+	// The server lives until shutdown, not until ctx: the final state must
+	// stay scrapeable while the child's last events are processed.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopServer = cancel
+	r.served = make(chan error, 1)
+	go func() { r.served <- srv.Serve(sctx) }()
+	logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", m.webConfig != "")
+	return r, nil
+}
+
+// sink is the ingest.Sink to add to the pipeline.
+func (r *metricsRuntime) sink() ingest.Sink { return r.m }
+
+// registry is the registry behind /metrics, the file and the push.
+func (r *metricsRuntime) registry() *prometheus.Registry { return r.m.Registry() }
+
+// metrics is the Metrics itself (e.g. to SetExportCounters once the traces
+// exporter exists).
+func (r *metricsRuntime) metrics() *metrics.Metrics { return r.m }
+
+// listenAddr is the bound address, or nil when no server runs.
+func (r *metricsRuntime) listenAddr() net.Addr { return r.addr }
+
+// shutdown pushes to the Pushgateway and writes the metrics file (if
+// configured), then stops the server, all within ctx (and at most the flush
+// timeout for the outputs). It is safe to call more than once and on a nil
+// runtime; errors are joined for the caller to log: they never change an
+// exit status.
+func (r *metricsRuntime) shutdown(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
+	r.once.Do(func() { r.shutErr = r.doShutdown(ctx) })
+	return r.shutErr
+}
+
+func (r *metricsRuntime) doShutdown(ctx context.Context) error {
+	r.ready.Store(false)
+	var errs []error
+	fctx, cancel := context.WithTimeout(ctx, r.flags.flushTimeout)
+	defer cancel()
+	if r.flags.pushURL != "" {
+		// The job's process is gone once pushed: go_* and process_* would
+		// describe nothing.
+		g := metrics.WithPrefix(r.m.Registry(), "cbc_")
+		if err := metrics.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.flags.file != "" {
+		if err := metrics.WriteFile(r.flags.file, r.m.Registry()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.stopServer != nil {
+		r.stopServer()
+		select {
+		case err := <-r.served:
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("metrics server did not stop: %w", ctx.Err()))
+		}
+	}
+	return errors.Join(errs...)
+}

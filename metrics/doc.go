@@ -1,0 +1,58 @@
+// Package metrics turns ingest lifecycle events into Prometheus metrics and
+// serves, pushes or writes them.
+//
+// A Metrics is an ingest.Sink with its own *prometheus.Registry (never the
+// default one: two pipelines in one process, or two tests, must not share
+// state). The metric names below are a contract (DESIGN.md "Metrics"):
+// dashboards, alert rules and tests use them.
+//
+//	name                                   type       labels            meaning
+//	cbc_workflow_runs_started_total        counter    workflow          workflow runs announced (task_started, or adopted mid-stream)
+//	cbc_workflow_runs_total                counter    workflow, status  runs that reached a terminal status, counted once per run (exemplar: trace_id, span_id)
+//	cbc_workflow_runs_active               gauge      workflow          runs started and not yet terminal
+//	cbc_workflow_duration_seconds          histogram  workflow, status  run end − start, observed at the terminal status (classic + native; exemplars)
+//	cbc_workflow_agents_total              counter    workflow, state   sub-agents by final state, counted once per agent
+//	cbc_workflow_agent_duration_seconds    histogram  workflow, state   sub-agent end − start, when both are known (classic + native)
+//	cbc_workflow_tokens_total              counter    workflow          final usage.total_tokens of terminal runs
+//	cbc_workflow_tool_uses_total           counter    workflow          final usage.tool_uses of terminal runs
+//	cbc_tasks_total                        counter    task_type, status non-workflow background tasks by terminal status
+//	cbc_interrupts_total                   counter    —                 interrupt and stop_task requests seen on stdin
+//	cbc_interrupt_stop_seconds             histogram  —                 request → stopped notification latency
+//	cbc_protocol_violations_total          counter    kind              protocol violations (closed set, pre-created)
+//	cbc_otel_lines_total                   counter    source            lines framed per tapped stream
+//	cbc_otel_bytes_total                   counter    source            bytes framed per tapped stream
+//	cbc_otel_lines_rejected_total          counter    reason            lines that could not be decoded (closed set, pre-created)
+//	cbc_otel_tap_dropped_bytes_total       counter    source            bytes the tap dropped because the pipeline lagged
+//	cbc_otel_spans_dropped_total           counter    —                 spans the traces exporter dropped
+//	cbc_otel_export_errors_total           counter    —                 failed trace exports
+//	cbc_otel_workflow_labels_overflow_total   counter  —   runs whose workflow label was folded into "other" by the cap
+//	cbc_otel_task_type_labels_overflow_total  counter  —   tasks whose task_type label was folded into "other" by the cap
+//	cbc_otel_build_info                    gauge      version, goversion always 1
+//
+// plus the standard go_* and process_* collectors.
+//
+// Status values: completed, failed, stopped, abandoned. Agent states: done,
+// error, cached, abandoned, not_started.
+//
+// Buckets. Workflow runs last seconds to hours, so cbc_workflow_duration_seconds
+// uses 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200 s
+// (a 1-2-5 progression that switches to minute marks, which is what an SLO
+// on "done within N minutes" wants). Sub-agents use the GenAI-style
+// exponential 0.1·2^k s, k = 0…12 (0.1 … 409.6). Interrupt latency uses
+// 0.05 … 60 s. Every histogram is also a native histogram (bucket factor
+// 1.1, at most 160 buckets, resolution reduced rather than reset when that
+// is exceeded, so nothing ever goes down) for scrapers that negotiate it.
+//
+// Cardinality. The workflow label is the sanitized workflow_name
+// (ingest.Clean, 128 bytes), "unknown" when empty, and at most
+// Options.MaxWorkflows distinct values (default 200); later names become
+// "other" and are counted. task_type is capped the same way (32 values).
+// Identifiers (task, run, session, agent) are never labels.
+//
+// Serving, pushing and writing: Listen/Serve expose /metrics (OpenMetrics
+// negotiated, so exemplars show), /healthz and /readyz through
+// exporter-toolkit's web package (TLS and basic auth via --web.config.file);
+// Push sends to a Pushgateway; WriteFile writes text exposition atomically.
+// DefaultAddr is the documented port, :9478 (not 9464, which Claude Code's
+// own exporter uses).
+package metrics

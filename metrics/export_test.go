@@ -1,0 +1,189 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// pushed is what the Pushgateway stand-in received.
+type pushed struct {
+	method, path, user, pass, contentType string
+	body                                  []byte
+}
+
+func pushgateway(t *testing.T, code int) (*httptest.Server, func() []pushed) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []pushed
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u, p, _ := r.BasicAuth()
+		mu.Lock()
+		got = append(got, pushed{r.Method, r.URL.EscapedPath(), u, p, r.Header.Get("Content-Type"), b})
+		mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []pushed {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]pushed(nil), got...)
+	}
+}
+
+func finishedMetrics(t *testing.T) *Metrics {
+	m, err := New(Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ingest.Run{Workflow: true, Name: "batch", Status: ingest.StatusFailed, Start: t0, End: t0 + 3000}
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
+	return m
+}
+
+func TestPush(t *testing.T) {
+	srv, got := pushgateway(t, http.StatusOK)
+	m := finishedMetrics(t)
+	u, _ := url.Parse(srv.URL)
+	u.User = url.UserPassword("pusher", "pw")
+	if err := Push(context.Background(), u.String(), "cbc-otel", WithPrefix(m.Registry(), "cbc_")); err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	reqs := got()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	p := reqs[0]
+	host, _ := os.Hostname()
+	if p.method != http.MethodPut {
+		t.Errorf("method %s, want PUT (replace the group)", p.method)
+	}
+	if want := "/metrics/job/cbc-otel/instance/" + url.PathEscape(host); p.path != want {
+		t.Errorf("path %q, want %q", p.path, want)
+	}
+	if p.user != "pusher" || p.pass != "pw" {
+		t.Errorf("basic auth %q:%q, want the URL's credentials", p.user, p.pass)
+	}
+	// The body is an exposition Prometheus can parse (protobuf delimited by
+	// default) and holds the cbc_* families only.
+	dec := expfmt.NewDecoder(bytes.NewReader(p.body), expfmt.Format(p.contentType))
+	names := map[string]bool{}
+	for {
+		mf := new(dto.MetricFamily)
+		if err := dec.Decode(mf); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding pushed body (%s): %v", p.contentType, err)
+		}
+		names[mf.GetName()] = true
+	}
+	if !names["cbc_workflow_runs_total"] || !names["cbc_workflow_duration_seconds"] {
+		t.Errorf("pushed families %v lack the run metrics", names)
+	}
+	for n := range names {
+		if !strings.HasPrefix(n, "cbc_") {
+			t.Errorf("pushed %s, want cbc_* only", n)
+		}
+	}
+}
+
+func TestPushErrors(t *testing.T) {
+	m := finishedMetrics(t)
+	srv, _ := pushgateway(t, http.StatusInternalServerError)
+	u, _ := url.Parse(srv.URL)
+	u.User = url.UserPassword("pusher", "topsecret")
+	err := Push(context.Background(), u.String(), "job", m.Registry())
+	if err == nil {
+		t.Fatal("Push to a failing gateway succeeded")
+	}
+	if strings.Contains(err.Error(), "topsecret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+	for _, bad := range []string{"", "localhost:9091", "ftp://x", "http://", "://"} {
+		if err := Push(context.Background(), bad, "job", m.Registry()); err == nil {
+			t.Errorf("Push(%q) succeeded", bad)
+		}
+	}
+	if err := Push(context.Background(), srv.URL, "", m.Registry()); err == nil {
+		t.Error("Push with an empty job succeeded")
+	}
+}
+
+// TestPushBoundedByContext: a gateway that never answers costs no more
+// than the context allows.
+func TestPushBoundedByContext(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	if err := Push(ctx, srv.URL, "job", finishedMetrics(t).Registry()); err == nil {
+		t.Fatal("Push to a hanging gateway succeeded")
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("Push took %v despite a 200ms context", d)
+	}
+}
+
+func TestWriteFile(t *testing.T) {
+	m := finishedMetrics(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "metrics.prom")
+	if err := os.WriteFile(path, []byte("old content\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, m.Registry()); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `cbc_workflow_runs_total{status="failed",workflow="batch"} 1`) {
+		t.Errorf("file lacks the run:\n%s", b)
+	}
+	// It is valid text exposition, equal to what the registry gathers.
+	if err := testutil.GatherAndCompare(WithPrefix(m.Registry(), "cbc_workflow"), bytes.NewReader(b),
+		"cbc_workflow_runs_total", "cbc_workflow_duration_seconds"); err != nil {
+		t.Errorf("file differs from the registry: %v", err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	if _, err := p.TextToMetricFamilies(bytes.NewReader(b)); err != nil {
+		t.Errorf("file does not parse: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the file (no temp files left)", len(entries))
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644", fi.Mode().Perm())
+	}
+	if err := WriteFile(filepath.Join(dir, "missing", "m.prom"), m.Registry()); err == nil {
+		t.Error("WriteFile into a missing directory succeeded")
+	}
+}

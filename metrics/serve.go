@@ -1,0 +1,161 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+)
+
+// DefaultAddr is cbc-otel's documented metrics address. 9464 is taken by
+// Claude Code's own Prometheus exporter, so a wrapper and the CLI it wraps
+// can both serve on one host.
+const DefaultAddr = ":9478"
+
+// ServeOptions configures the metrics HTTP server.
+type ServeOptions struct {
+	// Addr is the listen address (host:port); ":0" picks a free port.
+	Addr string
+	// WebConfigFile is an exporter-toolkit web configuration (TLS, basic
+	// auth); "" serves plain HTTP without authentication.
+	WebConfigFile string
+	// Gatherer is what /metrics exposes.
+	Gatherer prometheus.Gatherer
+	// Logger receives the server's own messages; nil discards them.
+	Logger *slog.Logger
+	// Ready answers /readyz; nil means always ready.
+	Ready func() bool
+	// ShutdownTimeout bounds the graceful shutdown once the context ends;
+	// 0 means 5 s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is a bound metrics server. Listen binds it; Serve runs it.
+type Server struct {
+	ln    net.Listener
+	srv   *http.Server
+	opts  ServeOptions
+	flags *web.FlagConfig
+}
+
+// Listen validates the web configuration and binds the address, so that a
+// bad config or a busy port is an error the caller sees at once (and can
+// log and carry on: telemetry never stops the child).
+func Listen(opts ServeOptions) (*Server, error) {
+	if opts.Addr == "" {
+		return nil, errors.New("metrics: no listen address")
+	}
+	if opts.Gatherer == nil {
+		return nil, errors.New("metrics: no gatherer")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 5 * time.Second
+	}
+	if opts.WebConfigFile != "" {
+		if err := web.Validate(opts.WebConfigFile); err != nil {
+			return nil, fmt.Errorf("metrics: web config %s: %w", opts.WebConfigFile, err)
+		}
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen: %w", err)
+	}
+	addrs := []string{ln.Addr().String()}
+	systemd := false
+	cfg := opts.WebConfigFile
+	s := &Server{
+		ln:    ln,
+		opts:  opts,
+		flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &cfg},
+		srv: &http.Server{
+			Handler:           Handler(opts.Gatherer, opts.Ready, opts.Logger),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		},
+	}
+	return s, nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve serves until ctx ends, then shuts down gracefully within
+// ShutdownTimeout. It returns nil after a shutdown and the error otherwise.
+func (s *Server) Serve(ctx context.Context) error {
+	// web.Serve may fail before http.Server owns the listener.
+	defer s.ln.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- web.Serve(s.ln, s.srv, s.flags, s.opts.Logger) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("metrics: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		s.srv.Close()
+		return fmt.Errorf("metrics: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Serve binds opts.Addr and serves until ctx ends (see Listen and
+// Server.Serve). A bind or config failure is returned at once.
+func Serve(ctx context.Context, opts ServeOptions) error {
+	s, err := Listen(opts)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// Handler returns the server's routes: /metrics (OpenMetrics negotiated,
+// so exemplars are exposed), /healthz, /readyz; anything else is 404.
+func Handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		EnableOpenMetrics:   true,
+		MaxRequestsInFlight: 4,
+		Timeout:             30 * time.Second,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ready != nil && !ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not ready\n")
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	// Exact paths only: "/" would otherwise match everything.
+	mux.HandleFunc("/", http.NotFound)
+	return mux
+}
