@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/traces"
+)
+
+// Defaults of the traces flags.
+const (
+	defaultTracesFlushTimeout = 5 * time.Second
+	defaultTracesQueue        = traces.DefaultQueueSize
+)
+
+// tracesFlags holds the trace export flags shared by run, demo and replay.
+// Every flag left empty falls back to the standard OTEL_* variable (see
+// traces.Config), so flags override the environment.
+type tracesFlags struct {
+	exporter, endpoint, protocol, file string
+	capturePreviews                    bool
+	flushTimeout                       time.Duration
+	queue                              int
+	live                               bool // registered for a live process (run, demo)
+}
+
+// register defines the traces flags on fs. live is true for run and demo
+// (a wrapped child whose stdout is not ours), false for replay.
+func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
+	f.live = live
+	fs.StringVar(&f.exporter, "traces.exporter", "",
+		"traces exporter: otlp or none (default: $OTEL_TRACES_EXPORTER, else otlp when an OTLP endpoint is set)")
+	fs.StringVar(&f.endpoint, "otlp.endpoint", "",
+		"OTLP endpoint, URL or host:port (plaintext); default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT; none = no OTLP export")
+	fs.StringVar(&f.protocol, "otlp.protocol", "",
+		"OTLP protocol: grpc or http/protobuf (default $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
+	fs.StringVar(&f.file, "traces-file", "",
+		"also write spans to this file as OTLP/JSON, one ExportTraceServiceRequest per line (the Collector's otlpjsonfile format)")
+	fs.BoolVar(&f.capturePreviews, "traces.capture-previews", false,
+		"export resultPreview, promptPreview and summary as span attributes (user and model text: off by default)")
+	fs.DurationVar(&f.flushTimeout, "traces.flush-timeout", defaultTracesFlushTimeout,
+		"at exit, how long to wait for queued spans to be exported before giving up (and counting them as dropped)")
+	fs.IntVar(&f.queue, "traces.queue", defaultTracesQueue,
+		"ended spans held for export; when full, spans are dropped and counted rather than slowing the pipeline")
+}
+
+// validate checks the flag values before anything starts.
+func (f *tracesFlags) validate() error {
+	var errs []error
+	switch f.exporter {
+	case "", traces.ExporterOTLP, traces.ExporterNone:
+	default:
+		errs = append(errs, fmt.Errorf("--traces.exporter %q: want otlp or none", f.exporter))
+	}
+	switch f.protocol {
+	case "", traces.ProtocolGRPC, traces.ProtocolHTTP:
+	default:
+		errs = append(errs, fmt.Errorf("--otlp.protocol %q: want grpc or http/protobuf", f.protocol))
+	}
+	if f.endpoint != "" {
+		if err := traces.CheckEndpoint(f.endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("--otlp.endpoint: %w", err))
+		}
+	}
+	if f.exporter == traces.ExporterNone && f.endpoint != "" {
+		errs = append(errs, errors.New("--otlp.endpoint conflicts with --traces.exporter none"))
+	}
+	if f.file != "" {
+		dir := filepath.Dir(f.file)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--traces-file %s: directory %s does not exist", f.file, dir))
+		}
+	}
+	if f.flushTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--traces.flush-timeout %s: must be positive", f.flushTimeout))
+	}
+	if f.queue < 1 {
+		errs = append(errs, fmt.Errorf("--traces.queue %d: must be at least 1", f.queue))
+	}
+	return errors.Join(errs...)
+}
+
+// tracesRuntime is the traces side of one cbc-otel process. Its methods are
+// safe on a nil runtime and on one with tracing off.
+type tracesRuntime struct {
+	prov         *traces.Provider // nil when off
+	sk           *traces.Sink
+	previews     bool
+	flushTimeout time.Duration
+	logger       *slog.Logger
+}
+
+// start sets up the exporters the flags and env ask for. With no endpoint,
+// no file and no console it returns a runtime with tracing off (the wrapper
+// stays a pure pipe). An error means the configuration cannot work (e.g.
+// --traces.exporter otlp without any endpoint, a malformed
+// OTEL_EXPORTER_OTLP_HEADERS, an unwritable --traces-file).
+func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*tracesRuntime, error) {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if env == nil {
+		env = os.Getenv
+	}
+	flush := f.flushTimeout
+	if flush <= 0 {
+		flush = defaultTracesFlushTimeout
+	}
+	prov, err := traces.Setup(ctx, traces.Config{
+		Exporter:  f.exporter,
+		Endpoint:  f.endpoint,
+		Protocol:  f.protocol,
+		File:      f.file,
+		QueueSize: f.queue,
+		// OTEL_TRACES_EXPORTER=console goes to stderr: stdout is the
+		// wrapped CLI's stream (run) or the summary (replay).
+		Console:        os.Stderr,
+		ServiceVersion: version,
+		Env:            env,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("traces: %w", err)
+	}
+	r := &tracesRuntime{prov: prov, flushTimeout: flush, logger: logger}
+	if prov == nil {
+		return r, nil
+	}
+	parent := traces.ParentFromEnv(env)
+	if env("TRACEPARENT") != "" && !parent.IsValid() {
+		logger.Warn("ignoring malformed TRACEPARENT")
+	}
+	r.previews = f.capturePreviews
+	r.sk = traces.New(prov, traces.Options{Parent: parent, CapturePreviews: f.capturePreviews})
+	logger.Info("exporting traces", "to", prov.Describe(), "parent", parent.IsValid(), "previews", f.capturePreviews)
+	return r, nil
+}
+
+// enabled reports whether spans are exported anywhere.
+func (r *tracesRuntime) enabled() bool { return r != nil && r.prov != nil }
+
+// sink is the ingest.Sink to add to the pipeline; nil when tracing is off.
+func (r *tracesRuntime) sink() ingest.Sink {
+	if !r.enabled() {
+		return nil
+	}
+	return r.sk
+}
+
+// capturePreviews tells the caller to decode previews
+// (ingest.DecodeOptions.KeepPreviews): only when they will be exported.
+func (r *tracesRuntime) capturePreviews() bool { return r.enabled() && r.previews }
+
+// exemplar returns the trace and workflow span ids (hex) of a run, for
+// metric exemplars; nil when tracing is off (no trace to jump to).
+func (r *tracesRuntime) exemplar() func(*ingest.Run) (traceID, spanID string) {
+	if !r.enabled() {
+		return nil
+	}
+	return r.sk.Exemplar
+}
+
+// dropped reads the spans lost so far; nil when tracing is off.
+func (r *tracesRuntime) dropped() func() float64 {
+	if !r.enabled() {
+		return nil
+	}
+	return r.sk.Dropped
+}
+
+// exportErrors reads the failed export calls so far; nil when tracing is off.
+func (r *tracesRuntime) exportErrors() func() float64 {
+	if !r.enabled() {
+		return nil
+	}
+	return r.sk.ExportErrors
+}
+
+// describe says where spans go ("OTLP grpc → http://localhost:4317",
+// "OTLP/JSON file → spans.jsonl"), or "traces off".
+func (r *tracesRuntime) describe() string {
+	if !r.enabled() {
+		return "traces off"
+	}
+	return r.prov.Describe()
+}
+
+// shutdown flushes queued spans within ctx and at most the flush timeout,
+// never longer, and stops the exporters. Spans not delivered by then are
+// counted as dropped and logged. Safe to call more than once.
+func (r *tracesRuntime) shutdown(ctx context.Context) error {
+	if !r.enabled() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.flushTimeout)
+	defer cancel()
+	err := r.prov.Shutdown(ctx)
+	if d := r.prov.Dropped(); d > 0 {
+		r.logger.Warn("spans dropped", "count", d, "export_errors", r.prov.ExportErrors(), "to", r.prov.Describe())
+	}
+	if err != nil {
+		return fmt.Errorf("traces: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// requirePrometheus returns the prometheus binary. Without it the test
+// skips locally and fails in CI, which installs it.
+func requirePrometheus(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("prometheus")
+	if err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skip("prometheus not installed (apt-get install -y --no-install-recommends prometheus); set CI=true to make this a failure")
+		}
+		t.Fatalf("CI is set but the prometheus binary is missing: %v", err)
+	}
+	return p
+}
+
+// promBuildCLI builds ./cmd/cbc-otel into a temporary directory, or
+// returns $CBC_OTEL_BIN when set (a binary built once, e.g. by make build).
+func promBuildCLI(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("CBC_OTEL_BIN"); b != "" {
+		return b
+	}
+	bin := filepath.Join(t.TempDir(), "cbc-otel")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/cbc-otel")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/cbc-otel: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// promFreePort returns a loopback port that was free a moment ago.
+func promFreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// promLockedBuffer collects a child's stderr for failure messages.
+type promLockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *promLockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *promLockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// prometheusServer is a real Prometheus scraping one target every second.
+type prometheusServer struct {
+	base string // http://127.0.0.1:PORT
+	logs *promLockedBuffer
+}
+
+// startPrometheus runs Prometheus with a 1 s scrape of target (host:port)
+// and waits until it is ready. It is killed when the test ends.
+func startPrometheus(t *testing.T, bin, target string) *prometheusServer {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: cbc-otel
+    metrics_path: /metrics
+    static_configs:
+      - targets: [%q]
+`, target)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := promFreePort(t)
+	logs := &promLockedBuffer{}
+	cmd := exec.Command(bin,
+		"--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--log.level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting prometheus: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	p := &prometheusServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: logs}
+	promPoll(t, 30*time.Second, "prometheus ready", func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("prometheus exited:\n%s", logs.String())
+		default:
+		}
+		resp, err := http.Get(p.base + "/-/ready")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	return p
+}
+
+// promSample is one element of an instant-vector result.
+type promSample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// query runs an instant query and returns its vector (or scalar, as one
+// sample without labels).
+func (p *prometheusServer) query(q string) ([]promSample, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/api/v1/query?query="+url.QueryEscape(q), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string          `json:"resultType"`
+			Result     json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("query %q: %w: %s", q, err, body)
+	}
+	if r.Status != "success" {
+		return nil, fmt.Errorf("query %q: %s", q, r.Error)
+	}
+	parse := func(v []any) (float64, error) {
+		if len(v) != 2 {
+			return 0, fmt.Errorf("bad value %v", v)
+		}
+		s, _ := v[1].(string)
+		return strconv.ParseFloat(s, 64)
+	}
+	switch r.Data.ResultType {
+	case "vector":
+		var vec []struct {
+			Metric map[string]string `json:"metric"`
+			Value  []any             `json:"value"`
+		}
+		if err := json.Unmarshal(r.Data.Result, &vec); err != nil {
+			return nil, err
+		}
+		out := make([]promSample, 0, len(vec))
+		for _, e := range vec {
+			f, err := parse(e.Value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, promSample{Metric: e.Metric, Value: f})
+		}
+		return out, nil
+	case "scalar":
+		var v []any
+		if err := json.Unmarshal(r.Data.Result, &v); err != nil {
+			return nil, err
+		}
+		f, err := parse(v)
+		return []promSample{{Value: f}}, err
+	}
+	return nil, fmt.Errorf("query %q: result type %s", q, r.Data.ResultType)
+}
+
+// byLabel runs q and maps the value of label to the sample value.
+func (p *prometheusServer) byLabel(q, label string) (map[string]float64, error) {
+	s, err := p.query(q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, e := range s {
+		out[e.Metric[label]] = e.Value
+	}
+	return out, nil
+}
+
+// scalar runs q, which must return exactly one sample.
+func (p *prometheusServer) scalar(q string) (float64, error) {
+	s, err := p.query(q)
+	if err != nil {
+		return 0, err
+	}
+	if len(s) != 1 {
+		return math.NaN(), fmt.Errorf("query %q: %d samples, want 1", q, len(s))
+	}
+	return s[0].Value, nil
+}
+
+// poll calls f every 250 ms until it reports true or timeout passes; the
+// last detail goes into the failure message.
+func promPoll(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	detail := ""
+	for {
+		ok, d := f()
+		if ok {
+			return
+		}
+		detail = d
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %v: %s", what, timeout, detail)
+		}
+		<-tick.C
+	}
+}
+
+// promLineStream reads a child's stdout line by line on its own goroutine, so
+// the child never blocks on a full pipe and the test can wait with a
+// deadline.
+type promLineStream struct {
+	lines chan []byte
+}
+
+func newPromLineStream(r io.Reader) *promLineStream {
+	s := &promLineStream{lines: make(chan []byte, 1024)}
+	go func() {
+		defer close(s.lines)
+		br := bufio.NewReaderSize(r, 1<<20)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				s.lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// next returns the next line, or fails the test at the deadline or EOF.
+func (s *promLineStream) next(t *testing.T, deadline time.Time, stderr fmt.Stringer) []byte {
+	t.Helper()
+	select {
+	case line, ok := <-s.lines:
+		if !ok {
+			t.Fatalf("wrapper stdout ended early; stderr:\n%s", stderr)
+		}
+		return line
+	case <-time.After(time.Until(deadline)):
+		t.Fatalf("no stdout line before the deadline; stderr:\n%s", stderr)
+	}
+	return nil
+}
+
+// drain discards the rest of the stream in the background.
+func (s *promLineStream) drain() {
+	go func() {
+		for range s.lines {
+		}
+	}()
+}

@@ -1,0 +1,149 @@
+package traces
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// Span kinds hashed into span ids. They are part of the id contract: a
+// replay, a sidecar restart and the live wrapper must all derive the same
+// ids, so these strings never change.
+const (
+	kindWorkflow = "workflow"
+	kindPhase    = "phase"
+	kindAgent    = "agent"
+)
+
+// TraceID returns the deterministic trace id of a run: the first 16 bytes of
+// sha256("cbc-otel/trace\x00" + taskID + "\x00" + runID). Task ids are not
+// always UUIDs (Claude Code's look like "ww1t7k50l"), so they are hashed,
+// never parsed.
+func TraceID(taskID, runID string) trace.TraceID {
+	h := sha256.New()
+	h.Write([]byte("cbc-otel/trace\x00"))
+	h.Write([]byte(taskID))
+	h.Write([]byte{0})
+	h.Write([]byte(runID))
+	var sum [sha256.Size]byte
+	var id trace.TraceID
+	copy(id[:], h.Sum(sum[:0]))
+	if !id.IsValid() {
+		id[15] = 1 // an all-zero id is invalid in W3C; 2^-128, but be total
+	}
+	return id
+}
+
+// SpanID returns the deterministic span id of one span of a run: the first 8
+// bytes of sha256("cbc-otel/span\x00" + taskID + "\x00" + runID + "\x00" +
+// kind + "\x00" + decimal index). kind is "workflow" (index 0), "phase"
+// (the phase index) or "agent" (the agent index).
+func SpanID(taskID, runID, kind string, index int) trace.SpanID {
+	h := sha256.New()
+	h.Write([]byte("cbc-otel/span\x00"))
+	h.Write([]byte(taskID))
+	h.Write([]byte{0})
+	h.Write([]byte(runID))
+	h.Write([]byte{0})
+	h.Write([]byte(kind))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(nil, int64(index), 10))
+	var sum [sha256.Size]byte
+	var id trace.SpanID
+	copy(id[:], h.Sum(sum[:0]))
+	if !id.IsValid() {
+		id[7] = 1
+	}
+	return id
+}
+
+// IDs returns the trace id and the workflow span id of r as exported when
+// no TRACEPARENT is in effect. Use (*Sink).IDs when the sink may have a
+// parent: then the trace id is the parent's.
+func IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
+	return TraceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+}
+
+// HexIDs is IDs as lowercase hex strings, the shape exemplars and Jaeger's
+// /api/traces/{id} want.
+func HexIDs(r *ingest.Run) (traceID, spanID string) {
+	t, s := IDs(r)
+	return t.String(), s.String()
+}
+
+// wantKey is the context key under which the Sink passes the ids it wants
+// the next span to get.
+type wantKey struct{}
+
+type wantIDs struct {
+	trace trace.TraceID
+	span  trace.SpanID
+}
+
+// withIDs returns ctx asking IDGenerator for these ids.
+func withIDs(ctx context.Context, tid trace.TraceID, sid trace.SpanID) context.Context {
+	return context.WithValue(ctx, wantKey{}, wantIDs{trace: tid, span: sid})
+}
+
+// IDGenerator is an sdktrace.IDGenerator that gives a span the ids the Sink
+// put in its start context, so that span ids are a function of the stream
+// and not of chance. Spans started by anyone else get random ids, as with
+// the SDK's default generator.
+type IDGenerator struct {
+	mu  sync.Mutex
+	rnd *rand.Rand
+}
+
+var _ sdktrace.IDGenerator = (*IDGenerator)(nil)
+
+// NewIDGenerator returns an IDGenerator. A TracerProvider given to New must
+// be built with it (sdktrace.WithIDGenerator) for the ids to be
+// deterministic; Setup does so.
+func NewIDGenerator() *IDGenerator {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
+	return &IDGenerator{rnd: rand.New(rand.NewChaCha8(seed))}
+}
+
+// NewIDs returns the wanted trace and span id, or random ones.
+func (g *IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if w, ok := ctx.Value(wantKey{}).(wantIDs); ok && w.trace.IsValid() && w.span.IsValid() {
+		return w.trace, w.span
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var tid trace.TraceID
+	var sid trace.SpanID
+	for !tid.IsValid() {
+		binary.NativeEndian.PutUint64(tid[:8], g.rnd.Uint64())
+		binary.NativeEndian.PutUint64(tid[8:], g.rnd.Uint64())
+	}
+	for !sid.IsValid() {
+		binary.NativeEndian.PutUint64(sid[:], g.rnd.Uint64())
+	}
+	return tid, sid
+}
+
+// NewSpanID returns the wanted span id, or a random one. The trace id is the
+// parent's and is not ours to choose.
+func (g *IDGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	if w, ok := ctx.Value(wantKey{}).(wantIDs); ok && w.span.IsValid() {
+		return w.span
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.NativeEndian.PutUint64(sid[:], g.rnd.Uint64())
+	}
+	return sid
+}

@@ -1,0 +1,492 @@
+package traces
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// ScopeName is the instrumentation scope of every span the Sink makes.
+const ScopeName = "github.com/cbc-otel/cbc-otel/traces"
+
+// Bounds on exported text. Status messages are short by contract; previews
+// are already bounded by ingest, the bound here holds whatever the source.
+const (
+	maxStatusLen  = 256
+	maxPreviewLen = 512
+	maxLinkTasks  = 4096
+)
+
+// Options configures a Sink.
+type Options struct {
+	// Parent, when valid, is the span the workflow and task spans become
+	// children of (a W3C TRACEPARENT from the environment, see
+	// ParentFromEnv). Their trace id is then the parent's; span ids stay
+	// deterministic. The parent's sampled flag is honoured.
+	Parent trace.SpanContext
+	// CapturePreviews exports resultPreview, promptPreview and summary as
+	// attributes. Off by default: they are user and model text. They only
+	// exist when the pipeline decodes them (ingest.DecodeOptions.KeepPreviews).
+	CapturePreviews bool
+}
+
+// dropCounter is what a TracerProvider may offer about lost spans; Provider
+// does.
+type dropCounter interface {
+	Dropped() float64
+	ExportErrors() float64
+}
+
+type runKey struct{ task, run string }
+
+// Sink turns the Tracker's lifecycle events into spans: one trace per
+// workflow run, invoke_workflow → workflow_phase → invoke_agent, and one
+// invoke_task span per plain background task. Every time comes from the
+// events, every id from the stream (see TraceID and SpanID), so a replay
+// exports the same spans as the live run did.
+//
+// Agent spans are exported when the agent ends; phase and workflow spans when
+// the run is finalized (after the grace window), because only then are their
+// times final. An agent whose start or end time is unknown when it ends is
+// held until the run is finalized, when the run's times fill the gap.
+//
+// Like every Sink, it is called from the one goroutine that feeds the
+// Tracker; Dropped and ExportErrors may be called from anywhere.
+type Sink struct {
+	tracer   trace.Tracer
+	counts   dropCounter
+	parent   trace.SpanContext
+	previews bool
+
+	// deferred holds, per open run, the agents that ended without both
+	// times; they are exported at RunFinalized.
+	deferred map[runKey][]int
+	// lastRun maps a task id to its latest run id, so that a child task's
+	// parent_task_id can become a link to that run's root span.
+	lastRun   map[string]string
+	lastOrder []string
+}
+
+var _ ingest.Sink = (*Sink)(nil)
+
+// New returns a Sink creating spans with tp. For deterministic ids tp must
+// use an IDGenerator (Setup's Provider does; in tests build the SDK provider
+// with sdktrace.WithIDGenerator(NewIDGenerator())); otherwise ids are
+// whatever tp generates.
+func New(tp trace.TracerProvider, opts Options) *Sink {
+	s := &Sink{
+		tracer:   tp.Tracer(ScopeName),
+		parent:   opts.Parent,
+		previews: opts.CapturePreviews,
+		deferred: make(map[runKey][]int),
+		lastRun:  make(map[string]string),
+	}
+	if c, ok := tp.(dropCounter); ok {
+		s.counts = c
+	}
+	return s
+}
+
+// Dropped returns how many spans were lost (queue full, failed export, or
+// still queued when shutdown's deadline passed), when tp is a Provider;
+// else 0.
+func (s *Sink) Dropped() float64 {
+	if s == nil || s.counts == nil {
+		return 0
+	}
+	return s.counts.Dropped()
+}
+
+// ExportErrors returns how many export calls failed, when tp is a Provider;
+// else 0.
+func (s *Sink) ExportErrors() float64 {
+	if s == nil || s.counts == nil {
+		return 0
+	}
+	return s.counts.ExportErrors()
+}
+
+// IDs returns the trace id and root span id r is exported with: IDs(r),
+// except that the trace id is the parent's when Options.Parent is set.
+func (s *Sink) IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
+	return s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+}
+
+// Exemplar returns IDs as hex strings, for metric exemplars.
+func (s *Sink) Exemplar(r *ingest.Run) (traceID, spanID string) {
+	t, sp := s.IDs(r)
+	return t.String(), sp.String()
+}
+
+func (s *Sink) traceID(task, run string) trace.TraceID {
+	if s.parent.IsValid() {
+		return s.parent.TraceID()
+	}
+	return TraceID(task, run)
+}
+
+// flags are the trace flags of every span the Sink makes: sampled, unless a
+// parent said otherwise.
+func (s *Sink) flags() trace.TraceFlags {
+	if s.parent.IsValid() {
+		return s.parent.TraceFlags()
+	}
+	return trace.FlagsSampled
+}
+
+// Observe implements ingest.Sink.
+func (s *Sink) Observe(l ingest.Lifecycle) {
+	switch l.Kind {
+	case ingest.RunStarted, ingest.TaskStarted:
+		s.remember(l.Run)
+	case ingest.AgentEnded:
+		s.agentEnded(l.Run, l.Agent)
+	case ingest.RunFinalized:
+		if l.Run.Workflow {
+			s.finalized(l.Run)
+		}
+	case ingest.TaskEnded:
+		s.task(l.Run)
+	}
+}
+
+// remember records the run id of a task so that children can link to it.
+// Bounded: the oldest tasks are forgotten first.
+func (s *Sink) remember(r *ingest.Run) {
+	if _, ok := s.lastRun[r.TaskID]; !ok {
+		s.lastOrder = append(s.lastOrder, r.TaskID)
+		if len(s.lastOrder) > maxLinkTasks {
+			delete(s.lastRun, s.lastOrder[0])
+			s.lastOrder = s.lastOrder[1:]
+		}
+	}
+	s.lastRun[r.TaskID] = r.RunID
+}
+
+func (s *Sink) agentEnded(r *ingest.Run, a *ingest.Agent) {
+	if a.Start > 0 && a.End > 0 {
+		s.exportAgent(r, a, a.Start, a.End)
+		return
+	}
+	k := runKey{r.TaskID, r.RunID}
+	s.deferred[k] = append(s.deferred[k], a.Index)
+}
+
+func (s *Sink) finalized(r *ingest.Run) {
+	k := runKey{r.TaskID, r.RunID}
+	start, end := runTimes(r)
+	if idx, ok := s.deferred[k]; ok {
+		delete(s.deferred, k)
+		for _, i := range idx {
+			for j := range r.Agents {
+				if a := &r.Agents[j]; a.Index == i {
+					as, ae := agentTimes(a, start, end)
+					s.exportAgent(r, a, as, ae)
+				}
+			}
+		}
+	}
+	for i := range r.Phases {
+		s.exportPhase(r, &r.Phases[i], start, end)
+	}
+	s.exportRoot(r, start, end)
+}
+
+// runTimes are the root span's times: the Tracker's Start and End, each
+// standing in for the other when missing.
+func runTimes(r *ingest.Run) (start, end int64) {
+	start, end = r.Start, r.End
+	if start == 0 {
+		start = end
+	}
+	if end < start {
+		end = start
+	}
+	return start, end
+}
+
+// agentTimes fills in an agent's unknown times. An agent that never ran
+// (cached without times, not_started) is a zero-length span at its queue
+// time, else at the run's start (cached) or end (not_started: that is when
+// it was given up). Any other agent missing its start starts with the run;
+// missing its end (e.g. flipped to error by a stop without endedAt) ends
+// with the run.
+func agentTimes(a *ingest.Agent, runStart, runEnd int64) (start, end int64) {
+	start, end = a.Start, a.End
+	never := a.State == ingest.AgentNotStarted || (a.State == ingest.AgentCached && a.Start == 0)
+	if start == 0 {
+		switch {
+		case never && a.QueuedAt > 0:
+			start = a.QueuedAt
+		case a.State == ingest.AgentNotStarted:
+			start = runEnd
+		default:
+			start = runStart
+		}
+	}
+	if end == 0 {
+		if never {
+			end = start
+		} else {
+			end = max(runEnd, start)
+		}
+	}
+	if end < start {
+		end = start
+	}
+	return start, end
+}
+
+// phaseTimes are the Tracker's phase times widened to the phase's agents as
+// exported, so that a phase encloses its agents; a phase no agent reached is
+// a zero-length span at the run's end.
+func phaseTimes(r *ingest.Run, p *ingest.Phase, runStart, runEnd int64) (start, end int64) {
+	start, end = p.Start, p.End
+	for i := range r.Agents {
+		a := &r.Agents[i]
+		if a.PhaseIndex != p.Index {
+			continue
+		}
+		as, ae := agentTimes(a, runStart, runEnd)
+		if start == 0 || as < start {
+			start = as
+		}
+		end = max(end, ae)
+	}
+	if start == 0 {
+		start = runEnd
+	}
+	if end < start {
+		end = start
+	}
+	return start, end
+}
+
+func ms(v int64) time.Time { return time.UnixMilli(v) }
+
+// parentCtx returns a context whose span is our own (already or later
+// exported) span sid of r's trace, for children started in another call.
+func (s *Sink) parentCtx(r *ingest.Run, sid trace.SpanID) context.Context {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    s.traceID(r.TaskID, r.RunID),
+		SpanID:     sid,
+		TraceFlags: s.flags(),
+		TraceState: s.parent.TraceState(),
+	})
+	return trace.ContextWithSpanContext(context.Background(), sc)
+}
+
+// rootCtx is the start context of a run's root span: the TRACEPARENT parent
+// if any, and the ids wanted from IDGenerator.
+func (s *Sink) rootCtx(r *ingest.Run) context.Context {
+	ctx := context.Background()
+	if s.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, s.parent)
+	}
+	tid, sid := s.IDs(r)
+	return withIDs(ctx, tid, sid)
+}
+
+// common are the attributes of every span of a run.
+func common(r *ingest.Run) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 24)
+	kv = append(kv, attribute.String(AttrTaskID, r.TaskID))
+	if r.RunID != "" {
+		kv = append(kv, attribute.String(AttrRunID, r.RunID))
+	}
+	if r.SessionID != "" {
+		kv = append(kv, attribute.String(AttrConversationID, r.SessionID))
+	}
+	return kv
+}
+
+func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
+	parent := SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+	if a.PhaseIndex != 0 {
+		// Every phase an agent names exists by RunFinalized (the Tracker
+		// derives missing ones), so the phase span will be there.
+		parent = SpanID(r.TaskID, r.RunID, kindPhase, a.PhaseIndex)
+	}
+	ctx := withIDs(s.parentCtx(r, parent), s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindAgent, a.Index))
+	name := OpInvokeAgent
+	if a.Label != "" {
+		name += " " + a.Label
+	}
+	kv := common(r)
+	kv = append(kv,
+		attribute.String(AttrOperationName, OpInvokeAgent),
+		attribute.Int(AttrAgentIndex, a.Index),
+		attribute.String(AttrAgentState, a.State.String()),
+		attribute.Bool(AttrAgentCached, a.State == ingest.AgentCached),
+		attribute.Int64(AttrUsageTotalTokens, a.Tokens),
+		attribute.Int64(AttrUsageToolUses, a.ToolCalls),
+	)
+	if a.AgentID != "" {
+		kv = append(kv, attribute.String(AttrAgentID, a.AgentID))
+	}
+	if a.Label != "" {
+		kv = append(kv, attribute.String(AttrAgentName, a.Label))
+	}
+	if a.PhaseIndex != 0 {
+		kv = append(kv, attribute.Int(AttrPhaseIndex, a.PhaseIndex))
+	}
+	var code codes.Code
+	var msg string
+	switch a.State {
+	case ingest.AgentError:
+		code, msg = codes.Error, a.Error
+		if msg == "" {
+			msg = "agent ended in error"
+		}
+		kv = append(kv, attribute.String(AttrErrorType, ErrorTypeAgentError))
+	case ingest.AgentAbandoned:
+		code, msg = codes.Error, "abandoned: the run ended before the agent did"
+		kv = append(kv, attribute.String(AttrErrorType, ErrorTypeAbandoned))
+	}
+	if s.previews {
+		if v := ingest.Clean(a.PromptPreview, maxPreviewLen); v != "" {
+			kv = append(kv, attribute.String(AttrPromptPreview, v))
+		}
+		if v := ingest.Clean(a.ResultPreview, maxPreviewLen); v != "" {
+			kv = append(kv, attribute.String(AttrResultPreview, v))
+		}
+	}
+	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
+	if code == codes.Error {
+		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
+	}
+	sp.End(trace.WithTimestamp(ms(end)))
+}
+
+func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase, runStart, runEnd int64) {
+	start, end := phaseTimes(r, p, runStart, runEnd)
+	ctx := withIDs(s.parentCtx(r, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)), s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindPhase, p.Index))
+	name := SpanPhase + " "
+	if p.Title != "" {
+		name += p.Title
+	} else {
+		name += strconv.Itoa(p.Index)
+	}
+	kv := common(r)
+	kv = append(kv, attribute.Int(AttrPhaseIndex, p.Index))
+	if p.Title != "" {
+		kv = append(kv, attribute.String(AttrPhaseTitle, p.Title))
+	}
+	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
+	sp.End(trace.WithTimestamp(ms(end)))
+}
+
+// link returns a link to the root span of r's parent task, when that task
+// was seen in this stream.
+func (s *Sink) link(r *ingest.Run) []trace.Link {
+	if r.ParentTaskID == "" {
+		return nil
+	}
+	run, ok := s.lastRun[r.ParentTaskID]
+	if !ok {
+		return nil
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    s.traceID(r.ParentTaskID, run),
+		SpanID:     SpanID(r.ParentTaskID, run, kindWorkflow, 0),
+		TraceFlags: s.flags(),
+	})
+	return []trace.Link{{SpanContext: sc, Attributes: []attribute.KeyValue{
+		attribute.String(AttrLinkType, LinkParentTask),
+		attribute.String(AttrTaskID, r.ParentTaskID),
+	}}}
+}
+
+// runStatus maps a terminal status to the span status and error.type.
+func runStatus(r *ingest.Run, kv []attribute.KeyValue, failedMsg string) (codes.Code, string, []attribute.KeyValue) {
+	switch r.Status {
+	case ingest.StatusFailed:
+		msg := r.Error
+		if msg == "" {
+			msg = failedMsg
+		}
+		return codes.Error, msg, append(kv, attribute.String(AttrErrorType, ErrorTypeFailed))
+	case ingest.StatusAbandoned:
+		return codes.Error, "abandoned: the stream ended before the task_notification", append(kv, attribute.String(AttrErrorType, ErrorTypeAbandoned))
+	}
+	// Completed and stopped are not errors: a user cancel is a normal end,
+	// marked by the status attribute.
+	return codes.Unset, "", kv
+}
+
+func (s *Sink) exportRoot(r *ingest.Run, start, end int64) {
+	name := OpInvokeWorkflow
+	if r.Name != "" {
+		name += " " + r.Name
+	}
+	kv := common(r)
+	kv = append(kv,
+		attribute.String(AttrOperationName, OpInvokeWorkflow),
+		attribute.String(AttrTaskType, r.TaskType),
+		attribute.String(AttrWorkflowStatus, r.Status.String()),
+		attribute.Bool(AttrWorkflowAbandoned, r.Status == ingest.StatusAbandoned),
+		attribute.Int64(AttrUsageTotalTokens, r.Usage.TotalTokens),
+		attribute.Int64(AttrUsageToolUses, r.Usage.ToolUses),
+		attribute.Int(AttrWorkflowAgents, len(r.Agents)),
+	)
+	if r.Name != "" {
+		kv = append(kv, attribute.String(AttrWorkflowName, r.Name))
+	}
+	if r.Reason != "" {
+		kv = append(kv, attribute.String(AttrStopReason, r.Reason))
+	}
+	if r.InterruptLatencyMs >= 0 {
+		kv = append(kv, attribute.Int64(AttrInterruptLatency, r.InterruptLatencyMs))
+	}
+	if s.previews {
+		if v := ingest.Clean(r.Summary, maxPreviewLen); v != "" {
+			kv = append(kv, attribute.String(AttrSummary, v))
+		}
+	}
+	code, msg, kv := runStatus(r, kv, "workflow failed")
+	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
+		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
+	if code == codes.Error {
+		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
+	}
+	sp.End(trace.WithTimestamp(ms(end)))
+}
+
+// task exports a plain background task (a sub-agent, a shell) as one span
+// invoke_task {task_type} in a trace of its own, so that workflows it
+// launched can link to it.
+func (s *Sink) task(r *ingest.Run) {
+	start, end := runTimes(r)
+	name := SpanTask
+	if r.TaskType != "" {
+		name += " " + r.TaskType
+	}
+	kv := common(r)
+	kv = append(kv,
+		attribute.String(AttrTaskType, r.TaskType),
+		attribute.String(AttrTaskStatus, r.Status.String()),
+		attribute.Int64(AttrUsageTotalTokens, r.Usage.TotalTokens),
+		attribute.Int64(AttrUsageToolUses, r.Usage.ToolUses),
+	)
+	if r.Reason != "" {
+		kv = append(kv, attribute.String(AttrStopReason, r.Reason))
+	}
+	if s.previews {
+		if v := ingest.Clean(r.Summary, maxPreviewLen); v != "" {
+			kv = append(kv, attribute.String(AttrSummary, v))
+		}
+	}
+	code, msg, kv := runStatus(r, kv, "task failed")
+	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
+		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
+	if code == codes.Error {
+		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
+	}
+	sp.End(trace.WithTimestamp(ms(end)))
+}
