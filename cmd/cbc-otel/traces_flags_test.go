@@ -10,10 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 func parseTracesFlags(t *testing.T, live bool, args ...string) *tracesFlags {
@@ -128,8 +126,8 @@ func TestTracesRuntimeFile(t *testing.T) {
 	sc.Buffer(nil, 16<<20)
 	spans := 0
 	for sc.Scan() {
-		var req collectortrace.ExportTraceServiceRequest
-		if err := protojson.Unmarshal(sc.Bytes(), &req); err != nil {
+		req, err := traces.UnmarshalRequest(sc.Bytes())
+		if err != nil {
 			t.Fatal(err)
 		}
 		for _, rs := range req.ResourceSpans {
