@@ -65,25 +65,33 @@ func Interesting(line []byte) bool {
 // decoder, skipping other values; a prefix that ends before they are known
 // does not count.
 func LongLineOfInterest(prefix []byte) bool {
-	if !Interesting(prefix) {
-		return false
+	known, interesting := classify(prefix)
+	return known && interesting
+}
+
+// classify reads the top-level "type" (and for system messages "subtype")
+// of a line or of its prefix. known is false when the prefix ends, or is
+// not JSON, before they could be read.
+func classify(prefix []byte) (known, interesting bool) {
+	if b := bytes.TrimLeft(prefix, " \t\r"); len(b) > 0 && b[0] != '{' {
+		return true, false // not a JSON object: nothing to decode
 	}
 	dec := json.NewDecoder(bytes.NewReader(prefix))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return false
+		return false, false
 	}
 	var typ, sub string
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
-			return false
+			return false, false
 		}
 		key, _ := k.(string)
 		switch key {
 		case "type", "subtype":
 			v, err := dec.Token()
 			if err != nil {
-				return false
+				return false, false
 			}
 			s, _ := v.(string)
 			if key == "type" {
@@ -94,19 +102,31 @@ func LongLineOfInterest(prefix []byte) bool {
 		default:
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
-				return false
+				return false, false
 			}
 		}
 		switch {
 		case strings.HasPrefix(typ, "control_"):
-			return true
+			return true, true
 		case typ != "" && typ != "system":
-			return false
+			return true, false
 		case typ == "system" && sub != "":
-			return sub == "init" || strings.HasPrefix(sub, "task_")
+			return true, sub == "init" || strings.HasPrefix(sub, "task_")
 		}
 	}
-	return false
+	if _, err := dec.Token(); err == nil {
+		return true, false // the object closed without a type we consume
+	}
+	return false, false
+}
+
+// WorthBuffering is the framer's early test on the first bytes of a line
+// still being received: false when they already show a message the Tracker
+// ignores (an assistant message carrying a whole file), so the framer stops
+// buffering it.
+func WorthBuffering(prefix []byte) bool {
+	known, interesting := classify(prefix)
+	return !known || interesting
 }
 
 // wire is the union of the fields we read. Fields not named here (prompt,

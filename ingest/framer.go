@@ -22,6 +22,10 @@ type Line struct {
 // whether the line mattered.
 type Framer struct {
 	max       int
+	limit     int // bytes of the current line to keep: max, or less once probed
+	probe     int // after this many buffered bytes, ask keep
+	keep      func(prefix []byte) bool
+	probed    bool
 	buf       []byte
 	lineLen   int64 // bytes of the current partial line seen so far
 	truncated bool
@@ -35,7 +39,15 @@ func NewFramer(max int, emit func(Line)) *Framer {
 	if max < 1 {
 		max = 1
 	}
-	return &Framer{max: max, emit: emit}
+	return &Framer{max: max, limit: max, emit: emit}
+}
+
+// SetProbe makes the framer ask keep, once n bytes of a line that is still
+// arriving are buffered, whether the rest is worth buffering. When keep
+// says no, only those n bytes are kept and the line is delivered as
+// Truncated: a multi-megabyte message nobody decodes costs no memory.
+func (f *Framer) SetProbe(n int, keep func(prefix []byte) bool) {
+	f.probe, f.keep = n, keep
 }
 
 // Write frames p. Complete lines that lie wholly in p are passed to emit
@@ -77,7 +89,7 @@ func (f *Framer) partial(p []byte) {
 		return
 	}
 	f.lineLen += int64(len(p))
-	if room := f.max - len(f.buf); room > 0 {
+	if room := f.limit - len(f.buf); room > 0 {
 		if len(p) > room {
 			p = p[:room]
 			f.truncated = true
@@ -85,6 +97,13 @@ func (f *Framer) partial(p []byte) {
 		f.buf = append(f.buf, p...)
 	} else if len(p) > 0 {
 		f.truncated = true
+	}
+	if f.keep != nil && !f.probed && len(f.buf) >= f.probe && f.probe > 0 {
+		f.probed = true
+		if !f.keep(f.buf) {
+			f.limit = len(f.buf)
+			f.truncated = true
+		}
 	}
 }
 
@@ -118,6 +137,8 @@ func (f *Framer) reset() {
 	}
 	f.lineLen = 0
 	f.truncated = false
+	f.limit = f.max
+	f.probed = false
 }
 
 // trimCR removes one trailing "\r" of a complete line (CRLF framing).

@@ -98,3 +98,38 @@ func BenchmarkFramer(b *testing.B) {
 		}
 	}
 }
+
+// TestFramerProbe: a line still arriving that shows itself as uninteresting
+// after the probe is not buffered further; an interesting one is.
+func TestFramerProbe(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct {
+		name, line string
+		truncated  bool
+	}{
+		{"assistant stops buffering", `{"type":"assistant","message":{"content":"` + big + `"}}`, true},
+		{"task_progress keeps buffering", `{"type":"system","subtype":"task_progress","task_id":"t","pad":"` + big + `"}`, false},
+		{"type after a big field: undecided, keeps buffering", `{"message":"` + big + `","type":"assistant"}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Line
+			var maxBuf int
+			f := NewFramer(1<<20, func(l Line) { got = append(got, Line{Len: l.Len, Truncated: l.Truncated, Data: append([]byte(nil), l.Data...)}) })
+			f.SetProbe(4096, WorthBuffering)
+			data := []byte(tc.line + "\n")
+			for off := 0; off < len(data); off += 1000 {
+				f.Write(data[off:min(off+1000, len(data))])
+				maxBuf = max(maxBuf, len(f.buf))
+			}
+			if len(got) != 1 || got[0].Len != int64(len(data)) || got[0].Truncated != tc.truncated {
+				t.Fatalf("got %d lines, truncated %v, want 1 of %d bytes, truncated %v", len(got), got[0].Truncated, len(data), tc.truncated)
+			}
+			if tc.truncated && maxBuf > 8192 {
+				t.Errorf("buffered %d bytes of a line not worth keeping", maxBuf)
+			}
+			if !tc.truncated && string(got[0].Data) != tc.line {
+				t.Errorf("line not delivered whole")
+			}
+		})
+	}
+}

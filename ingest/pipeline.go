@@ -10,7 +10,11 @@ import (
 // (task_* events) are small; a workflow with a thousand agents makes
 // snapshots of about a megabyte. Longer lines are passed through by the
 // wrapper untouched but only their prefix is looked at here.
-const DefaultMaxLine = 8 << 20
+const DefaultMaxLine = 4 << 20
+
+// probeBytes is how much of a line still arriving the framer buffers before
+// it asks whether the line is worth keeping (see Framer.SetProbe).
+const probeBytes = 4 << 10
 
 // maxClockLeap bounds how far one event may move a replay's clock.
 const maxClockLeap = 24 * 60 * 60 * 1000
@@ -61,6 +65,7 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 	}
 	for i := range p.framers {
 		p.framers[i] = NewFramer(opts.MaxLine, p.line)
+		p.framers[i].SetProbe(probeBytes, WorthBuffering)
 	}
 	return p
 }

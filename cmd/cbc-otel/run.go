@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/report"
+	"github.com/cbc-otel/cbc-otel/supervise"
+)
+
+// forwardedSignals are passed on to the child. SIGINT, SIGTERM, SIGHUP and
+// SIGQUIT also ask the wrapper to stop (SIGKILL after --kill-timeout).
+var forwardedSignals = []os.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+}
+
+// defaultConsumerWait bounds how long the wrapper waits, after the child is
+// done, for the tap consumer to finish: telemetry must never hold up the exit.
+const defaultConsumerWait = 5 * time.Second
+
+// runConfig is the configuration of `cbc-otel run`. Later issues add their
+// flags here: a field, a line in register, a check in Validate.
+type runConfig struct {
+	killTimeout  time.Duration
+	drainTimeout time.Duration
+	logLevel     string
+	tapQueue     int
+	summary      bool
+	tel          telemetryFlags
+	command      []string // CMD [ARGS...], after --
+}
+
+func defaultRunConfig() runConfig {
+	c := runConfig{
+		killTimeout:  supervise.DefaultKillTimeout,
+		drainTimeout: supervise.DefaultDrainTimeout,
+		logLevel:     "error",
+		tapQueue:     4 << 20,
+	}
+	// The telemetry flags keep their defaults in their registration.
+	c.tel.register(flag.NewFlagSet("defaults", flag.ContinueOnError), true)
+	return c
+}
+
+// register declares the flags on fs, with the config's values as defaults.
+func (c *runConfig) register(fs *flag.FlagSet) {
+	fs.DurationVar(&c.killTimeout, "kill-timeout", c.killTimeout, "after a stop signal, SIGKILL the child if it has not exited within this")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", c.drainTimeout, "after the child exited, wait at most this for EOF on its stdout (a grandchild may hold it open)")
+	fs.StringVar(&c.logLevel, "log.level", c.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
+	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
+	c.tel.register(fs, true)
+}
+
+// Validate checks the configuration after parsing.
+func (c *runConfig) Validate() error {
+	var errs []error
+	if len(c.command) == 0 {
+		errs = append(errs, errors.New("no command given: cbc-otel run [flags] -- CMD [ARGS...]"))
+	}
+	if c.killTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--kill-timeout must be positive, got %v", c.killTimeout))
+	}
+	if c.drainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--drain-timeout must be positive, got %v", c.drainTimeout))
+	}
+	if _, err := parseLogLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.tapQueue < 64<<10 {
+		errs = append(errs, fmt.Errorf("--tap-queue must be at least 65536 bytes, got %d", c.tapQueue))
+	}
+	errs = append(errs, c.tel.validate())
+	return errors.Join(errs...)
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "error":
+		return slog.LevelError, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	}
+	return 0, fmt.Errorf("--log.level must be error, warn, info or debug, got %q", s)
+}
+
+// runner holds what `run` needs from its environment, so that tests can run
+// it in-process without touching the test process's signals.
+type runner struct {
+	// signals subscribes to the signals to forward; stop unsubscribes.
+	signals func() (c <-chan os.Signal, stop func())
+	// watchParent makes the wrapper stop its child when its own parent dies.
+	watchParent bool
+	// consume reads both taps until they are closed; nil means the ingest
+	// pipeline feeding the telemetry sinks. Tests swap in stuck consumers.
+	consume func(stdout, stdin *ingest.Tap, log *slog.Logger)
+	// consumerWait bounds the wait for consume to return after the taps
+	// are closed.
+	consumerWait time.Duration
+}
+
+// cmdRun is `cbc-otel run [flags] -- CMD [ARGS...]`.
+func cmdRun(ctx context.Context, args []string, sio stdio) int {
+	r := runner{signals: notifySignals, watchParent: true, consumerWait: defaultConsumerWait}
+	return r.run(ctx, args, sio)
+}
+
+// notifySignals subscribes to the forwarded signals, and to SIGPIPE on a
+// channel of its own that nobody reads. Notify (not Ignore) for SIGPIPE: an
+// ignored disposition would be inherited by the child across exec, and the
+// child must die of SIGPIPE as it would without us. Being notified, the
+// runtime no longer kills us on EPIPE on stdout; the pump sees the error.
+func notifySignals() (<-chan os.Signal, func()) {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, forwardedSignals...)
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	return c, func() {
+		signal.Stop(c)
+		signal.Stop(pipe)
+	}
+}
+
+const runUsage = `usage: cbc-otel run [flags] -- CMD [ARGS...]
+
+Runs CMD with stdin, stdout and stderr passed through byte-exact, taps its
+stdout and stdin for telemetry, and exits with CMD's status (128+N when
+signal N killed it; 127 not found, 126 not executable, 2 usage, 1 internal).
+
+flags:
+`
+
+func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
+	cfg := defaultRunConfig()
+	fs := flag.NewFlagSet("cbc-otel run", flag.ContinueOnError)
+	// Everything of ours goes to stderr: stdout belongs to the child.
+	fs.SetOutput(sio.err)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runUsage)
+		fs.PrintDefaults()
+	}
+	cfg.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	cfg.command = fs.Args()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
+		return exitUsage
+	}
+	level, _ := parseLogLevel(cfg.logLevel)
+	log := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
+
+	sigs, stopSignals := r.signals()
+	defer stopSignals()
+	if r.watchParent {
+		if err := stopWithParent(); err != nil {
+			log.Warn("cannot watch the parent process", "err", err)
+		}
+	}
+
+	// Telemetry starts before the child so that /metrics is up for its
+	// whole life. Nothing here can fail the run: outputs that cannot start
+	// are logged and skipped.
+	tel, err := cfg.tel.start(ctx, os.Getenv, log)
+	if err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
+		return exitUsage
+	}
+	stdoutTap, stdinTap := ingest.NewTap(cfg.tapQueue), ingest.NewTap(cfg.tapQueue)
+	var runs report.Collector
+	consume := r.consume
+	if consume == nil {
+		opts := tel.pipelineOptions(&cfg.tel, true, &runs)
+		consume = func(stdout, stdin *ingest.Tap, log *slog.Logger) {
+			p := ingest.NewPipeline(opts)
+			p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
+			logTapTotals(log, p.Stats(), stdout, stdin)
+		}
+	}
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		consume(stdoutTap, stdinTap, log)
+	}()
+
+	var stdin io.Reader = sio.in
+	if sio.inFile != nil {
+		stdin = sio.inFile
+	}
+	var stdout io.Writer = sio.out
+	if sio.outFile != nil {
+		stdout = sio.outFile
+	}
+	res, err := supervise.Run(ctx, supervise.Config{
+		Path:         cfg.command[0],
+		Args:         cfg.command[1:],
+		Stdin:        stdin,
+		Stdout:       stdout,
+		Stderr:       sio.err,
+		StdoutTap:    stdoutTap,
+		StdinTap:     stdinTap,
+		Signals:      sigs,
+		KillTimeout:  cfg.killTimeout,
+		DrainTimeout: cfg.drainTimeout,
+		Logger:       log,
+	})
+	stdoutTap.Close()
+	stdinTap.Close()
+	select {
+	case <-consumed:
+		if cfg.summary {
+			if werr := report.WriteWaterfall(sio.err, runs.Runs, tel.stats, report.WaterfallOptions{}); werr != nil {
+				log.Error("writing the summary", "err", werr)
+			}
+		}
+	case <-time.After(r.consumerWait):
+		log.Warn("telemetry consumer did not finish; exiting without it", "waited", r.consumerWait)
+	}
+	// Flush under a deadline of its own: a dead backend costs at most the
+	// flush timeouts, never the child's exit status.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
+	tel.shutdown(sctx)
+	cancel()
+
+	if err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
+		var se *supervise.StartError
+		if errors.As(err, &se) {
+			return se.ExitCode()
+		}
+		return exitFailure
+	}
+	return res.ExitCode
+}
+
+// stopWithParent asks the kernel to send us SIGTERM when our parent dies,
+// which the supervisor forwards to the child (then SIGKILL after the kill
+// timeout). If the parent died before the request took effect, the signal
+// would never come, so we send it ourselves.
+func stopWithParent() error {
+	ppid := os.Getppid()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	if os.Getppid() != ppid {
+		if err := unix.Kill(os.Getpid(), unix.SIGTERM); err != nil {
+			return fmt.Errorf("parent gone, signal self: %w", err)
+		}
+	}
+	return nil
+}
+
+// logTapTotals logs at debug level what the pipeline and the taps saw.
+func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *ingest.Tap) {
+	for _, t := range []struct {
+		src ingest.Source
+		tap *ingest.Tap
+	}{{ingest.SourceStdout, stdout}, {ingest.SourceStdin, stdin}} {
+		in, dropped, droppedChunks := t.tap.Stats()
+		log.Debug("tap totals", "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
+			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
+	}
+}

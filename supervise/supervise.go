@@ -1,0 +1,533 @@
+// Package supervise runs a child process and pumps its standard streams,
+// byte-exact and streaming, with optional non-blocking taps on the child's
+// stdout and stdin. It forwards signals, mirrors the child's exit status and
+// makes sure no process of the child's process group outlives the supervisor.
+//
+// Exit-status contract (see Result.ExitCode): the child's exit code, or
+// 128+N when signal N killed it; when the child cannot be started, 127 if it
+// was not found and 126 if it could not be executed.
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults used when the Config leaves a duration zero.
+const (
+	DefaultKillTimeout  = 10 * time.Second
+	DefaultDrainTimeout = 2 * time.Second
+	// DefaultBufSize is the read buffer of each pump: a fixed size whatever
+	// the line length, so memory stays bounded on a 1 GiB line.
+	DefaultBufSize = 128 << 10
+)
+
+// Exit codes reported when the child could not be started, as a shell would.
+const (
+	ExitNotFound      = 127
+	ExitNotExecutable = 126
+)
+
+// Sentinel errors for start failures; test with errors.Is.
+var (
+	// ErrNotFound means the command does not exist (exit 127).
+	ErrNotFound = errors.New("command not found")
+	// ErrNotExecutable means the command exists but cannot be executed:
+	// permission denied, a directory, not a valid executable (exit 126).
+	ErrNotExecutable = errors.New("command not executable")
+)
+
+// StartError reports that the child could not be started.
+type StartError struct {
+	Path string
+	Code int   // ExitNotFound or ExitNotExecutable
+	Err  error // the underlying error from exec
+}
+
+// Error describes the failure like a shell would.
+func (e *StartError) Error() string {
+	kind := ErrNotExecutable
+	if e.Code == ExitNotFound {
+		kind = ErrNotFound
+	}
+	// The innermost error ("permission denied", "exec format error") says
+	// why without repeating the path that exec's wrappers add.
+	why := e.Err
+	for {
+		u := errors.Unwrap(why)
+		if u == nil {
+			break
+		}
+		why = u
+	}
+	return fmt.Sprintf("%s: %v: %v", e.Path, kind, why)
+}
+
+// Unwrap returns the underlying exec error.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Is matches ErrNotFound or ErrNotExecutable by the error's code.
+func (e *StartError) Is(target error) bool {
+	return (target == ErrNotFound && e.Code == ExitNotFound) ||
+		(target == ErrNotExecutable && e.Code == ExitNotExecutable)
+}
+
+// ExitCode is the wrapper exit code for this failure (126 or 127).
+func (e *StartError) ExitCode() int { return e.Code }
+
+// Config describes the child and its streams.
+type Config struct {
+	// Path is the command, looked up in PATH when it has no slash.
+	Path string
+	// Args are the arguments after the command name.
+	Args []string
+	// Env is the child's environment; nil means the supervisor's own.
+	Env []string
+	// Dir is the child's working directory; empty means the current one.
+	Dir string
+
+	// Stdin is copied to the child's stdin; EOF on it closes the child's
+	// stdin. Nil gives the child /dev/null. Run does not wait for a Read on
+	// Stdin to return before it returns (a terminal may never send EOF), so
+	// an in-process reader should be closed by its owner afterwards.
+	Stdin io.Reader
+	// Stdout receives the child's stdout. When a Write fails (EPIPE: the
+	// consumer went away) the child's stdout pipe is closed so that the
+	// child sees EPIPE/SIGPIPE as it would without the supervisor.
+	// Nil discards.
+	Stdout io.Writer
+	// Stderr receives the child's stderr. An *os.File is handed to the child
+	// as is (no copy); another writer is pumped. Nil gives /dev/null.
+	Stderr io.Writer
+
+	// StdoutTap and StdinTap, when set, receive every byte of the child's
+	// stdout and of Stdin, after it was passed on. They are called on the
+	// pumping goroutine, so they must never block: use an ingest.Tap. Run
+	// makes no call on them after it returns.
+	StdoutTap, StdinTap io.Writer
+
+	// Signals are forwarded to the child, except SIGCHLD, SIGURG and SIGPIPE
+	// (the runtime's own and the supervisor's, never meant for the child).
+	// SIGINT, SIGTERM, SIGHUP and SIGQUIT are also stop requests: if the
+	// child has not exited KillTimeout later, its process group is killed.
+	Signals <-chan os.Signal
+	// KillTimeout is the grace period between a stop request (a stop
+	// signal or ctx being done, which sends SIGTERM) and SIGKILL.
+	KillTimeout time.Duration
+	// DrainTimeout bounds how long, after the child exited, Run waits for
+	// EOF on its stdout and stderr: a grandchild may hold them open. Only
+	// time spent waiting for data counts, not time spent writing it out, so
+	// a slow consumer never loses what the child wrote.
+	DrainTimeout time.Duration
+	// BufSize is each pump's read buffer size (DefaultBufSize when zero).
+	BufSize int
+	// Logger receives the supervisor's own diagnostics (never payloads).
+	Logger *slog.Logger
+}
+
+// Result is how the child ended and what went through.
+type Result struct {
+	// ExitCode mirrors the child: its exit code, or 128+N for signal N.
+	ExitCode int
+	// Signal is the signal that killed the child, or 0 if it exited.
+	Signal syscall.Signal
+	// Killed is set when the supervisor had to SIGKILL the child after a
+	// stop request went unanswered for KillTimeout.
+	Killed bool
+	// StdoutBroken is set when writing to Stdout failed and the child's
+	// stdout was closed.
+	StdoutBroken bool
+	// DrainTimedOut is set when stdout or stderr did not reach EOF within
+	// DrainTimeout after the child exited (a grandchild held them).
+	DrainTimedOut bool
+	// StdoutBytes counts what was read from the child's stdout; StdinBytes
+	// what was written to the child's stdin.
+	StdoutBytes, StdinBytes int64
+}
+
+// stopSignals are the forwarded signals that also ask the supervisor to stop.
+func isStopSignal(s os.Signal) bool {
+	switch s {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+		return true
+	}
+	return false
+}
+
+// child is the started process and the parent's ends of its pipes.
+type child struct {
+	pid    int
+	proc   *os.Process
+	exited chan struct{} // closed once the child has been reaped
+	state  *os.ProcessState
+	werr   error
+}
+
+// Run starts the child, pumps its streams until it has exited and its
+// stdout and stderr are drained, kills whatever is left of its process group
+// and returns how it ended. A *StartError (errors.Is ErrNotFound or
+// ErrNotExecutable) means the child never ran; any other error is an
+// internal failure. ctx being done asks the child to stop (SIGTERM, then
+// SIGKILL after KillTimeout).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg.setDefaults()
+	log := cfg.Logger
+
+	path, serr := lookPath(cfg.Path)
+	if serr != nil {
+		return Result{ExitCode: serr.Code}, serr
+	}
+	var err error
+
+	var (
+		closeAfterStart []*os.File // the child's ends: closed in the parent once started
+		closeOnError    []*os.File // the parent's ends
+		attr            = &os.ProcAttr{Dir: cfg.Dir, Env: cfg.Env}
+	)
+	defer func() {
+		for _, f := range closeAfterStart {
+			f.Close()
+		}
+	}()
+	fail := func(err error) (Result, error) {
+		for _, f := range closeOnError {
+			f.Close()
+		}
+		return Result{ExitCode: 1}, err
+	}
+	devNull := func() (*os.File, error) {
+		f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err == nil {
+			closeAfterStart = append(closeAfterStart, f)
+		}
+		return f, err
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("create pipe: %w", err)
+		}
+		growPipe(r, log)
+		return r, w, nil
+	}
+
+	// stdin: our pump writes into a pipe we created (not exec.Cmd.Stdin with
+	// a reader, whose copy Wait would wait for).
+	var stdinR, stdinW *os.File
+	if cfg.Stdin == nil {
+		if stdinR, err = devNull(); err != nil {
+			return fail(fmt.Errorf("open %s: %w", os.DevNull, err))
+		}
+	} else {
+		if stdinR, stdinW, err = pipe(); err != nil {
+			return fail(err)
+		}
+		closeAfterStart = append(closeAfterStart, stdinR)
+		closeOnError = append(closeOnError, stdinW)
+	}
+	stdoutR, stdoutW, err := pipe()
+	if err != nil {
+		return fail(err)
+	}
+	closeAfterStart = append(closeAfterStart, stdoutW)
+	closeOnError = append(closeOnError, stdoutR)
+
+	var stderrChild, stderrR *os.File
+	switch w := cfg.Stderr.(type) {
+	case nil:
+		if stderrChild, err = devNull(); err != nil {
+			return fail(fmt.Errorf("open %s: %w", os.DevNull, err))
+		}
+	case *os.File:
+		stderrChild = w // shared, not copied: the child writes straight to it
+	default:
+		var wr *os.File
+		if stderrR, wr, err = pipe(); err != nil {
+			return fail(err)
+		}
+		stderrChild = wr
+		closeAfterStart = append(closeAfterStart, wr)
+		closeOnError = append(closeOnError, stderrR)
+	}
+	attr.Files = []*os.File{stdinR, stdoutW, stderrChild}
+	attr.Sys = &syscall.SysProcAttr{
+		// Own process group: terminal signals reach only the supervisor,
+		// which forwards them, and grandchildren can be killed as a group.
+		Setpgid: true,
+		// Dies with the thread that started it; start() keeps that thread
+		// locked for the child's lifetime, so in effect with the supervisor.
+		Pdeathsig: syscall.SIGKILL,
+	}
+
+	ch, err := start(path, append([]string{cfg.Path}, cfg.Args...), attr)
+	if err != nil {
+		for _, f := range closeOnError {
+			f.Close()
+		}
+		var se *StartError
+		if errors.As(err, &se) {
+			return Result{ExitCode: se.Code}, se
+		}
+		return Result{ExitCode: 1}, err
+	}
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	closeAfterStart = nil
+	log.Debug("child started", "pid", ch.pid, "path", path)
+
+	var res Result
+	s := &supervisor{cfg: cfg, log: log, ch: ch, res: &res}
+
+	// Pumps. stdout and stderr are waited for; stdin is not (see Config.Stdin).
+	var outWG sync.WaitGroup
+	outWG.Add(1)
+	go func() {
+		defer outWG.Done()
+		o := s.pumpOut(stdoutR, cfg.Stdout, cfg.StdoutTap, true)
+		res.StdoutBytes, res.StdoutBroken = o.n, o.broken
+		if o.timedOut {
+			res.DrainTimedOut = true
+		}
+	}()
+	var errTimedOut bool
+	if stderrR != nil {
+		outWG.Add(1)
+		go func() {
+			defer outWG.Done()
+			errTimedOut = s.pumpOut(stderrR, cfg.Stderr, nil, false).timedOut
+		}()
+	}
+	var in *inPump
+	if stdinW != nil {
+		in = newInPump(cfg.Stdin, stdinW, cfg.StdinTap, cfg.BufSize, log)
+		go in.run()
+	}
+
+	s.superviseSignals(ctx)
+
+	// The child has exited: give stdout/stderr DrainTimeout to reach EOF
+	// (the pumps enforce it), then kill the group so no grandchild survives
+	// us, which also lets the pumps see EOF.
+	outWG.Wait()
+	s.killGroup()
+	res.DrainTimedOut = res.DrainTimedOut || errTimedOut
+	if in != nil {
+		res.StdinBytes = in.detach()
+	}
+
+	if ch.werr != nil {
+		return Result{ExitCode: 1}, fmt.Errorf("wait for child %d: %w", ch.pid, ch.werr)
+	}
+	ws, _ := ch.state.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		res.Signal = ws.Signal()
+		res.ExitCode = 128 + int(res.Signal)
+	default:
+		res.ExitCode = ws.ExitStatus()
+	}
+	log.Debug("child ended", "pid", ch.pid, "exit_code", res.ExitCode, "signal", int(res.Signal),
+		"killed", res.Killed, "stdout_bytes", res.StdoutBytes, "stdin_bytes", res.StdinBytes,
+		"stdout_broken", res.StdoutBroken, "drain_timed_out", res.DrainTimedOut)
+	return res, nil
+}
+
+func (c *Config) setDefaults() {
+	if c.KillTimeout <= 0 {
+		c.KillTimeout = DefaultKillTimeout
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.BufSize <= 0 {
+		c.BufSize = DefaultBufSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+}
+
+// lookPath resolves the command like exec.Command does and classifies
+// failures into 127 and 126.
+func lookPath(name string) (string, *StartError) {
+	if name == "" {
+		return "", &StartError{Path: name, Code: ExitNotFound, Err: errors.New("empty command")}
+	}
+	p, err := exec.LookPath(name)
+	if err == nil || errors.Is(err, exec.ErrDot) {
+		// ErrDot: found through a relative PATH entry such as ".". A shell
+		// runs it, and so do we: the wrapper must not change what runs.
+		return p, nil
+	}
+	return "", classify(name, err)
+}
+
+func classify(name string, err error) *StartError {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return &StartError{Path: name, Code: ExitNotFound, Err: err}
+	default: // EACCES, EISDIR, ENOEXEC, ...: it is there but will not run
+		return &StartError{Path: name, Code: ExitNotExecutable, Err: err}
+	}
+}
+
+// PipeSize is the capacity the supervisor asks for on the pipes it creates
+// (the kernel default is 64 KiB; 1 MiB is the default unprivileged maximum,
+// /proc/sys/fs/pipe-max-size). With a larger pipe the child and the pumps
+// hand over the CPU far less often, which is most of the wrapper's cost.
+const PipeSize = 1 << 20
+
+// growPipe raises the pipe's capacity, best effort: a smaller pipe is only
+// slower.
+func growPipe(f *os.File, log *slog.Logger) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		if _, err := unix.FcntlInt(fd, unix.F_SETPIPE_SZ, PipeSize); err != nil {
+			log.Debug("cannot grow pipe", "size", PipeSize, "err", err)
+		}
+	})
+}
+
+// cannotExec tells execve failures that are about the command (a shell's
+// 126/127) from resource failures of the supervisor.
+func cannotExec(err error) bool {
+	for _, e := range []error{fs.ErrNotExist, syscall.EACCES, syscall.EPERM, syscall.ENOEXEC,
+		syscall.EISDIR, syscall.ENOTDIR, syscall.ETXTBSY, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.ELIBBAD} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// start starts the child on a goroutine locked to its OS thread and keeps
+// the thread locked until the child is reaped: Pdeathsig fires when the
+// thread that forked the child exits, and a Go thread only exits when a
+// goroutine ends while locked to it. So the signal fires when the
+// supervisor process dies, not when the runtime retires an idle thread.
+func start(path string, argv []string, attr *os.ProcAttr) (*child, error) {
+	type started struct {
+		proc *os.Process
+		err  error
+	}
+	startc := make(chan started, 1)
+	ch := &child{exited: make(chan struct{})}
+	go func() {
+		runtime.LockOSThread()
+		// Deliberately no UnlockOSThread on the error path either: the
+		// goroutine ends locked, so the runtime discards this thread.
+		p, err := os.StartProcess(path, argv, attr)
+		startc <- started{p, err}
+		if err != nil {
+			return
+		}
+		ch.state, ch.werr = p.Wait()
+		close(ch.exited)
+		runtime.UnlockOSThread()
+	}()
+	st := <-startc
+	if st.err != nil {
+		if cannotExec(st.err) {
+			return nil, classify(argv[0], st.err)
+		}
+		// EAGAIN, ENOMEM, EMFILE...: our failure, not the command's.
+		return nil, fmt.Errorf("start %s: %w", path, st.err)
+	}
+	ch.proc, ch.pid = st.proc, st.proc.Pid
+	return ch, nil
+}
+
+// supervisor holds the state shared by Run's helpers.
+type supervisor struct {
+	cfg Config
+	log *slog.Logger
+	ch  *child
+	res *Result
+}
+
+// superviseSignals forwards signals and handles stop requests until the
+// child has exited.
+func (s *supervisor) superviseSignals(ctx context.Context) {
+	var (
+		killTimer <-chan time.Time
+		timer     *time.Timer
+		ctxDone   = ctx.Done()
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	stop := func(why string) {
+		if timer != nil {
+			return
+		}
+		s.log.Debug("stop requested", "reason", why, "kill_timeout", s.cfg.KillTimeout)
+		timer = time.NewTimer(s.cfg.KillTimeout)
+		killTimer = timer.C
+	}
+	for {
+		select {
+		case <-s.ch.exited:
+			return
+		case sig := <-s.cfg.Signals:
+			switch sig {
+			case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE:
+				continue
+			}
+			s.signal(sig)
+			if isStopSignal(sig) {
+				stop(sig.String())
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			s.signal(syscall.SIGTERM)
+			stop("context done")
+		case <-killTimer:
+			killTimer = nil
+			s.log.Warn("child did not exit after a stop request, killing it", "pid", s.ch.pid, "kill_timeout", s.cfg.KillTimeout)
+			s.res.Killed = true
+			s.killGroup()
+		}
+	}
+}
+
+// signal sends sig to the child (not its group: the child decides what its
+// own children get, as it would under a shell). Through os.Process it is
+// safe against pid reuse once the child is reaped.
+func (s *supervisor) signal(sig os.Signal) {
+	if err := s.ch.proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.log.Warn("forward signal", "signal", sig, "pid", s.ch.pid, "err", err)
+		return
+	}
+	s.log.Debug("forwarded signal", "signal", sig, "pid", s.ch.pid)
+}
+
+// killGroup SIGKILLs the child's process group (the child and every
+// descendant that did not leave it). The group id stays reserved by the
+// kernel while any member lives, so this cannot hit an unrelated group.
+func (s *supervisor) killGroup() {
+	err := syscall.Kill(-s.ch.pid, syscall.SIGKILL)
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
+		s.log.Warn("kill process group", "pgid", s.ch.pid, "err", err)
+	}
+}

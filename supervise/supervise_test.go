@@ -1,0 +1,485 @@
+package supervise
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
+)
+
+func TestMain(m *testing.M) {
+	if mode := supervisetest.Mode(); mode != "" {
+		os.Exit(supervisetest.RunChild(mode, os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// helper returns a Config that runs this test binary as the child mode.
+func helper(t *testing.T, mode string) Config {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		Path:         exe,
+		Env:          supervisetest.Env(mode),
+		KillTimeout:  30 * time.Second,
+		DrainTimeout: 5 * time.Second,
+		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// testWriter sends the supervisor's logs to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// run runs cfg with a deadline so that a hang fails the test instead of the
+// whole package.
+func run(t *testing.T, ctx context.Context, cfg Config) (Result, error) {
+	t.Helper()
+	type ret struct {
+		r   Result
+		err error
+	}
+	c := make(chan ret, 1)
+	go func() {
+		r, err := Run(ctx, cfg)
+		c <- ret{r, err}
+	}()
+	select {
+	case r := <-c:
+		return r.r, r.err
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return")
+		return Result{}, nil
+	}
+}
+
+// lineReader reads lines from the read end of a pipe with a failsafe
+// deadline.
+type lineReader struct {
+	t *testing.T
+	f *os.File
+	r *bufio.Reader
+}
+
+func newLineReader(t *testing.T, f *os.File) *lineReader {
+	return &lineReader{t: t, f: f, r: bufio.NewReader(f)}
+}
+
+func (l *lineReader) next() string {
+	l.t.Helper()
+	l.f.SetReadDeadline(time.Now().Add(20 * time.Second))
+	s, err := l.r.ReadString('\n')
+	if err != nil {
+		l.t.Fatalf("reading a line: got %q, %v", s, err)
+	}
+	return strings.TrimSuffix(s, "\n")
+}
+
+func pipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// adversarial returns inputs that a line-oriented or text-minded copy would
+// damage.
+func adversarial() map[string][]byte {
+	cases := map[string][]byte{
+		"empty":            {},
+		"no final newline": []byte(`{"type":"system"}`),
+		"crlf":             []byte("a\r\nb\r\n\r\nc\r"),
+		"nul":              {0, 0, '\n', 0, 'x', 0},
+		"invalid utf8":     {0xff, 0xfe, 0xc3, 0x28, '\n', 0xe2, 0x82, '\n', 0xf0, 0x28, 0x8c},
+		"only newlines":    bytes.Repeat([]byte{'\n'}, 100000),
+	}
+	for _, n := range []int{1, 4095, 65536, 128<<10 - 1, 128 << 10, 128<<10 + 1, 3<<20 + 17} {
+		cases[fmt.Sprintf("binary %d", n)] = supervisetest.Pattern(n)
+	}
+	// One 8 MiB line (many read buffers long): no newline until the very end.
+	long := bytes.Repeat([]byte(`{"k":"\u00e9 v"}`), 8<<20/15)
+	cases["long line"] = append(long, '\n')
+	return cases
+}
+
+// A cat child gets stdin and returns it: output and both taps must match
+// the input byte for byte.
+func TestRoundTripByteExact(t *testing.T) {
+	for name, in := range adversarial() {
+		t.Run(name, func(t *testing.T) {
+			cfg := helper(t, "cat")
+			var out, outTap, inTap bytes.Buffer
+			cfg.Stdin, cfg.Stdout = bytes.NewReader(in), &out
+			cfg.StdoutTap, cfg.StdinTap = &outTap, &inTap
+			res, err := run(t, context.Background(), cfg)
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("Run = %+v, %v", res, err)
+			}
+			want := sha256.Sum256(in)
+			for what, got := range map[string][]byte{"stdout": out.Bytes(), "stdout tap": outTap.Bytes(), "stdin tap": inTap.Bytes()} {
+				if sha256.Sum256(got) != want {
+					t.Errorf("%s: %d bytes differ from the %d input bytes", what, len(got), len(in))
+				}
+			}
+			if res.StdoutBytes != int64(len(in)) || res.StdinBytes != int64(len(in)) {
+				t.Errorf("counted %d out, %d in; want %d", res.StdoutBytes, res.StdinBytes, len(in))
+			}
+		})
+	}
+}
+
+func TestExitStatusMirrorsChild(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		code int
+		sig  syscall.Signal
+	}{
+		{"exit:0", 0, 0},
+		{"exit:1", 1, 0},
+		{"exit:7", 7, 0},
+		{"exit:255", 255, 0},
+		{"killself:9", 137, syscall.SIGKILL},
+		{"killself:15", 143, syscall.SIGTERM},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			res, err := run(t, context.Background(), helper(t, tc.mode))
+			if err != nil || res.ExitCode != tc.code || res.Signal != tc.sig {
+				t.Fatalf("Run = %+v, %v; want code %d signal %v", res, err, tc.code, tc.sig)
+			}
+		})
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	noExec := filepath.Join(dir, "noexec")
+	if err := os.WriteFile(noExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte{0x7f, 'E', 'L', 'F', 0, 0, 0}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want error
+		code int
+	}{
+		{"cbc-otel-test-no-such-command", ErrNotFound, 127},
+		{filepath.Join(dir, "missing"), ErrNotFound, 127},
+		{"", ErrNotFound, 127},
+		{noExec, ErrNotExecutable, 126},
+		{dir, ErrNotExecutable, 126},
+		{garbage, ErrNotExecutable, 126},
+	} {
+		t.Run(filepath.Base(tc.path), func(t *testing.T) {
+			res, err := Run(context.Background(), Config{Path: tc.path, Stdin: strings.NewReader("x"), Stdout: io.Discard})
+			var se *StartError
+			if !errors.Is(err, tc.want) || !errors.As(err, &se) || se.ExitCode() != tc.code || res.ExitCode != tc.code {
+				t.Fatalf("Run(%q) = %+v, %v; want %v (%d)", tc.path, res, err, tc.want, tc.code)
+			}
+		})
+	}
+}
+
+// Every forwarded signal reaches the child, which reports it on stdout.
+func TestSignalsForwarded(t *testing.T) {
+	cfg := helper(t, "sigreport")
+	inR, inW := pipe(t)
+	outR, outW := pipe(t)
+	sigs := make(chan os.Signal, 1)
+	cfg.Stdin, cfg.Stdout, cfg.Signals = inR, outW, sigs
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		outW.Close()
+		done <- res
+	}()
+	lines := newLineReader(t, outR)
+	if got := lines.next(); got != "ready" {
+		t.Fatalf("got %q, want ready", got)
+	}
+	for _, s := range supervisetest.ForwardedSignals {
+		sigs <- s
+		if got, want := lines.next(), fmt.Sprintf("sig %d", s); got != want {
+			t.Fatalf("after forwarding %v the child said %q, want %q", s, got, want)
+		}
+	}
+	sigs <- syscall.SIGPIPE // the supervisor's own: never forwarded
+	inW.Close()             // EOF: the child exits 0
+	select {
+	case res := <-done:
+		if res.ExitCode != 0 || res.Killed {
+			t.Fatalf("Run = %+v", res)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("child did not exit at stdin EOF")
+	}
+}
+
+// Closing our stdin closes the child's: cat sees EOF and exits.
+func TestStdinEOFPropagates(t *testing.T) {
+	cfg := helper(t, "cat")
+	inR, inW := pipe(t)
+	var out bytes.Buffer
+	cfg.Stdin, cfg.Stdout = inR, &out
+	go func() {
+		inW.Write([]byte("abc"))
+		inW.Close()
+	}()
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 0 || out.String() != "abc" {
+		t.Fatalf("Run = %+v, %v, out %q", res, err, out.String())
+	}
+}
+
+// A child that never reads stdin and exits must not keep Run waiting on the
+// stdin pump, even though our stdin never reaches EOF.
+func TestStdinNeverEOFDoesNotBlockExit(t *testing.T) {
+	cfg := helper(t, "exit:5")
+	inR, inW := pipe(t)
+	cfg.Stdin = inR
+	go inW.Write(make([]byte, 1<<20)) // more than the pipe holds
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 5 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+}
+
+// A child that ignores SIGTERM is killed KillTimeout after a stop request,
+// from a signal or from the context.
+func TestKillAfterTimeout(t *testing.T) {
+	for _, how := range []string{"signal", "context"} {
+		t.Run(how, func(t *testing.T) {
+			cfg := helper(t, "ignore-term")
+			cfg.KillTimeout = 200 * time.Millisecond
+			outR, outW := pipe(t)
+			cfg.Stdout = outW
+			sigs := make(chan os.Signal, 1)
+			cfg.Signals = sigs
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				if got := newLineReader(t, outR).next(); got != "ready" {
+					t.Errorf("got %q", got)
+				}
+				if how == "signal" {
+					sigs <- syscall.SIGTERM
+				} else {
+					cancel()
+				}
+			}()
+			res, err := run(t, ctx, cfg)
+			if err != nil || !res.Killed || res.Signal != syscall.SIGKILL || res.ExitCode != 137 {
+				t.Fatalf("Run = %+v, %v; want killed, 137", res, err)
+			}
+		})
+	}
+}
+
+// pids parses "child N grandchild M".
+func pids(t *testing.T, line string) (child, grandchild int) {
+	t.Helper()
+	if _, err := fmt.Sscanf(line, "child %d grandchild %d", &child, &grandchild); err != nil {
+		t.Fatalf("parse %q: %v", line, err)
+	}
+	return child, grandchild
+}
+
+// The child exits but its grandchild holds stdout: Run gives up after
+// DrainTimeout and kills the group, so nothing survives it.
+func TestGrandchildHoldingStdout(t *testing.T) {
+	cfg := helper(t, "grandchild")
+	cfg.DrainTimeout = 300 * time.Millisecond
+	var out bytes.Buffer
+	cfg.Stdout = &out
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 0 || !res.DrainTimedOut {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	_, gc := pids(t, first)
+	if !strings.Contains(out.String(), fmt.Sprintf("pid %d\n", gc)) {
+		t.Errorf("the grandchild's output was lost: %q", out.String())
+	}
+	if !supervisetest.WaitGone(gc, 10*time.Second) {
+		t.Fatalf("grandchild %d survived", gc)
+	}
+}
+
+// A stop request ends the child and, with it, the grandchild it left in the
+// process group.
+func TestStopKillsGroup(t *testing.T) {
+	cfg := helper(t, "grandchild-wait")
+	cfg.DrainTimeout = 300 * time.Millisecond
+	outR, outW := pipe(t)
+	cfg.Stdout = outW
+	sigs := make(chan os.Signal, 1)
+	cfg.Signals = sigs
+	gcc := make(chan int, 1)
+	go func() {
+		_, gc := pids(t, newLineReader(t, outR).next())
+		gcc <- gc
+		sigs <- syscall.SIGTERM
+	}()
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 143 {
+		t.Fatalf("Run = %+v, %v; want 143", res, err)
+	}
+	if gc := <-gcc; !supervisetest.WaitGone(gc, 10*time.Second) {
+		t.Fatalf("grandchild %d survived", gc)
+	}
+}
+
+// When our stdout's reader goes away, the child sees what it would have
+// seen without us: SIGPIPE (default disposition) or EPIPE (ignored).
+func TestStdoutConsumerGone(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		code int
+	}{{"yes", 141}, {"epipe", 3}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := helper(t, tc.mode)
+			outR, outW := pipe(t)
+			cfg.Stdout = outW
+			go func() {
+				io.ReadFull(outR, make([]byte, 1<<20))
+				outR.Close()
+			}()
+			res, err := run(t, context.Background(), cfg)
+			if err != nil || res.ExitCode != tc.code || !res.StdoutBroken {
+				t.Fatalf("Run = %+v, %v; want exit %d, stdout broken", res, err, tc.code)
+			}
+		})
+	}
+}
+
+// A tap whose consumer never reads does not stall the pipe: every byte
+// passes, and what the tap could not queue is counted as dropped.
+func TestStuckTapDoesNotStallPipe(t *testing.T) {
+	cfg := helper(t, "cat")
+	in := supervisetest.Pattern(32 << 20)
+	outTap, inTap := ingest.NewTap(64<<10), ingest.NewTap(64<<10)
+	h := sha256.New()
+	cfg.Stdin, cfg.Stdout = bytes.NewReader(in), h
+	cfg.StdoutTap, cfg.StdinTap = outTap, inTap
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if want := sha256.Sum256(in); !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatal("output differs from input")
+	}
+	for name, tap := range map[string]*ingest.Tap{"stdout": outTap, "stdin": inTap} {
+		bytesIn, dropped, _ := tap.Stats()
+		if bytesIn != int64(len(in)) || dropped < int64(len(in))-(64<<10) {
+			t.Errorf("%s tap: in %d dropped %d; want in %d, all but the queue dropped", name, bytesIn, dropped, len(in))
+		}
+	}
+}
+
+// Each line reaches the consumer as soon as the child writes it: the child
+// waits for our reply before writing the next one, so any buffering in the
+// supervisor would deadlock (and fail on the read deadline).
+func TestStreaming(t *testing.T) {
+	cfg := helper(t, "pingpong")
+	inR, inW := pipe(t)
+	outR, outW := pipe(t)
+	cfg.Stdin, cfg.Stdout = inR, outW
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := Run(context.Background(), cfg)
+		done <- res
+	}()
+	lines := newLineReader(t, outR)
+	for i := 1; i <= 3; i++ {
+		if got, want := lines.next(), fmt.Sprintf("line %d", i); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+		fmt.Fprintf(inW, "ack %d\n", i)
+	}
+	if res := <-done; res.ExitCode != 0 {
+		t.Fatalf("Run = %+v", res)
+	}
+}
+
+// blockingWriter holds its first Write until released, like a consumer
+// that stalls for a while.
+type blockingWriter struct {
+	once    sync.Once
+	release chan struct{}
+	buf     bytes.Buffer
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { <-w.release })
+	return w.buf.Write(p)
+}
+
+// The child exits while the consumer is stalled for longer than
+// DrainTimeout: what the child wrote is still delivered in full, because the
+// drain deadline only bounds waiting for data, not writing it out.
+func TestDrainWithSlowConsumerLosesNothing(t *testing.T) {
+	const n = 100 << 10 // more than one read, less than pipe + buffer: the child can finish
+	cfg := helper(t, fmt.Sprintf("write:%d", n))
+	cfg.DrainTimeout = 50 * time.Millisecond
+	errR, errW := pipe(t)
+	out := &blockingWriter{release: make(chan struct{})}
+	cfg.Stdout, cfg.Stderr = out, errW
+	go func() {
+		// "done" on stderr: the child has written everything and exits.
+		newLineReader(t, errR).next()
+		// Let the drain deadline pass while the consumer is stalled. This
+		// makes time pass; it synchronises nothing.
+		time.Sleep(10 * cfg.DrainTimeout)
+		close(out.release)
+	}()
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if !bytes.Equal(out.buf.Bytes(), supervisetest.Pattern(n)) {
+		t.Fatalf("delivered %d of %d bytes", out.buf.Len(), n)
+	}
+	if res.DrainTimedOut {
+		t.Error("reported a drain timeout: nobody held the pipe, the consumer was only slow")
+	}
+}
+
+// A non-file stderr is pumped (and drained) like stdout.
+func TestStderrWriter(t *testing.T) {
+	cfg := helper(t, "stdio")
+	var out, errb bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &errb
+	res, err := run(t, context.Background(), cfg)
+	if err != nil || res.ExitCode != 0 || out.String() != "out" || errb.String() != "err" {
+		t.Fatalf("Run = %+v, %v; out %q err %q", res, err, out.String(), errb.String())
+	}
+}

@@ -1,0 +1,226 @@
+// Package supervisetest fakes wrapped children for tests with the
+// helper-process pattern: a test binary re-runs itself with EnvMode set, and
+// its TestMain hands over to RunChild, which behaves like the named child
+// (cat, exit 7, ignore SIGTERM, spawn a grandchild, ...).
+//
+// Every mode that the test must wait for prints a line first ("ready",
+// "pid N"), so tests synchronise on output, never on sleeps.
+package supervisetest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// EnvMode is the environment variable that selects the child's behaviour.
+const EnvMode = "GO_HELPER_CHILD"
+
+// ForwardedSignals are the signals a wrapper forwards and the "sigreport"
+// child reports.
+var ForwardedSignals = []syscall.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+}
+
+// Mode returns the requested child mode, or "" when running as the test.
+func Mode() string { return os.Getenv(EnvMode) }
+
+// Env returns the current environment plus the switch for mode. It also
+// turns off the race detector's one-second sleep at exit, which a -race
+// test binary would otherwise add to every child.
+func Env(mode string) []string {
+	return append(os.Environ(), EnvMode+"="+mode, "GORACE=atexit_sleep_ms=0")
+}
+
+// forever parks the child; it is never used to synchronise anything.
+func forever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// RunChild behaves as the child named by mode and returns its exit code
+// (modes that die of a signal do not return). Modes:
+//
+//	cat            copy stdin to stdout until EOF
+//	exit:N         exit with code N
+//	killself:N     kill itself with signal N
+//	sigreport      print "ready", then "sig N" for each forwarded signal; exit 0 at stdin EOF
+//	ignore-term    ignore SIGTERM, print "ready", then hang
+//	sleeper        print "pid N", then hang (default signal dispositions)
+//	grandchild     start a sleeper grandchild sharing stdout, print "pid N" for both, exit 0
+//	grandchild-wait  like grandchild, then hang instead of exiting
+//	yes            write "y\n" forever (dies of SIGPIPE when the reader goes)
+//	epipe          like yes with SIGPIPE ignored; exit 3 on EPIPE
+//	pingpong       write "line i", wait for "ack i" on stdin, three times
+//	write:N        write N bytes of a pattern to stdout, print "done" to stderr, exit
+//	stdio          write "out" to stdout and "err" to stderr
+//	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
+//	               wrapper's own child in MODE, print "wrapper N" to stderr,
+//	               then hang: the wrapper's parent in parent-death tests
+func RunChild(mode string, args []string) int {
+	name, arg, _ := strings.Cut(mode, ":")
+	switch name {
+	case "cat":
+		buf := make([]byte, 64<<10)
+		if _, err := io.CopyBuffer(os.Stdout, os.Stdin, buf); err != nil {
+			fmt.Fprintln(os.Stderr, "cat:", err)
+			return 1
+		}
+		return 0
+	case "exit":
+		n, _ := strconv.Atoi(arg)
+		return n
+	case "killself":
+		n, _ := strconv.Atoi(arg)
+		signal.Reset(syscall.Signal(n))
+		syscall.Kill(os.Getpid(), syscall.Signal(n))
+		forever()
+	case "sigreport":
+		c := make(chan os.Signal, 16)
+		sigs := make([]os.Signal, len(ForwardedSignals))
+		for i, s := range ForwardedSignals {
+			sigs[i] = s
+		}
+		signal.Notify(c, sigs...)
+		eof := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			close(eof)
+		}()
+		fmt.Println("ready")
+		for {
+			select {
+			case s := <-c:
+				fmt.Printf("sig %d\n", s.(syscall.Signal))
+			case <-eof:
+				return 0
+			}
+		}
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		forever()
+	case "sleeper":
+		fmt.Printf("pid %d\n", os.Getpid())
+		forever()
+	case "grandchild", "grandchild-wait":
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = Env("sleeper")
+		cmd.Stdout = os.Stdout
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "grandchild:", err)
+			return 1
+		}
+		fmt.Printf("child %d grandchild %d\n", os.Getpid(), cmd.Process.Pid)
+		if name == "grandchild-wait" {
+			forever()
+		}
+		return 0
+	case "yes", "epipe":
+		if name == "epipe" {
+			signal.Ignore(syscall.SIGPIPE)
+		}
+		p := []byte(strings.Repeat("y\n", 4096))
+		for {
+			if _, err := os.Stdout.Write(p); err != nil {
+				if errors.Is(err, syscall.EPIPE) {
+					return 3
+				}
+				return 4
+			}
+		}
+	case "pingpong":
+		in := bufio.NewReader(os.Stdin)
+		for i := 1; i <= 3; i++ {
+			fmt.Printf("line %d\n", i)
+			got, err := in.ReadString('\n')
+			if err != nil || got != fmt.Sprintf("ack %d\n", i) {
+				fmt.Fprintf(os.Stderr, "pingpong: got %q, %v\n", got, err)
+				return 1
+			}
+		}
+		return 0
+	case "write":
+		n, _ := strconv.Atoi(arg)
+		if _, err := os.Stdout.Write(Pattern(n)); err != nil {
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "done")
+		return 0
+	case "stdio":
+		fmt.Fprint(os.Stdout, "out")
+		fmt.Fprint(os.Stderr, "err")
+		return 0
+	case "spawn-wrapper":
+		if len(args) == 0 {
+			fmt.Fprintln(os.Stderr, "spawn-wrapper: no command")
+			return 2
+		}
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = Env(arg)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "spawn-wrapper:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "wrapper %d\n", cmd.Process.Pid)
+		forever()
+	}
+	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
+	return 2
+}
+
+// Pattern returns n bytes of a recognisable non-repeating-at-small-scale
+// pattern with newlines, NULs and high bytes.
+func Pattern(n int) []byte {
+	p := make([]byte, n)
+	x := uint32(2463534242)
+	for i := range p {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		p[i] = byte(x)
+	}
+	return p
+}
+
+// Alive reports whether pid names a live, non-zombie process.
+func Alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses, which may itself
+	// contain spaces or parentheses: take the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	st := s[i+2]
+	return st != 'Z' && st != 'X'
+}
+
+// WaitGone polls until pid is no longer alive or the deadline passes, and
+// reports whether it is gone.
+func WaitGone(pid int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if !Alive(pid) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	return !Alive(pid)
+}
