@@ -114,7 +114,9 @@ func TestFramerProbe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []Line
 			var maxBuf int
-			f := NewFramer(1<<20, func(l Line) { got = append(got, Line{Len: l.Len, Truncated: l.Truncated, Data: append([]byte(nil), l.Data...)}) })
+			f := NewFramer(1<<20, func(l Line) {
+				got = append(got, Line{Len: l.Len, Truncated: l.Truncated, Data: append([]byte(nil), l.Data...)})
+			})
 			f.SetProbe(4096, WorthBuffering)
 			data := []byte(tc.line + "\n")
 			for off := 0; off < len(data); off += 1000 {
