@@ -4,8 +4,13 @@
 package report
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -150,6 +155,28 @@ func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
 	if stats != nil {
 		// encoding/json sorts map keys, so the line is deterministic.
 		return enc.Encode(StatsOf(stats))
+	}
+	return nil
+}
+
+// WriteJSONFile writes WriteJSON's output to path atomically (a temporary
+// file renamed into place), so a reader never sees half a summary.
+func WriteJSONFile(path string, runs []ingest.Run, stats *ingest.Stats) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("summary file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename this fails harmlessly
+	w := bufio.NewWriter(tmp)
+	if err := WriteJSON(w, runs, stats); err != nil {
+		tmp.Close()
+		return fmt.Errorf("summary file: %w", err)
+	}
+	if err := errors.Join(w.Flush(), tmp.Chmod(0o644), tmp.Close()); err != nil {
+		return fmt.Errorf("summary file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("summary file: %w", err)
 	}
 	return nil
 }

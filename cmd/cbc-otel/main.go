@@ -45,6 +45,7 @@ const usageText = `usage: cbc-otel <command> [flags] [args]
 
 commands:
   run [flags] -- CMD [ARGS...]   wrap a CLI: pass stdio through byte-exact, observe its workflows
+  serve [flags]                  the long-lived sidecar: follow spooled streams, serve /metrics, export traces
   replay [flags] FILE...         run a recording (- for stdin) through the pipeline, print a summary
   simulate [flags]               a protocol-faithful stand-in for the CLI on stdio
   demo [flags]                   run simulated workflows under the wrapper and show what is observed
@@ -63,6 +64,8 @@ func realMain(ctx context.Context, args []string, sio stdio) int {
 	switch cmd {
 	case "run":
 		return cmdRun(ctx, rest, sio)
+	case "serve":
+		return withStopSignals(ctx, func(ctx context.Context) int { return cmdServe(ctx, rest, sio) })
 	case "replay":
 		return withStopSignals(ctx, func(ctx context.Context) int { return cmdReplay(ctx, rest, sio) })
 	case "simulate":

@@ -39,6 +39,7 @@ type runConfig struct {
 	logLevel     string
 	tapQueue     int
 	summary      bool
+	summaryFile  string
 	tel          telemetryFlags
 	command      []string // CMD [ARGS...], after --
 }
@@ -62,6 +63,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log.level", c.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
+	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
 	c.tel.register(fs, true)
 }
 
@@ -232,6 +234,11 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		if cfg.summary {
 			if werr := report.WriteWaterfall(sio.err, runs.Runs, tel.stats, report.WaterfallOptions{}); werr != nil {
 				log.Error("writing the summary", "err", werr)
+			}
+		}
+		if cfg.summaryFile != "" {
+			if werr := report.WriteJSONFile(cfg.summaryFile, runs.Runs, tel.stats); werr != nil {
+				log.Error("writing the summary file", "err", werr)
 			}
 		}
 	case <-time.After(r.consumerWait):
