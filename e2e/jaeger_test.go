@@ -194,18 +194,32 @@ func TestJaegerReplay(t *testing.T) {
 	}
 }
 
-// TestJaegerRun wraps the simulator with `cbc-otel run`: initialize and one
-// user message on stdin, then EOF. The simulator records its stdout and the
-// ground truth, from which the expected trace is derived.
+// TestJaegerRun wraps the simulator with `cbc-otel run`, over OTLP gRPC and
+// again over OTLP HTTP: initialize and one user message on stdin, then EOF.
+// The simulator records its stdout and the ground truth, from which the
+// expected trace is derived.
 func TestJaegerRun(t *testing.T) {
-	j := startJaeger(t, jaegerBinary(t))
+	jbin := jaegerBinary(t)
 	bin := jaegerBuildCLI(t)
+	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
+		t.Run(proto, func(t *testing.T) {
+			j := startJaeger(t, jbin)
+			endpoint := "http://" + j.otlpGRPC
+			if proto == traces.ProtocolHTTP {
+				endpoint = "http://" + j.otlpHTTP
+			}
+			jaegerRunOnce(t, j, bin, endpoint, proto)
+		})
+	}
+}
+
+func jaegerRunOnce(t *testing.T, j *jaeger, bin, endpoint, proto string) {
 	dir := t.TempDir()
 	record, expect := filepath.Join(dir, "stdout.ndjson"), filepath.Join(dir, "expect.ndjson")
 	stdin := []byte(`{"type":"control_request","request_id":"init","request":{"subtype":"initialize","hooks":{},"capabilities":{},"hasPrompt":true}}` + "\n" +
 		`{"type":"user","message":{"role":"user","content":"[[SCENARIO:failed]] review A and B"},"parent_tool_use_id":null,"session_id":""}` + "\n")
 	out := runCLI(t, bin, stdin, []string{"OTEL_SERVICE_NAME=cbc-otel-run"},
-		"run", "--otlp.endpoint", "http://"+j.otlpGRPC, "--otlp.protocol", "grpc", "--",
+		"run", "--web.listen-address=", "--otlp.endpoint", endpoint, "--otlp.protocol", proto, "--",
 		bin, "simulate", "--speed", "0", "--dialect", "claude", "--seed", "7", "--record", record, "--expect", expect)
 	rec, err := os.ReadFile(record)
 	if err != nil {
