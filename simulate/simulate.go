@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 	g := newIDs(cfg.Seed)
 	s := &session{
 		ctx: ctx, cfg: cfg, out: stdout, in: in, ids: g,
-		clk:       newClock(cfg.Epoch),
+		clk:       newClock(cfg.Epoch, cfg.Speed),
 		sessionID: g.uuid(),
 		stopTasks: map[string]bool{},
 		// Markers as the corpus writes them: [[SCENARIO:complete]] or
@@ -203,13 +203,26 @@ func contentText(c json.RawMessage) string {
 type clock struct {
 	virtual bool
 	now     int64
+	// Scaled wall clock: time runs 1/speed as fast as the wall, so that the
+	// timestamps keep the scripted durations whatever --speed is.
+	wall0 time.Time
+	base  int64
+	speed float64
 }
 
-func newClock(epoch int64) *clock {
-	if epoch != 0 {
+// newClock returns the session's clock: virtual from epoch when one is
+// given, virtual from now when speed is 0 (nothing waits, so the clock
+// moves by the scripted durations only), else the wall clock scaled by
+// 1/speed.
+func newClock(epoch int64, speed float64) *clock {
+	switch {
+	case epoch != 0:
 		return &clock{virtual: true, now: epoch}
+	case speed <= 0:
+		return &clock{virtual: true, now: time.Now().UnixMilli()}
 	}
-	return &clock{}
+	now := time.Now()
+	return &clock{wall0: now, base: now.UnixMilli(), speed: speed}
 }
 
 // Now returns the current time in epoch ms.
@@ -217,7 +230,7 @@ func (c *clock) Now() int64 {
 	if c.virtual {
 		return c.now
 	}
-	return time.Now().UnixMilli()
+	return c.base + int64(float64(time.Since(c.wall0).Milliseconds())/c.speed)
 }
 
 // advance moves the virtual clock forward; the wall clock moves by itself.
