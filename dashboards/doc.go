@@ -1,0 +1,20 @@
+// Package dashboards generates cbc-otel's Grafana dashboards, its
+// Prometheus rules (the workflow-success SLO with multiwindow
+// multi-burn-rate alerts, and operational alerts) and a sloth spec of the
+// same SLO, all from Go so that their parameters (the SLO target above
+// all) stay in one place.
+//
+// The committed renderings (overview.json, exporter-health.json,
+// rules/cbc-otel.rules.yml, slo/sloth.yml and the panel table of
+// README.md) are written by
+//
+//	go generate ./dashboards
+//
+// and the tests fail when they differ from what the code generates. The
+// tests also run promtool (check rules, test rules), check every metric
+// name and label used by a query or rule against the exporter's real
+// registry (package metrics), and round-trip the dashboard JSON through
+// the Grafana Foundation SDK's strict decoder.
+package dashboards
+
+//go:generate go run ./gen
