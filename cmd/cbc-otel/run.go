@@ -41,7 +41,9 @@ type runConfig struct {
 	summary      bool
 	summaryFile  string
 	tel          telemetryFlags
-	command      []string // CMD [ARGS...], after --
+	spool        spoolFlags
+	explicit     map[string]bool // flags set on the command line
+	command      []string        // CMD [ARGS...], after --
 }
 
 func defaultRunConfig() runConfig {
@@ -65,6 +67,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
 	c.tel.register(fs, true)
+	c.spool.register(fs)
 }
 
 // Validate checks the configuration after parsing.
@@ -85,7 +88,7 @@ func (c *runConfig) Validate() error {
 	if c.tapQueue < 64<<10 {
 		errs = append(errs, fmt.Errorf("--tap-queue must be at least 65536 bytes, got %d", c.tapQueue))
 	}
-	errs = append(errs, c.tel.validate())
+	errs = append(errs, c.tel.validate(), c.spool.validate(c.explicit))
 	return errors.Join(errs...)
 }
 
@@ -166,6 +169,13 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		return exitUsage
 	}
 	cfg.command = fs.Args()
+	cfg.explicit = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cfg.explicit[f.Name] = true })
+	if cfg.spool.dir != "" && !cfg.explicit["web.listen-address"] {
+		// The sidecar serves /metrics, on the same port by default: a
+		// spooling wrapper does not compete for it unless asked.
+		cfg.tel.metrics.listen = ""
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
 		return exitUsage
@@ -183,28 +193,48 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 
 	// Telemetry starts before the child so that /metrics is up for its
 	// whole life. Nothing here can fail the run: outputs that cannot start
-	// are logged and skipped.
-	tel, err := cfg.tel.start(ctx, os.Getenv, log)
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
-		return exitUsage
-	}
-	stdoutTap, stdinTap := ingest.NewTap(cfg.tapQueue), ingest.NewTap(cfg.tapQueue)
-	var runs report.Collector
-	consume := r.consume
-	if consume == nil {
-		opts := tel.pipelineOptions(&cfg.tel, true, &runs)
-		consume = func(stdout, stdin *ingest.Tap, log *slog.Logger) {
-			p := ingest.NewPipeline(opts)
-			p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
-			logTapTotals(log, p.Stats(), stdout, stdin)
+	// are logged and skipped. With --spool-dir (and no --spool.process) the
+	// wrapper only spools: no pipeline, no telemetry.
+	process := cfg.spool.dir == "" || cfg.spool.process
+	var tel *telemetry
+	if process {
+		var err error
+		if tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
+			fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
+			return exitUsage
 		}
 	}
+	var sp *spooling
+	if cfg.spool.dir != "" {
+		sp = startSpool(cfg.spool.dir, cfg.tapQueue, log)
+		if tel != nil {
+			if err := tel.metrics.registry().Register(sp.collector()); err != nil {
+				log.Error("registering the spool metrics", "err", err)
+			}
+		}
+	}
+	var runs report.Collector
 	consumed := make(chan struct{})
-	go func() {
-		defer close(consumed)
-		consume(stdoutTap, stdinTap, log)
-	}()
+	var stdoutTap, stdinTap *ingest.Tap
+	if process {
+		stdoutTap, stdinTap = ingest.NewTap(cfg.tapQueue), ingest.NewTap(cfg.tapQueue)
+		consume := r.consume
+		if consume == nil {
+			opts := tel.pipelineOptions(&cfg.tel, true, &runs)
+			consume = func(stdout, stdin *ingest.Tap, log *slog.Logger) {
+				p := ingest.NewPipeline(opts)
+				p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
+				logTapTotals(log, p.Stats(), stdout, stdin)
+			}
+		}
+		go func() {
+			defer close(consumed)
+			consume(stdoutTap, stdinTap, log)
+		}()
+	} else {
+		close(consumed)
+	}
+	outTap, inTap := tapWriters(stdoutTap, sp, true), tapWriters(stdinTap, sp, false)
 
 	var stdin io.Reader = sio.in
 	if sio.inFile != nil {
@@ -220,15 +250,31 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		Stdin:        stdin,
 		Stdout:       stdout,
 		Stderr:       sio.err,
-		StdoutTap:    stdoutTap,
-		StdinTap:     stdinTap,
+		StdoutTap:    outTap,
+		StdinTap:     inTap,
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
 	})
-	stdoutTap.Close()
-	stdinTap.Close()
+	if process {
+		stdoutTap.Close()
+		stdinTap.Close()
+	}
+	if sp != nil {
+		sp.close()
+	}
+	// One deadline for both consumers: telemetry never holds up the exit.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), r.consumerWait)
+	defer wcancel()
+	if sp != nil {
+		select {
+		case <-sp.done:
+			sp.logTotals(log)
+		case <-wctx.Done():
+			log.Warn("spool writer did not finish; exiting without it (the file stays .open and the sidecar finalizes it after its idle timeout)", "waited", r.consumerWait)
+		}
+	}
 	select {
 	case <-consumed:
 		if cfg.summary {
@@ -241,7 +287,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 				log.Error("writing the summary file", "err", werr)
 			}
 		}
-	case <-time.After(r.consumerWait):
+	case <-wctx.Done():
 		log.Warn("telemetry consumer did not finish; exiting without it", "waited", r.consumerWait)
 	}
 	// Flush under a deadline of its own: a dead backend costs at most the
@@ -259,6 +305,30 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		return exitFailure
 	}
 	return res.ExitCode
+}
+
+// tapWriters is what supervise writes one stream's bytes to: the pipeline's
+// tap, the spool's, or both (Tap.Write never fails nor blocks, so a
+// MultiWriter of taps never stops early).
+func tapWriters(pipe *ingest.Tap, sp *spooling, stdout bool) io.Writer {
+	var ws []io.Writer
+	if pipe != nil {
+		ws = append(ws, pipe)
+	}
+	if sp != nil {
+		if stdout {
+			ws = append(ws, sp.stdout)
+		} else {
+			ws = append(ws, sp.stdin)
+		}
+	}
+	switch len(ws) {
+	case 0:
+		return nil
+	case 1:
+		return ws[0]
+	}
+	return io.MultiWriter(ws...)
 }
 
 // stopWithParent asks the kernel to send us SIGTERM when our parent dies,
