@@ -1,0 +1,445 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// served is a running `cbc-otel serve`.
+type served struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	exited chan struct{}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startServed(t *testing.T, args ...string) *served {
+	t.Helper()
+	s := &served{addr: freeAddr(t), stderr: new(syncBuffer), exited: make(chan struct{})}
+	s.cmd = exec.Command(wrapperBin, append([]string{"serve", "--web.listen-address", s.addr, "--poll-interval", "20ms", "--grace", "200ms"}, args...)...)
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			s.cmd.Process.Kill()
+			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("serve stderr:\n%s", s.stderr)
+		}
+	})
+	return s
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (s *served) stop(t *testing.T) int {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop after SIGTERM")
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// metric sums a family's series by one label ("" sums everything).
+func (s *served) metric(name, label string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	mf := fams[name]
+	if mf == nil {
+		return out, nil
+	}
+	for _, m := range mf.Metric {
+		key := ""
+		for _, l := range m.Label {
+			if l.GetName() == label {
+				key = l.GetValue()
+			}
+		}
+		out[key] += value(m)
+	}
+	return out, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+// poll calls f every 20 ms until it is true or the deadline passes.
+func poll(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, detail := f()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %v: %s", what, timeout, detail)
+		}
+		<-tick.C
+	}
+}
+
+// recording is a simulated session's stdout and its ground truth.
+type recording struct {
+	lines  [][]byte
+	runs   map[string]float64 // workflow runs by status
+	agents float64
+	tokens float64
+}
+
+// record runs simulate on the given scenarios and keeps what it wrote.
+func record(t *testing.T, seed int, scenarios ...string) recording {
+	t.Helper()
+	dir := t.TempDir()
+	var in bytes.Buffer
+	for i, sc := range scenarios {
+		fmt.Fprintf(&in, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] %d"}}`+"\n", sc, i)
+	}
+	exp := filepath.Join(dir, "expect.ndjson")
+	cmd := exec.Command(wrapperBin, "simulate", "--speed", "0", "--noise", "200", "--agents", "5", "--seed", fmt.Sprint(seed), "--expect", exp)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("simulate: %v", err)
+	}
+	rec := recording{lines: bytes.SplitAfter(out, []byte("\n")), runs: map[string]float64{}}
+	b, err := os.ReadFile(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var r struct {
+			Kind, Status string
+			Tokens       float64
+			Agents       []json.RawMessage
+		}
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == "workflow" {
+			rec.runs[r.Status]++
+			rec.tokens += r.Tokens
+			rec.agents += float64(len(r.Agents))
+		}
+	}
+	return rec
+}
+
+// split returns the stream cut just before its first task_notification, so
+// that the first part leaves a workflow open.
+func (r recording) split() (head, tail []byte) {
+	for i, l := range r.lines {
+		if bytes.Contains(l, []byte(`"task_notification"`)) {
+			return bytes.Join(r.lines[:i], nil), bytes.Join(r.lines[i:], nil)
+		}
+	}
+	return bytes.Join(r.lines, nil), nil
+}
+
+func (r recording) all() []byte { return bytes.Join(r.lines, nil) }
+
+// sum adds recordings' truths.
+func sum(rs ...recording) recording {
+	out := recording{runs: map[string]float64{}}
+	for _, r := range rs {
+		for k, v := range r.runs {
+			out.runs[k] += v
+		}
+		out.agents += r.agents
+		out.tokens += r.tokens
+	}
+	return out
+}
+
+// matches reports how serve's totals differ from want ("" if equal).
+func (s *served) matches(want recording) string {
+	runs, err := s.metric("cbc_workflow_runs_total", "status")
+	if err != nil {
+		return err.Error()
+	}
+	var diffs []string
+	for _, st := range []string{"completed", "failed", "stopped", "abandoned"} {
+		if runs[st] != want.runs[st] {
+			diffs = append(diffs, fmt.Sprintf("%s %v want %v", st, runs[st], want.runs[st]))
+		}
+	}
+	agents, _ := s.metric("cbc_workflow_agents_total", "")
+	tokens, _ := s.metric("cbc_workflow_tokens_total", "")
+	if agents[""] != want.agents || tokens[""] != want.tokens {
+		diffs = append(diffs, fmt.Sprintf("agents %v want %v, tokens %v want %v", agents[""], want.agents, tokens[""], want.tokens))
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func appendFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *served) waitFor(t *testing.T, want recording, what string) {
+	t.Helper()
+	poll(t, 20*time.Second, what, func() (bool, string) {
+		d := s.matches(want)
+		return d == "", d
+	})
+}
+
+func (s *served) waitMetric(t *testing.T, name, label, key string, want float64) {
+	t.Helper()
+	poll(t, 20*time.Second, fmt.Sprintf("%s{%s=%q} = %v", name, label, key, want), func() (bool, string) {
+		m, err := s.metric(name, label)
+		if err != nil {
+			return false, err.Error()
+		}
+		return m[key] == want, fmt.Sprint(m)
+	})
+}
+
+// A file written by `cbc ... | tee`: followed as it grows, finalized after
+// the idle timeout; a restart after SIGTERM does not count it again.
+func TestServeTeeFileIdleAndRestart(t *testing.T) {
+	rec := record(t, 1, "completed", "failed", "mixed")
+	dir, state := t.TempDir(), t.TempDir()
+	f := filepath.Join(dir, "session.ndjson")
+	head, tail := rec.split()
+	appendFile(t, f, head)
+	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "700ms")
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	appendFile(t, f, tail)
+	s.waitFor(t, rec, "totals of the tee'd file")
+	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "idle", 1)
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+	// The same state: totals restored, the file not read again.
+	s2 := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "700ms")
+	poll(t, 10*time.Second, "ready", func() (bool, string) {
+		resp, err := http.Get("http://" + s2.addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	if d := s2.matches(rec); d != "" {
+		t.Fatalf("after a restart: %s", d)
+	}
+	if m, _ := s2.metric("cbc_otel_follow_streams", ""); m[""] != 0 {
+		t.Fatalf("the finished file is followed again: %v", m)
+	}
+}
+
+// Truncation (copytruncate, > file): the new content is read from the start
+// and counted; what was counted before stays counted once.
+func TestServeTruncation(t *testing.T) {
+	a, b := record(t, 2, "completed", "cached"), record(t, 3, "failed", "spellings")
+	dir := t.TempDir()
+	f := filepath.Join(dir, "s.ndjson")
+	appendFile(t, f, a.all())
+	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s")
+	s.waitFor(t, a, "first content")
+	if err := os.Truncate(f, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric(t, "cbc_otel_follow_truncations_total", "", "", 1)
+	appendFile(t, f, b.all())
+	s.waitFor(t, sum(a, b), "content written after the truncation")
+}
+
+// Rotation: the file is renamed (its writer keeps writing to it) and a new
+// one takes its name; both streams are counted exactly.
+func TestServeRotation(t *testing.T) {
+	a, b := record(t, 4, "completed", "failed", "mixed"), record(t, 5, "cached")
+	dir := t.TempDir()
+	f := filepath.Join(dir, "s.ndjson")
+	w, err := os.Create(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	head, tail := a.split()
+	w.Write(head)
+	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "700ms")
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	if err := os.Rename(f, f+".1"); err != nil {
+		t.Fatal(err)
+	}
+	w.Write(tail) // the old writer goes on in the rotated file
+	appendFile(t, f, b.all())
+	s.waitFor(t, sum(a, b), "both sides of the rotation")
+	s.waitMetric(t, "cbc_otel_follow_streams", "", "", 0)
+}
+
+// A file deleted while followed: read to its end, then finalized; the run it
+// left open is abandoned.
+func TestServeFileDeleted(t *testing.T) {
+	a := record(t, 6, "completed", "failed")
+	dir := t.TempDir()
+	f := filepath.Join(dir, "s.ndjson")
+	head, _ := a.split()
+	appendFile(t, f, head)
+	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1h")
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	if err := os.Remove(f); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "deleted", 1)
+	s.waitMetric(t, "cbc_workflow_runs_total", "status", "abandoned", 1)
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 0)
+}
+
+// A corrupt checkpoint: a clear error, the file moved aside, and every file
+// read from the start (totals restart from zero: exact, not doubled).
+func TestServeCorruptCheckpoint(t *testing.T) {
+	a := record(t, 7, "completed", "mixed")
+	dir, state := t.TempDir(), t.TempDir()
+	appendFile(t, filepath.Join(dir, "s.ndjson"), a.all())
+	if err := os.WriteFile(filepath.Join(state, "cbc-otel-serve.state.json"), []byte(`{"version":1,"streams":[{"offset":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "500ms")
+	s.waitFor(t, a, "totals after a corrupt checkpoint")
+	if !strings.Contains(s.stderr.String(), "checkpoint unusable") {
+		t.Fatalf("no clear error about the checkpoint:\n%s", s.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(state, "*.corrupt-*")); len(m) != 1 {
+		t.Fatalf("corrupt checkpoint not moved aside: %v", m)
+	}
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(state, "cbc-otel-serve.state.json")); err != nil {
+		t.Fatalf("no new checkpoint: %v", err)
+	}
+}
+
+// A state directory that cannot be written is an error at start (exit 1),
+// not a silent loss at the first checkpoint.
+func TestServeStateDirReadOnly(t *testing.T) {
+	state := t.TempDir()
+	if err := os.Chmod(state, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(state, 0o700) })
+	if os.Geteuid() == 0 {
+		state = "/proc" // root writes anywhere else
+	}
+	cmd := exec.Command(wrapperBin, "serve", "--follow", filepath.Join(t.TempDir(), "*"), "--state-dir", state, "--web.listen-address", freeAddr(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitFailure || !strings.Contains(stderr.String(), "not writable") {
+		t.Fatalf("exit %d (%v), stderr %q; want 1 and a clear message", code, err, stderr.String())
+	}
+}
+
+func TestServeUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--follow", "[", "--web.listen-address", ""},
+		{"--spool-dir", "x", "--push.gateway", "http://h:1"},
+		{"--spool-dir", "x", "--idle-timeout", "0s"},
+		{"--spool-dir", "x", "extra"},
+	} {
+		cmd := exec.Command(wrapperBin, append([]string{"serve"}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+			t.Errorf("serve %q: exit %d, want 2; stderr %s", args, code, stderr.String())
+		}
+	}
+}
+
+// run --spool-dir: the spool file is complete when the wrapper exits; with
+// a missing directory the passthrough still works and the failure is
+// logged; telemetry output flags without --spool.process are refused.
+func TestRunSpoolDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "sh", "-c", "echo '{\"a\":1}'; printf '\\036odd\\n'")
+	out, err := cmd.Output()
+	if err != nil || string(out) != "{\"a\":1}\n\x1eodd\n" {
+		t.Fatalf("passthrough %q, %v", out, err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 || !strings.HasSuffix(files[0], ".cbcspool") {
+		t.Fatalf("spool files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	if want := "\x1ecbcspool 1\n{\"a\":1}\n\x1estdout \x1eodd\n"; string(b) != want {
+		t.Fatalf("spool file %q, want %q", b, want)
+	}
+
+	cmd = exec.Command(wrapperBin, "run", "--spool-dir", filepath.Join(dir, "missing"), "--", "echo", "hi")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if err != nil || string(out) != "hi\n" || !strings.Contains(stderr.String(), "not spooled") {
+		t.Fatalf("missing spool dir: out %q err %v stderr %q", out, err, stderr.String())
+	}
+
+	cmd = exec.Command(wrapperBin, "run", "--spool-dir", dir, "--otlp.endpoint", "localhost:4317", "--", "true")
+	cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+		t.Fatalf("--otlp.endpoint without --spool.process: exit %d", code)
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/spool"
+)
+
+// spoolFlags are run's flags for handing the stream to a sidecar.
+type spoolFlags struct {
+	dir     string
+	process bool
+}
+
+func (s *spoolFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.dir, "spool-dir", "",
+		"also write the tapped stdout (and the interrupt/stop_task requests seen on stdin) to a new file in this directory, for `cbc-otel serve`; "+
+			"run then does no processing of its own unless --spool.process, and --web.listen-address defaults to off")
+	fs.BoolVar(&s.process, "spool.process", false,
+		"with --spool-dir, also run the pipeline and telemetry in the wrapper as without it")
+}
+
+// telemetryOutputFlags are the flags that ask the wrapper itself for
+// telemetry output; with --spool-dir they need --spool.process.
+var telemetryOutputFlags = []string{
+	"web.listen-address", "web.config.file", "push.gateway", "metrics-file",
+	"traces.exporter", "otlp.endpoint", "otlp.protocol", "traces-file", "summary", "summary-file",
+}
+
+// validate checks the spool flags against the flags set explicitly.
+func (s *spoolFlags) validate(explicit map[string]bool) error {
+	if s.dir == "" {
+		if s.process {
+			return errors.New("--spool.process needs --spool-dir")
+		}
+		return nil
+	}
+	if s.process {
+		return nil
+	}
+	var bad []string
+	for _, name := range telemetryOutputFlags {
+		if explicit[name] {
+			bad = append(bad, "--"+name)
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("%s with --spool-dir need --spool.process (without it the wrapper only spools; the sidecar does the rest)", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// spooling is the spool side of one run: its taps and its writer.
+type spooling struct {
+	stdout, stdin *ingest.Tap
+	stats         *spool.Stats
+	done          chan struct{}
+	path          string
+}
+
+// startSpool creates the spool file and starts its consumer. A file that
+// cannot be created (missing directory, full disk, no permission) is logged
+// and counted: the taps are then drained into nothing, and the passthrough
+// goes on.
+func startSpool(dir string, tapQueue int, log *slog.Logger) *spooling {
+	sp := &spooling{
+		stdout: ingest.NewTap(tapQueue),
+		stdin:  ingest.NewTap(tapQueue),
+		stats:  new(spool.Stats),
+		done:   make(chan struct{}),
+	}
+	w, err := spool.Create(dir, log, sp.stats)
+	if err != nil {
+		log.Error("spool file not created; the stream is passed through but not spooled", "dir", dir, "err", err)
+		go func() {
+			defer close(sp.done)
+			spool.Drain(sp.stdout, sp.stdin, sp.stats)
+		}()
+		return sp
+	}
+	sp.path = w.Path()
+	log.Info("spooling", "file", sp.path)
+	go func() {
+		defer close(sp.done)
+		// Errors are logged and counted by the writer.
+		_ = w.Consume(sp.stdout, sp.stdin)
+	}()
+	return sp
+}
+
+// close ends the taps (the writer then finishes the file and renames it).
+func (sp *spooling) close() {
+	sp.stdout.Close()
+	sp.stdin.Close()
+}
+
+// logTotals reports what was spooled, at warn when something was lost.
+func (sp *spooling) logTotals(log *slog.Logger) {
+	level := slog.LevelDebug
+	if sp.stats.Errors.Load() > 0 || sp.stats.BytesDropped.Load() > 0 || sp.stats.StdinDropped.Load() > 0 {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "spool totals", "file", sp.path, "bytes_written", sp.stats.BytesWritten.Load(),
+		"bytes_dropped", sp.stats.BytesDropped.Load(), "errors", sp.stats.Errors.Load(),
+		"stdin_records", sp.stats.StdinRecords.Load(), "stdin_dropped", sp.stats.StdinDropped.Load())
+}
+
+// collector exposes the spool counters (with --spool.process, on the
+// wrapper's own /metrics).
+func (sp *spooling) collector() prometheus.Collector {
+	return spoolCollector{sp.stats}
+}
+
+type spoolCollector struct{ st *spool.Stats }
+
+var (
+	spoolBytesDesc   = prometheus.NewDesc("cbc_otel_spool_bytes_total", "Bytes written to the spool file.", nil, nil)
+	spoolDroppedDesc = prometheus.NewDesc("cbc_otel_spool_dropped_bytes_total", "Tapped bytes that did not reach the spool file (tap full, write error, no file).", nil, nil)
+	spoolErrorsDesc  = prometheus.NewDesc("cbc_otel_spool_errors_total", "Spool file failures (create, write, sync, rename).", nil, nil)
+)
+
+func (c spoolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- spoolBytesDesc
+	ch <- spoolDroppedDesc
+	ch <- spoolErrorsDesc
+}
+
+func (c spoolCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(spoolBytesDesc, prometheus.CounterValue, float64(c.st.BytesWritten.Load()))
+	ch <- prometheus.MustNewConstMetric(spoolDroppedDesc, prometheus.CounterValue, float64(c.st.BytesDropped.Load()))
+	ch <- prometheus.MustNewConstMetric(spoolErrorsDesc, prometheus.CounterValue, float64(c.st.Errors.Load()))
+}

@@ -1,0 +1,772 @@
+// Package follow is the engine of `cbc-otel serve`: it follows files (spool
+// files written by `cbc-otel run --spool-dir`, or the CLI's stdout written
+// by tee), runs one ingest pipeline per file into one shared set of sinks,
+// and checkpoints offsets, open runs and cumulative totals so that a
+// restart, even after kill -9, counts every run exactly once.
+//
+// # One goroutine
+//
+// Every stream is read, and every pipeline fed, from the goroutine running
+// Engine.Run. The sinks therefore never see two pipelines at once (the
+// traces sink is not safe for that), and a checkpoint taken between two
+// reads is consistent by construction: the totals it saves are exactly the
+// effects of the bytes before the offsets it saves.
+//
+// # Exactly once across a crash
+//
+// A checkpoint holds, at one instant: per stream the offset of the end of
+// the last complete line fed and the Tracker's state after that line (open
+// runs, which agents were reported ended, which runs were reported
+// finished), what the metrics sink remembers of those runs, and the
+// cumulative cbc_* counter and histogram totals. A restarted engine sets
+// the totals as the base of its /metrics (metrics.Cumulative), restores each
+// Tracker and re-reads from each offset. Every count made before the
+// checkpoint is in the base and is not made again, because the restored
+// Tracker knows it was reported (a finished run does not finish twice, an
+// ended agent does not end twice); every count made after it was lost with
+// the crashed process and is made again from the bytes, which are still in
+// the file (spool files are only removed after a checkpoint that records
+// them finished). So the totals of the restarted process are exactly those
+// of a process that never crashed. Spans of runs that were open at the
+// crash are exported when those runs end, with the same deterministic ids;
+// spans exported after the last checkpoint may be exported a second time
+// with the same ids, which backends merge.
+package follow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/spool"
+)
+
+// Defaults of Options.
+const (
+	DefaultIdleTimeout     = 5 * time.Minute
+	DefaultPoll            = 250 * time.Millisecond
+	DefaultCheckpointEvery = 5 * time.Second
+	// readBudget bounds what one stream reads per cycle, so that a large
+	// backlog in one file does not starve the others.
+	readBudget = 4 << 20
+)
+
+// Reasons a stream is finalized (label values).
+const (
+	ReasonComplete = "complete" // a spool file marked complete, read to its end
+	ReasonIdle     = "idle"     // no growth for the idle timeout
+	ReasonDeleted  = "deleted"  // unlinked while followed, read to its end
+	ReasonVanished = "vanished" // gone while serve was down
+)
+
+// Options configures an Engine.
+type Options struct {
+	// Globs select the files to follow (filepath.Glob patterns). Names
+	// ending in .cbcspool.open / .cbcspool are spool files; others plain.
+	Globs []string
+	// StateDir holds the checkpoint; "" runs without one (a restart then
+	// starts every file from the beginning).
+	StateDir string
+	// IdleTimeout finalizes a plain file, or a spool file never marked
+	// complete (its wrapper was killed), after this long without growth.
+	IdleTimeout time.Duration
+	// Poll is how often the globs are expanded and files checked for
+	// growth.
+	Poll time.Duration
+	// CheckpointEvery is the longest time between checkpoints while data
+	// flows; a checkpoint is also written after every cycle in which a run
+	// reached a terminal state, and when a stream is finalized.
+	CheckpointEvery time.Duration
+	// Keep keeps spool files once processed (they are removed otherwise).
+	Keep bool
+	// MaxSpoolBytes caps the spool files on disk: past it, processed files
+	// kept by Keep, then complete files not yet started, are removed oldest
+	// first and counted. 0 means no cap.
+	MaxSpoolBytes int64
+	// Pipeline is the template of every stream's pipeline: its sinks (the
+	// shared metrics sink), Stats, grace, line cap, decode options. Live is
+	// forced on.
+	Pipeline ingest.PipelineOptions
+	// Metrics is the shared metrics sink (also in Pipeline's sinks): its
+	// run marks are checkpointed. Cumulative is the gatherer behind
+	// /metrics whose base is restored.
+	Metrics    *metrics.Metrics
+	Cumulative *metrics.Cumulative
+	// TraceSink returns a new traces sink for one stream (each stream has
+	// its own: the sink keeps per-stream state); nil when tracing is off.
+	TraceSink func() ingest.Sink
+	// Registerer receives the engine's own metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Now is the wall clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Engine follows files into pipelines. Build it with New, call Restore,
+// then Run.
+type Engine struct {
+	opts     Options
+	log      *slog.Logger
+	streams  map[fileID]*stream
+	finished map[fileID]FileState
+	warned   map[string]bool
+	buf      []byte
+	ready    atomic.Bool
+
+	terminal       bool // a run reached a terminal state since the checkpoint
+	dirty          bool // offsets moved since the checkpoint
+	lastCheckpoint time.Time
+	checkpointErr  error
+
+	mStreams    prometheus.Gauge
+	mFinalized  *prometheus.CounterVec
+	mEvicted    prometheus.Counter
+	mEvictedB   prometheus.Counter
+	mCkpt       prometheus.Counter
+	mCkptErr    prometheus.Counter
+	mTruncated  prometheus.Counter
+	mGapRecords prometheus.Counter
+}
+
+// New checks opts and builds an Engine.
+func New(opts Options) (*Engine, error) {
+	if len(opts.Globs) == 0 {
+		return nil, errors.New("follow: no files to follow")
+	}
+	for _, g := range opts.Globs {
+		if _, err := filepath.Match(g, ""); err != nil {
+			return nil, fmt.Errorf("follow: pattern %q: %w", g, err)
+		}
+	}
+	if opts.Metrics == nil || opts.Cumulative == nil {
+		return nil, errors.New("follow: Metrics and Cumulative are required")
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = DefaultPoll
+	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Pipeline.Tracker.Stats == nil {
+		opts.Pipeline.Tracker.Stats = new(ingest.Stats)
+	}
+	e := &Engine{
+		opts:     opts,
+		log:      opts.Logger,
+		streams:  make(map[fileID]*stream),
+		finished: make(map[fileID]FileState),
+		warned:   make(map[string]bool),
+		buf:      make([]byte, 256<<10),
+		mStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cbc_otel_follow_streams", Help: "Files being followed by serve."}),
+		mFinalized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbc_otel_follow_streams_finalized_total",
+			Help: "Followed streams finalized, by reason (complete, idle, deleted, vanished)."}, []string{"reason"}),
+		mEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_spool_evicted_total", Help: "Spool files removed to keep the spool under --spool.max-bytes."}),
+		mEvictedB: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_spool_evicted_bytes_total", Help: "Bytes of spool files removed to keep the spool under --spool.max-bytes."}),
+		mCkpt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_checkpoints_total", Help: "Checkpoints written."}),
+		mCkptErr: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_checkpoint_errors_total", Help: "Checkpoints that could not be written."}),
+		mTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_follow_truncations_total", Help: "Followed files that shrank (truncated) and were read again from the start."}),
+		mGapRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbc_otel_spool_gaps_total", Help: "Gap records read from spool files (the wrapper lost tapped bytes)."}),
+	}
+	for _, r := range []string{ReasonComplete, ReasonIdle, ReasonDeleted, ReasonVanished} {
+		e.mFinalized.WithLabelValues(r)
+	}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{e.mStreams, e.mFinalized, e.mEvicted, e.mEvictedB, e.mCkpt, e.mCkptErr, e.mTruncated, e.mGapRecords} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("follow: registering metrics: %w", err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// Ready reports that the state is restored and the followers run.
+func (e *Engine) Ready() bool { return e.ready.Load() }
+
+func (e *Engine) nowMs() int64 { return e.opts.Now().UnixMilli() }
+
+// terminalSink notes that a checkpoint is due soon: a run's count changed.
+type terminalSink struct{ e *Engine }
+
+func (t terminalSink) Observe(l ingest.Lifecycle) {
+	switch l.Kind {
+	case ingest.RunFinished, ingest.TaskEnded, ingest.RunFinalized:
+		t.e.terminal = true
+	}
+}
+
+// newStream builds a stream around an open file with a fresh pipeline.
+func (e *Engine) newStream(f *os.File, path string, id fileID) *stream {
+	opts := e.opts.Pipeline
+	opts.Live = true
+	opts.Now = e.opts.Now
+	sinks := slices.Clone(opts.Tracker.Sinks)
+	var ts ingest.Sink
+	if e.opts.TraceSink != nil {
+		if ts = e.opts.TraceSink(); ts != nil {
+			sinks = append(sinks, ts)
+		}
+	}
+	opts.Tracker.Sinks = append(sinks, terminalSink{e})
+	s := &stream{
+		path: path, id: id, kind: spool.KindOf(path), f: f,
+		pipe: ingest.NewPipeline(opts), stats: opts.Tracker.Stats,
+		lastGrowth: e.nowMs(), onRecord: e.onRecord, traces: ts,
+	}
+	return s
+}
+
+func (e *Engine) onRecord(s *stream, r spool.Record) {
+	switch r.Kind {
+	case spool.RecordHeader:
+		if r.Version > spool.Version && !e.warned[s.path] {
+			e.warned[s.path] = true
+			e.log.Warn("spool file of a newer format; reading what this version understands", "file", s.path, "version", r.Version)
+		}
+	case spool.RecordGap:
+		e.mGapRecords.Inc()
+		s.stats.AddDropped(r.Source, r.Dropped)
+	}
+}
+
+// Restore loads the checkpoint (if any), restores every stream it holds
+// and sets the totals base. A corrupt checkpoint is moved aside and logged:
+// every file is then read from the start and the totals restart from zero
+// (a counter reset, which Prometheus handles), so nothing is counted twice
+// within the new totals. Only an unreadable state directory is an error.
+func (e *Engine) Restore() error {
+	if e.opts.StateDir == "" {
+		return nil
+	}
+	st, err := LoadState(e.opts.StateDir)
+	if errors.Is(err, ErrCorrupt) {
+		e.corrupt(err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("follow: %w", err)
+	}
+	if err := e.apply(st); err != nil {
+		e.corrupt(err)
+	}
+	return nil
+}
+
+func (e *Engine) corrupt(err error) {
+	to, qerr := QuarantineCorrupt(e.opts.StateDir, e.opts.Now())
+	e.log.Error("checkpoint unusable: reading every followed file from the start; totals restart from zero (a counter reset)",
+		"err", err, "moved_to", to, "move_err", qerr)
+	for id, s := range e.streams {
+		s.f.Close()
+		delete(e.streams, id)
+	}
+	clear(e.finished)
+	e.opts.Cumulative.SetBase(nil)
+}
+
+// apply restores a decoded checkpoint. Nothing reaches the sinks before
+// every stream restored cleanly, so a bad entry can still fall back to a
+// clean start.
+func (e *Engine) apply(st State) error {
+	base, err := metrics.UnmarshalFamilies(st.Metrics)
+	if err != nil {
+		return err
+	}
+	type restored struct {
+		s  *stream
+		ss StreamState
+	}
+	var ok []restored
+	now := e.nowMs()
+	for _, ss := range st.Streams {
+		f, path, id, found := e.locate(ss.FileState)
+		s := e.newStream(f, path, id)
+		if !found {
+			s.path, s.kind = ss.Path, spool.KindOf(ss.Path)
+		}
+		if err := s.pipe.Tracker().Restore(ss.Tracker, now); err != nil {
+			if f != nil {
+				f.Close()
+			}
+			for _, r := range ok {
+				r.s.f.Close()
+			}
+			return fmt.Errorf("%w: stream %s: %w", ErrCorrupt, ss.Path, err)
+		}
+		s.offset, s.readPos = ss.Size, ss.Size
+		s.fp, s.fpLen = ss.FP, ss.FPLen
+		ok = append(ok, restored{s, ss})
+	}
+	// Committed: from here on the sinks learn of the restored runs.
+	e.opts.Cumulative.SetBase(base)
+	e.opts.Metrics.RestoreLabels(st.Workflows, st.TaskTypes)
+	for _, fs := range st.Finished {
+		e.finished[fileID{fs.Dev, fs.Ino}] = fs
+	}
+	for _, r := range ok {
+		e.primeSinks(r.s, r.ss)
+		if r.s.f == nil {
+			e.log.Warn("followed file gone while serve was down; its open runs are abandoned", "file", r.ss.Path, "open_runs", len(r.ss.Tracker.Runs))
+			e.finalize(r.s, ReasonVanished)
+			continue
+		}
+		e.streams[r.s.id] = r.s
+		e.log.Info("resuming stream", "file", r.s.path, "offset", r.s.offset, "open_runs", len(r.ss.Tracker.Runs))
+	}
+	e.mStreams.Set(float64(len(e.streams)))
+	return nil
+}
+
+// primeSinks tells the sinks about a restored stream's open runs: the
+// metrics sink gets its marks back, the stream's traces sink learns the
+// runs (for parent links) and the agents it had deferred until the run
+// ends (ended without both times).
+func (e *Engine) primeSinks(s *stream, ss StreamState) {
+	open := s.pipe.Tracker().Open()
+	for _, m := range ss.Marks {
+		if m.Run >= 0 && m.Run < len(open) {
+			e.opts.Metrics.RestoreRun(open[m.Run], m.Mark)
+		}
+	}
+	if s.traces == nil {
+		return
+	}
+	for i, r := range open {
+		kind := ingest.TaskStarted
+		if r.Workflow {
+			kind = ingest.RunStarted
+		}
+		s.traces.Observe(ingest.Lifecycle{Kind: kind, Run: r})
+		if i >= len(ss.Tracker.Runs) {
+			continue
+		}
+		for _, idx := range ss.Tracker.Runs[i].AgentsEnded {
+			for j := range r.Agents {
+				if a := &r.Agents[j]; a.Index == idx && !(a.Start > 0 && a.End > 0) {
+					s.traces.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: a})
+				}
+			}
+		}
+	}
+}
+
+// locate finds the file a checkpointed stream was reading: at its path, at
+// its spool name after completion, or anywhere the globs match (rotated).
+func (e *Engine) locate(fs FileState) (*os.File, string, fileID, bool) {
+	cands := []string{fs.Path}
+	if spool.KindOf(fs.Path) != spool.Plain {
+		stem := filepath.Join(filepath.Dir(fs.Path), spool.Stem(filepath.Base(fs.Path)))
+		cands = append(cands, stem+spool.DoneSuffix, stem+spool.OpenSuffix)
+	}
+	for _, g := range e.opts.Globs {
+		m, _ := filepath.Glob(g)
+		cands = append(cands, m...)
+	}
+	for _, p := range cands {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			continue
+		}
+		id, ok := idOf(fi)
+		if ok && fi.Size() >= fs.Size && matches(f, p, id, fs) {
+			return f, p, id, true
+		}
+		f.Close()
+	}
+	return nil, fs.Path, fileID{fs.Dev, fs.Ino}, false
+}
+
+// Run follows until ctx ends, then reads what is already written (lines in
+// flight), writes a final checkpoint and returns. Open runs stay open: they
+// continue after a restart. The error is the last checkpoint failure, if
+// the final checkpoint failed too.
+func (e *Engine) Run(ctx context.Context) error {
+	t := time.NewTicker(e.opts.Poll)
+	defer t.Stop()
+	for {
+		busy := e.cycle()
+		e.ready.Store(true)
+		if ctx.Err() != nil {
+			break
+		}
+		if busy {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	e.ready.Store(false)
+	for _, s := range e.sorted() {
+		e.read(s)
+	}
+	if e.opts.StateDir == "" {
+		return nil
+	}
+	return e.checkpoint()
+}
+
+func (e *Engine) sorted() []*stream {
+	out := make([]*stream, 0, len(e.streams))
+	for _, s := range e.streams {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+// cycle discovers files, reads every stream, finalizes the ended ones and
+// checkpoints when due. busy reports that some stream hit its read budget.
+func (e *Engine) cycle() (busy bool) {
+	e.discover()
+	now := e.nowMs()
+	for _, s := range e.sorted() {
+		e.check(s)
+		n := e.read(s)
+		busy = busy || n >= readBudget
+		s.pipe.Tick()
+		switch {
+		case n == 0 && s.complete:
+			e.finalize(s, ReasonComplete)
+		case n == 0 && s.gone:
+			e.finalize(s, ReasonDeleted)
+		case n == 0 && s.kind != spool.Done && now-s.lastGrowth >= e.opts.IdleTimeout.Milliseconds():
+			e.finalize(s, ReasonIdle)
+		}
+	}
+	e.mStreams.Set(float64(len(e.streams)))
+	if e.opts.StateDir != "" && (e.terminal || (e.dirty && e.opts.Now().Sub(e.lastCheckpoint) >= e.opts.CheckpointEvery)) {
+		_ = e.checkpoint()
+	}
+	return busy
+}
+
+// read reads a stream up to the budget.
+func (e *Engine) read(s *stream) int {
+	n, err := s.readSome(e.buf, readBudget)
+	if n > 0 {
+		s.lastGrowth = e.nowMs()
+		e.dirty = true
+	}
+	if err != nil && !e.warned["read:"+s.path] {
+		e.warned["read:"+s.path] = true
+		e.log.Warn("reading a followed file failed; retrying", "file", s.path, "err", err)
+	}
+	return n
+}
+
+// check looks at a stream's file: unlinked, truncated, marked complete,
+// renamed.
+func (e *Engine) check(s *stream) {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return
+	}
+	if nlink(fi) == 0 && !s.gone {
+		s.gone = true
+		e.log.Info("followed file deleted; reading it to its end, then finalizing", "file", s.path)
+	}
+	if fi.Size() < s.readPos {
+		// Truncated (copytruncate, or > file): what is there now is new.
+		e.mTruncated.Inc()
+		e.log.Info("followed file truncated; reading it again from the start", "file", s.path, "size", fi.Size(), "was", s.readPos)
+		s.reset()
+		s.offset, s.readPos, s.fp, s.fpLen = 0, 0, "", 0
+		e.dirty = true
+	}
+	if s.kind == spool.Open && !s.complete {
+		done := filepath.Join(filepath.Dir(s.path), spool.Stem(filepath.Base(s.path))+spool.DoneSuffix)
+		if dfi, err := os.Stat(done); err == nil {
+			if id, ok := idOf(dfi); ok && id == s.id {
+				// Marked complete: the writer synced everything first, so
+				// reading to the end now reads the whole stream.
+				s.path, s.kind, s.complete = done, spool.Done, true
+			}
+		}
+	}
+}
+
+// finalize closes a stream: open runs are abandoned and every run is
+// finalized (counted), then the stream is recorded as finished in a
+// checkpoint before its file may be removed, so that a crash in between
+// neither loses the counts nor reads the file again.
+func (e *Engine) finalize(s *stream, reason string) {
+	s.pipe.Close()
+	e.mFinalized.WithLabelValues(reason).Inc()
+	delete(e.streams, s.id)
+	e.terminal, e.dirty = true, true
+	if s.f == nil {
+		return // vanished: nothing on disk to remember
+	}
+	fs := s.identity()
+	s.f.Close()
+	e.log.Info("stream finalized", "file", s.path, "reason", reason, "bytes", s.offset)
+	if s.gone {
+		return
+	}
+	e.finished[s.id] = fs
+	if s.kind == spool.Plain || e.opts.Keep {
+		return
+	}
+	if e.opts.StateDir != "" {
+		if err := e.checkpoint(); err != nil {
+			return // keep the file: the counts are not durable yet
+		}
+	}
+	e.remove(s.id, s.path)
+}
+
+// remove deletes a processed spool file and forgets it.
+func (e *Engine) remove(id fileID, path string) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Warn("removing a processed spool file failed", "file", path, "err", err)
+		return
+	}
+	delete(e.finished, id)
+}
+
+// candidate is a file the globs matched.
+type candidate struct {
+	path string
+	fi   os.FileInfo
+	id   fileID
+}
+
+// discover expands the globs, enforces the spool cap, and opens the files
+// not followed yet.
+func (e *Engine) discover() {
+	var cands []candidate
+	seen := make(map[fileID]bool)
+	for _, g := range e.opts.Globs {
+		matches, _ := filepath.Glob(g)
+		for _, p := range matches {
+			fi, err := os.Stat(p)
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			id, ok := idOf(fi)
+			if !ok || seen[id] {
+				continue
+			}
+			seen[id] = true
+			cands = append(cands, candidate{p, fi, id})
+		}
+	}
+	// Forget finished files that are gone, so the list stays as long as
+	// what is on disk.
+	for id := range e.finished {
+		if !seen[id] {
+			if _, err := os.Stat(e.finished[id].Path); err != nil {
+				delete(e.finished, id)
+				e.dirty = true
+			}
+		}
+	}
+	cands = e.evict(cands)
+	for _, c := range cands {
+		if s, ok := e.streams[c.id]; ok {
+			if s.path != c.path && spool.KindOf(c.path) == spool.Done && s.kind == spool.Open {
+				s.path, s.kind, s.complete = c.path, spool.Done, true
+			}
+			continue
+		}
+		e.open(c)
+	}
+}
+
+// open starts following a file, unless it is one finished already.
+func (e *Engine) open(c candidate) {
+	f, err := os.Open(c.path)
+	if err != nil {
+		if !e.warned["open:"+c.path] {
+			e.warned["open:"+c.path] = true
+			e.log.Warn("cannot open a matched file", "file", c.path, "err", err)
+		}
+		return
+	}
+	start := int64(0)
+	if fs, ok := e.finished[c.id]; ok {
+		switch {
+		case !matches(f, c.path, c.id, fs) || c.fi.Size() < fs.Size:
+			// Another file on a reused inode, or truncated: new content.
+			delete(e.finished, c.id)
+		case spool.KindOf(c.path) != spool.Plain:
+			f.Close()
+			if !e.opts.Keep {
+				e.remove(c.id, c.path) // processed before a crash, not yet removed
+			}
+			return
+		case c.fi.Size() == fs.Size:
+			f.Close()
+			return
+		default:
+			// A plain file that grew after its idle finalization: a new
+			// stream from where the last one ended.
+			start = fs.Size
+			delete(e.finished, c.id)
+		}
+	}
+	s := e.newStream(f, c.path, c.id)
+	s.offset, s.readPos = start, start
+	if s.kind == spool.Done {
+		s.complete = true
+	}
+	e.streams[c.id] = s
+	e.dirty = true
+	e.log.Info("following", "file", c.path, "kind", kindName(s.kind), "offset", start)
+}
+
+func kindName(k spool.Kind) string {
+	switch k {
+	case spool.Open:
+		return "spool (open)"
+	case spool.Done:
+		return "spool (complete)"
+	}
+	return "plain"
+}
+
+// evict keeps the spool files under MaxSpoolBytes: first spool files
+// already processed and kept, then complete ones not started yet, oldest
+// (by name: creation time) first. Files being followed or still written are
+// never removed. It returns the candidates left.
+func (e *Engine) evict(cands []candidate) []candidate {
+	if e.opts.MaxSpoolBytes <= 0 {
+		return cands
+	}
+	var total int64
+	var victims []int
+	for i, c := range cands {
+		if spool.KindOf(c.path) == spool.Plain {
+			continue
+		}
+		total += c.fi.Size()
+		if _, following := e.streams[c.id]; !following && spool.KindOf(c.path) == spool.Done {
+			victims = append(victims, i)
+		}
+	}
+	if total <= e.opts.MaxSpoolBytes {
+		return cands
+	}
+	rank := func(i int) int {
+		if _, ok := e.finished[cands[i].id]; ok {
+			return 0
+		}
+		return 1
+	}
+	sort.SliceStable(victims, func(a, b int) bool {
+		ra, rb := rank(victims[a]), rank(victims[b])
+		if ra != rb {
+			return ra < rb
+		}
+		return filepath.Base(cands[victims[a]].path) < filepath.Base(cands[victims[b]].path)
+	})
+	drop := make(map[int]bool)
+	for _, i := range victims {
+		if total <= e.opts.MaxSpoolBytes {
+			break
+		}
+		c := cands[i]
+		if err := os.Remove(c.path); err != nil {
+			continue
+		}
+		total -= c.fi.Size()
+		drop[i] = true
+		processed := rank(i) == 0
+		delete(e.finished, c.id)
+		e.dirty = true
+		if !processed {
+			e.mEvicted.Inc()
+			e.mEvictedB.Add(float64(c.fi.Size()))
+			e.log.Warn("spool over --spool.max-bytes: removed a complete spool file before processing it", "file", c.path, "bytes", c.fi.Size())
+		}
+	}
+	if total > e.opts.MaxSpoolBytes && !e.warned["cap"] {
+		e.warned["cap"] = true
+		e.log.Warn("spool still over --spool.max-bytes: the rest is being written or followed", "bytes", total, "cap", e.opts.MaxSpoolBytes)
+	}
+	out := cands[:0]
+	for i, c := range cands {
+		if !drop[i] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// checkpoint writes the state now.
+func (e *Engine) checkpoint() error {
+	st := State{SavedAt: e.nowMs()}
+	totals, err := e.opts.Cumulative.Totals()
+	if err == nil {
+		st.Metrics, err = metrics.MarshalFamilies(totals)
+	}
+	if err == nil {
+		st.Workflows, st.TaskTypes = e.opts.Metrics.Labels()
+		for _, s := range e.sorted() {
+			ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+			for i, r := range s.pipe.Tracker().Open() {
+				if mk, ok := e.opts.Metrics.MarkOf(r); ok {
+					ss.Marks = append(ss.Marks, RunMark{Run: i, Mark: mk})
+				}
+			}
+			st.Streams = append(st.Streams, ss)
+		}
+		for _, fs := range e.finished {
+			st.Finished = append(st.Finished, fs)
+		}
+		sort.Slice(st.Finished, func(i, j int) bool { return st.Finished[i].Path < st.Finished[j].Path })
+		err = SaveState(e.opts.StateDir, st)
+	}
+	if err != nil {
+		e.mCkptErr.Inc()
+		if e.checkpointErr == nil {
+			e.log.Error("writing the checkpoint failed; a restart would re-read from the last good one", "err", err)
+		}
+		e.checkpointErr = err
+		return err
+	}
+	if e.checkpointErr != nil {
+		e.log.Info("checkpoints written again")
+	}
+	e.checkpointErr = nil
+	e.mCkpt.Inc()
+	e.terminal, e.dirty = false, false
+	e.lastCheckpoint = e.opts.Now()
+	return nil
+}

@@ -1,0 +1,135 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// TrackerState is everything a Tracker holds between two events, in a form
+// that encodes to JSON: the runs not yet finalized (with the bookkeeping that
+// makes every lifecycle event fire once), the tombstones of finalized runs
+// and the clock. A sidecar checkpoints it next to the stream offset it
+// belongs to, so that after a restart the Tracker continues exactly where
+// the checkpoint left it: a run already counted is not counted again (its
+// RunFinished and AgentEnded events do not fire twice), a run still open is
+// not lost.
+//
+// Snapshots are only meaningful at a line boundary: the Pipeline's framer
+// state (a partial line) is not part of it, so take them when the bytes fed
+// so far end with a newline.
+type TrackerState struct {
+	// Now is the Tracker's clock when the snapshot was taken, epoch ms.
+	Now int64 `json:"now"`
+	// Runs are the unfinalized runs in order of appearance.
+	Runs []RunSnapshot `json:"runs"`
+	// Tombstones are the (task id, run id) of finalized runs still
+	// remembered, oldest first.
+	Tombstones [][2]string `json:"tombstones,omitempty"`
+}
+
+// RunSnapshot is one unfinalized run: its exported fields plus what the
+// Tracker keeps private.
+type RunSnapshot struct {
+	Run Run `json:"run"`
+	// GraceEnd is when the run's grace window closes (finished runs only),
+	// on the Tracker's clock.
+	GraceEnd int64 `json:"grace_end,omitempty"`
+	// AgentsStarted and AgentsEnded are the indices of the agents whose
+	// AgentStarted and AgentEnded events were emitted already.
+	AgentsStarted []int `json:"agents_started,omitempty"`
+	AgentsEnded   []int `json:"agents_ended,omitempty"`
+}
+
+// Snapshot returns a deep copy of the Tracker's state. It must be called
+// from the goroutine that feeds the Tracker.
+func (t *Tracker) Snapshot() TrackerState {
+	s := TrackerState{Now: t.now}
+	for _, r := range t.open {
+		if r.Finalized {
+			continue
+		}
+		rs := RunSnapshot{Run: r.Clone()}
+		if r.Finished {
+			rs.GraceEnd = r.graceEnd
+		}
+		for i := range r.Agents {
+			a := &r.Agents[i]
+			if a.startSent {
+				rs.AgentsStarted = append(rs.AgentsStarted, a.Index)
+			}
+			if a.endSent {
+				rs.AgentsEnded = append(rs.AgentsEnded, a.Index)
+			}
+		}
+		s.Runs = append(s.Runs, rs)
+	}
+	for _, k := range t.tombOrder {
+		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
+	}
+	return s
+}
+
+// Restore loads a snapshot into a Tracker that has seen no event yet. now
+// is the caller's clock (epoch ms): the grace windows that were open keep
+// the time they had left, so that the time a sidecar was down does not
+// close them before the late snapshots written meanwhile are read. A
+// replay, whose clock is the stream, passes s.Now. No lifecycle event is
+// emitted: the sinks learn of restored runs from their own checkpoints.
+func (t *Tracker) Restore(s TrackerState, now int64) error {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 {
+		return errors.New("ingest: Restore on a Tracker that is in use")
+	}
+	shift := int64(0)
+	if now > s.Now {
+		shift = now - s.Now
+	}
+	t.now = s.Now + shift
+	for i, rs := range s.Runs {
+		if rs.Run.TaskID == "" {
+			return fmt.Errorf("ingest: restoring run %d: no task id", i)
+		}
+		if rs.Run.Finalized {
+			return fmt.Errorf("ingest: restoring run %d: already finalized", i)
+		}
+		r := new(Run)
+		*r = rs.Run.Clone()
+		if r.Finished {
+			r.graceEnd = rs.GraceEnd + shift
+		}
+		for j := range r.Agents {
+			a := &r.Agents[j]
+			a.startSent = slices.Contains(rs.AgentsStarted, a.Index)
+			a.endSent = slices.Contains(rs.AgentsEnded, a.Index)
+		}
+		t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
+		t.open = append(t.open, r)
+		if r.Finished {
+			t.graceQ = append(t.graceQ, r)
+		}
+	}
+	// Runs finish in clock order, so deadlines were ascending; keep the
+	// queue sorted whatever the snapshot said.
+	slices.SortStableFunc(t.graceQ, func(a, b *Run) int {
+		switch {
+		case a.graceEnd < b.graceEnd:
+			return -1
+		case a.graceEnd > b.graceEnd:
+			return 1
+		}
+		return 0
+	})
+	for _, k := range s.Tombstones {
+		rk := runKey{k[0], k[1]}
+		if _, ok := t.tombs[rk]; ok {
+			continue
+		}
+		t.tombs[rk] = struct{}{}
+		t.tombOrder = append(t.tombOrder, rk)
+	}
+	for len(t.tombOrder) > t.maxTombs {
+		delete(t.tombs, t.tombOrder[0])
+		t.tombOrder = t.tombOrder[1:]
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"bytes"
+	"maps"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// canonical renders the cumulative cbc_* families of g without what
+// legitimately differs between processes (exemplars, created timestamps,
+// gauges, build info), native histograms included.
+func canonical(t *testing.T, g prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := cbcFamilies(g).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if !cumulativeFamily(mf) {
+			continue
+		}
+		mf = proto.Clone(mf).(*dto.MetricFamily)
+		for _, m := range mf.Metric {
+			if c := m.Counter; c != nil {
+				c.CreatedTimestamp, c.Exemplar = nil, nil
+			}
+			if h := m.Histogram; h != nil {
+				h.CreatedTimestamp, h.Exemplars = nil, nil
+				// Float sums depend on the order of additions; native
+				// spans may or may not keep empty buckets inside.
+				h.SampleSum = proto.Float64(math.Round(h.GetSampleSum()*1e6) / 1e6)
+				h.PositiveSpan, h.PositiveDelta = encodeNative(nativeBuckets(h.PositiveSpan, h.PositiveDelta))
+				h.NegativeSpan, h.NegativeDelta = encodeNative(nativeBuckets(h.NegativeSpan, h.NegativeDelta))
+				for _, bk := range h.Bucket {
+					bk.Exemplar = nil
+				}
+			}
+		}
+		b.WriteString(prototext.Format(mf))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func lines(t *testing.T, path string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.SplitAfter(data, []byte("\n"))
+}
+
+// TestCumulativeRestartIsExact processes two recordings in one process, and
+// again with a restart in the middle of the second one (tracker snapshot,
+// run marks, labels and totals carried over): the cumulative families must
+// be identical, histograms (classic and native) included.
+func TestCumulativeRestartIsExact(t *testing.T) {
+	s1 := lines(t, "../testdata/simulate/mixed-cbc.ndjson")
+	s2 := lines(t, "../testdata/simulate/many-agents-claude-interrupt10.ndjson")
+	feed := func(m *Metrics, st *ingest.Stats, ls [][]byte) *ingest.Pipeline {
+		p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: st}})
+		for _, l := range ls {
+			p.Write(ingest.SourceStdout, l)
+		}
+		return p
+	}
+	wholeStats := new(ingest.Stats)
+	whole := newTest(t, Options{Stats: wholeStats})
+	feed(whole, wholeStats, s1).Close()
+	feed(whole, wholeStats, s2).Close()
+	want := canonical(t, whole.Registry())
+
+	for _, cut := range []int{0, 1, len(s2) / 3, len(s2) / 2, len(s2) - 3, len(s2)} {
+		st1 := new(ingest.Stats)
+		m1 := newTest(t, Options{Stats: st1})
+		c1 := NewCumulative(m1.Registry())
+		feed(m1, st1, s1).Close()
+		p := feed(m1, st1, s2[:cut])
+		snap := p.Tracker().Snapshot()
+		var marks []RunMark
+		var has []bool
+		for _, r := range p.Tracker().Open() {
+			mk, ok := m1.MarkOf(r)
+			marks, has = append(marks, mk), append(has, ok)
+		}
+		wf, tt := m1.Labels()
+		totals, err := c1.Totals()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := MarshalFamilies(totals)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// The next process.
+		base, err := UnmarshalFamilies(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st2 := new(ingest.Stats)
+		m2 := newTest(t, Options{Stats: st2})
+		m2.RestoreLabels(wf, tt)
+		c2 := NewCumulative(m2.Registry())
+		c2.SetBase(base)
+		q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2}})
+		if err := q.Tracker().Restore(snap, snap.Now); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range q.Tracker().Open() {
+			if has[i] {
+				m2.RestoreRun(r, marks[i])
+			}
+		}
+		for _, l := range s2[cut:] {
+			q.Write(ingest.SourceStdout, l)
+		}
+		q.Close()
+		if got := canonical(t, c2); got != want {
+			t.Fatalf("restart after line %d of %d: cumulative families differ\n got:\n%s\nwant:\n%s", cut, len(s2), got, want)
+		}
+		// Nothing is active any more: the restored gauge went back to 0.
+		if v := series(t, m2.Registry(), "cbc_workflow_runs_active"); sumValues(v) != 0 {
+			t.Fatalf("restart after line %d: runs_active %v", cut, v)
+		}
+	}
+}
+
+func TestNativeMergeAcrossSchemas(t *testing.T) {
+	h1 := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cbc_x", NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 160})
+	h2 := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cbc_x", NativeHistogramBucketFactor: 2})
+	all := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cbc_x", NativeHistogramBucketFactor: 2})
+	for _, v := range []float64{0.3, 1, 2.5, 7, 100} {
+		h1.Observe(v)
+		all.Observe(v)
+	}
+	for _, v := range []float64{0.01, 3, 3000} {
+		h2.Observe(v)
+		all.Observe(v)
+	}
+	var a, b, w dto.Metric
+	_ = h1.Write(&a)
+	_ = h2.Write(&b)
+	_ = all.Write(&w)
+	mergeHistogram(a.Histogram, b.Histogram)
+	got, want := b.Histogram, w.Histogram
+	got.CreatedTimestamp, want.CreatedTimestamp = nil, nil
+	// Encodings may differ (the client keeps short runs of empty buckets
+	// inside a span); the counts per bucket may not.
+	gb, wb := nativeBuckets(got.PositiveSpan, got.PositiveDelta), nativeBuckets(want.PositiveSpan, want.PositiveDelta)
+	for i, c := range wb {
+		if c == 0 {
+			delete(wb, i)
+		}
+	}
+	if got.GetSchema() != want.GetSchema() || got.GetSampleCount() != want.GetSampleCount() || !maps.Equal(gb, wb) {
+		t.Fatalf("merged native histogram\n got %v\nwant %v", prototext.Format(got), prototext.Format(want))
+	}
+}

@@ -1,0 +1,155 @@
+// Package spool is the hand-over between `cbc-otel run --spool-dir` and the
+// `cbc-otel serve` sidecar: the wrapper writes what it tapped to a file, the
+// sidecar follows it.
+//
+// # Files
+//
+// One file per wrapped child, created in the spool directory as
+//
+//	<unix-nanos>-<pid>-<random>.cbcspool.open
+//
+// and renamed (atomically, same directory, so the inode stays) to
+//
+//	<unix-nanos>-<pid>-<random>.cbcspool
+//
+// once the child has exited and everything tapped is written and synced.
+// The rename is the completion mark: a sidecar finalizes the stream (runs
+// without a notification become abandoned) when it has read a .cbcspool to
+// its end. A .open file whose writer died (kill -9 of the wrapper) is
+// finalized after the sidecar's idle timeout like any plain file.
+//
+// # Records
+//
+// The file is line-oriented and is, line for line, the child's stdout: a
+// line that does not start with the byte 0x1E (ASCII record separator,
+// which a JSON line cannot start with) is a stdout line, verbatim. A line
+// that starts with 0x1E is a tagged record, "\x1e<tag> <payload>\n":
+//
+//	\x1ecbcspool 1                first line: format version
+//	\x1estdin <json>              a control request (interrupt, stop_task) the
+//	                              wrapper saw on the child's stdin, verbatim
+//	\x1estdout <line>             a stdout line that itself began with 0x1E
+//	\x1egap <source> <bytes>      bytes of source (stdout, stdin) were lost
+//	                              here (tap queue full, or a write error)
+//
+// Unknown tags are skipped, so later versions can add records. stdin records
+// are written only between two stdout lines, so the order of a control
+// request relative to the events around it is kept to the line. Other stdin
+// traffic (user messages, initialize) is not written: the sidecar does not
+// need it, and it would only be something more to protect.
+package spool
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// File name suffixes.
+const (
+	// OpenSuffix marks a spool file still being written.
+	OpenSuffix = ".cbcspool.open"
+	// DoneSuffix marks a complete spool file.
+	DoneSuffix = ".cbcspool"
+	// Version is the format version written in the header record.
+	Version = 1
+)
+
+// RS starts a tagged record.
+const RS = 0x1e
+
+// Record tags.
+const (
+	tagHeader = "cbcspool"
+	tagStdin  = "stdin"
+	tagStdout = "stdout"
+	tagGap    = "gap"
+)
+
+// Kind classifies a file name.
+type Kind uint8
+
+// Kinds of followed files.
+const (
+	// Plain is any other file: the CLI's stdout as written by tee.
+	Plain Kind = iota
+	// Open is a spool file still being written.
+	Open
+	// Done is a complete spool file.
+	Done
+)
+
+// KindOf tells a spool file (open or complete) from a plain one by its name.
+func KindOf(name string) Kind {
+	switch {
+	case strings.HasSuffix(name, OpenSuffix):
+		return Open
+	case strings.HasSuffix(name, DoneSuffix):
+		return Done
+	}
+	return Plain
+}
+
+// Stem is a spool file's name without its suffix (the same before and after
+// completion), or the name itself for a plain file.
+func Stem(name string) string {
+	if s, ok := strings.CutSuffix(name, OpenSuffix); ok {
+		return s
+	}
+	if s, ok := strings.CutSuffix(name, DoneSuffix); ok {
+		return s
+	}
+	return name
+}
+
+// RecordKind says what a spool line is.
+type RecordKind uint8
+
+// Record kinds returned by Parse.
+const (
+	RecordLine    RecordKind = iota // a line of Source
+	RecordGap                       // Dropped bytes of Source were lost here
+	RecordHeader                    // the version header
+	RecordUnknown                   // a tagged record of a later version: skip
+)
+
+// Record is one parsed spool line.
+type Record struct {
+	Kind    RecordKind
+	Source  ingest.Source
+	Line    []byte // RecordLine: the line, with its newline if it had one
+	Dropped int64  // RecordGap: bytes lost (0 when unknown)
+	Version int    // RecordHeader
+}
+
+// Parse classifies one line of a spool file (with or without its trailing
+// newline). Line aliases line.
+func Parse(line []byte) Record {
+	if len(line) == 0 || line[0] != RS {
+		return Record{Kind: RecordLine, Source: ingest.SourceStdout, Line: line}
+	}
+	body := line[1:]
+	tag, rest, _ := bytes.Cut(body, []byte{' '})
+	switch string(bytes.TrimRight(tag, "\r\n")) {
+	case tagStdout:
+		return Record{Kind: RecordLine, Source: ingest.SourceStdout, Line: rest}
+	case tagStdin:
+		return Record{Kind: RecordLine, Source: ingest.SourceStdin, Line: rest}
+	case tagGap:
+		f := strings.Fields(string(rest))
+		r := Record{Kind: RecordGap, Source: ingest.SourceStdout}
+		if len(f) > 0 && f[0] == ingest.SourceStdin.String() {
+			r.Source = ingest.SourceStdin
+		}
+		if len(f) > 1 {
+			r.Dropped, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+		return r
+	case tagHeader:
+		v, _ := strconv.Atoi(strings.TrimSpace(string(rest)))
+		return Record{Kind: RecordHeader, Version: v}
+	}
+	return Record{Kind: RecordUnknown}
+}
