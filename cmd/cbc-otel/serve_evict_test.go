@@ -70,4 +70,3 @@ func remaining(t *testing.T, dir string) []string {
 	sort.Strings(m)
 	return m
 }
-
