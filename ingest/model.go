@@ -70,7 +70,8 @@ func FinalAgentStates() []AgentState {
 // with cached:true is cached.
 func parseAgentState(e *Entry) (AgentState, bool) {
 	switch e.State {
-	case "start", "running", "started", "":
+	case "start", "running", "started", "progress", "in_progress", "":
+		// progress: Claude Code 2.1.328 shows an agent inside a tool call so.
 		if e.StartedAt > 0 {
 			return AgentRunning, true
 		}

@@ -43,6 +43,7 @@ type Pipeline struct {
 	now         func() time.Time
 	streamClock int64
 	cur         Source
+	chunkAt     int64 // Unix ns the chunk being processed passed the tap; 0 outside Consume
 }
 
 // NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
@@ -110,6 +111,9 @@ func (p *Pipeline) Close() {
 
 func (p *Pipeline) clock(ev *Event) int64 {
 	if p.live {
+		if p.chunkAt > 0 {
+			return p.chunkAt / int64(time.Millisecond)
+		}
 		return p.now().UnixMilli()
 	}
 	if ev != nil {
@@ -146,39 +150,71 @@ func (p *Pipeline) line(l Line) {
 // Consume drains the taps of a wrapped child until both are closed, then
 // closes the pipeline. Either tap may be nil. tick is how often a live
 // pipeline's grace windows are checked while the stream is quiet.
+//
+// When both taps hold data, the chunk that passed through the wrapper first
+// is processed first, and a live pipeline's clock is the time a chunk passed
+// through, not when it is processed: so an interrupt written to the child is
+// seen before the stopped notification it caused, whichever queue the
+// consumer happened to look at first.
 func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Duration) {
 	if tick <= 0 {
 		tick = 500 * time.Millisecond
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var outC, inC <-chan Chunk
-	if stdout != nil {
-		outC = stdout.Chunks()
+	taps := [numSources]*Tap{stdout, stdin}
+	var chans [numSources]<-chan Chunk
+	for i, tap := range taps {
+		if tap != nil {
+			chans[i] = tap.Chunks()
+		}
 	}
-	if stdin != nil {
-		inC = stdin.Chunks()
+	var pend [numSources]*Chunk
+	take := func(i int, c Chunk, ok bool) {
+		if !ok {
+			chans[i] = nil
+			p.endTap(Source(i), taps[i])
+			return
+		}
+		pend[i] = &c
 	}
-	for outC != nil || inC != nil {
-		select {
-		case c, ok := <-outC:
-			if !ok {
-				outC = nil
-				p.endTap(SourceStdout, stdout)
-				continue
+	for {
+		if pend[0] == nil && pend[1] == nil {
+			if chans[0] == nil && chans[1] == nil {
+				break
 			}
-			p.chunk(SourceStdout, stdout, c)
-		case c, ok := <-inC:
-			if !ok {
-				inC = nil
-				p.endTap(SourceStdin, stdin)
-				continue
+			select {
+			case c, ok := <-chans[0]:
+				take(0, c, ok)
+			case c, ok := <-chans[1]:
+				take(1, c, ok)
+			case <-t.C:
+				p.Tick()
+			case <-ctx.Done():
+				p.Close()
+				return
 			}
-			p.chunk(SourceStdin, stdin, c)
-		case <-t.C:
-			p.Tick()
-		case <-ctx.Done():
-			outC, inC = nil, nil
+		}
+		// Look at the other queue without waiting: what is already there
+		// may have passed through earlier.
+		for i := range pend {
+			if pend[i] == nil && chans[i] != nil {
+				select {
+				case c, ok := <-chans[i]:
+					take(i, c, ok)
+				default:
+				}
+			}
+		}
+		i := 0
+		if pend[0] == nil || (pend[1] != nil && pend[1].At <= pend[0].At) { // ties: a request precedes its effects
+			i = 1
+		}
+		if c := pend[i]; c != nil {
+			pend[i] = nil
+			p.chunkAt = c.At
+			p.chunk(Source(i), taps[i], *c)
+			p.chunkAt = 0
 		}
 	}
 	p.Close()

@@ -3,6 +3,7 @@ package ingest
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Source says which stream bytes came from.
@@ -35,6 +36,10 @@ func (s Source) String() string {
 type Chunk struct {
 	Data []byte
 	Gap  bool
+	// At is when the bytes passed through the tap (Unix ns). The consumer
+	// orders stdin against stdout by it: an interrupt written to the child
+	// before it printed the stopped notification must be seen first.
+	At int64
 	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
 }
 
@@ -114,6 +119,7 @@ func (t *Tap) Write(p []byte) (int, error) {
 		t.drop(len(p))
 		return n, nil
 	}
+	at := time.Now().UnixNano()
 	for len(p) > 0 {
 		class := min(classFor(len(p)), t.maxClass)
 		size := tapClasses[class]
@@ -125,7 +131,7 @@ func (t *Tap) Write(p []byte) (int, error) {
 		}
 		buf := t.get(class)
 		k := copy((*buf)[:size], p)
-		c := Chunk{Data: (*buf)[:k], Gap: t.gap, buf: buf}
+		c := Chunk{Data: (*buf)[:k], Gap: t.gap, At: at, buf: buf}
 		t.queued.Add(int64(size))
 		select {
 		case t.ch <- c:

@@ -295,8 +295,13 @@ func (t *Tracker) mergePhase(r *Run, e *Entry) {
 func (t *Tracker) mergeAgent(r *Run, e *Entry) {
 	st, ok := parseAgentState(e)
 	if !ok {
+		// A spelling the protocol does not define: counted, and read as
+		// live (additive evolution adds states, it does not end agents).
 		t.violation(ViolationUnknownStatus, r)
-		return
+		st = AgentQueued
+		if e.StartedAt > 0 {
+			st = AgentRunning
+		}
 	}
 	a := r.agent(e.Index)
 	if a == nil {

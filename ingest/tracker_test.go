@@ -303,11 +303,19 @@ func TestTrackerAgentStateSpellings(t *testing.T) {
 		})
 	}
 	cases = append(cases, streamCase{
-		name:  "unknown spelling is unknown_status and makes no agent",
+		name:  "unknown spelling is unknown_status and read as live",
 		lines: []jobj{lnWorkflow("w1"), lnProgress("w1", agentRow(1, "exploded", "startedAt", T0+1)), lnNotify("w1", "stopped")},
 		viol:  map[ingest.Violation]int64{ingest.ViolationUnknownStatus: 1},
 		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
-			eq(t, "agents", len(finalRun(t, rec, "w1", "").Agents), 0)
+			// Started, never final: abandoned when the run is finalized.
+			eq(t, "final state", agentOf(t, finalRun(t, rec, "w1", ""), 1).State, ingest.AgentAbandoned)
+		},
+	}, streamCase{
+		name:  "Claude Code's progress spelling is live, not a violation",
+		lines: []jobj{lnWorkflow("w1"), lnProgress("w1", agentRow(1, "progress", "startedAt", T0+1)), lnProgress("w1", agentRow(1, "done", "startedAt", T0+1, "durationMs", 5)), lnNotify("w1", "completed")},
+		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+			eq(t, "final state", agentOf(t, finalRun(t, rec, "w1", ""), 1).State, ingest.AgentDone)
+			eq(t, "AgentStarted", countAgent(rec, ingest.AgentStarted, "w1", 1), 1)
 		},
 	})
 	runStreamCases(t, cases)
