@@ -39,8 +39,8 @@ type Chunk struct {
 	// At is when the bytes passed through the tap (Unix ns). The consumer
 	// orders stdin against stdout by it: an interrupt written to the child
 	// before it printed the stopped notification must be seen first.
-	At int64
-	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
+	At  int64
+	buf *[]byte // pooled backing store of Data; nil for an empty chunk
 }
 
 // Buffer size classes. A tap is written with whatever one read of a pipe
