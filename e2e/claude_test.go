@@ -480,19 +480,11 @@ func checkClaudeRun(t *testing.T, sc string, r *claudeRun, api *mockAnthropic) {
 	// state PROTOCOL.md does not list; cbc-otel counts such a row as an
 	// unknown_status violation. Tolerated here up to the number of such rows
 	// (and reported), everything else must be clean.
-	odd := oddAgentStates(r.stdout)
-	if stats == nil || len(stats["rejected"].(map[string]any)) != 0 {
-		t.Errorf("stats %v: want no rejected lines", stats)
-	} else {
-		v := stats["violations"].(map[string]any)
-		n := sdkNum(v["unknown_status"])
-		delete(v, "unknown_status")
-		if len(v) != 0 || n > int64(len(odd)) {
-			t.Errorf("violations %v (unknown_status %d) with %d agent rows of a state outside the protocol %v", v, n, len(odd), odd)
-		}
-		if n > 0 {
-			t.Logf("KNOWN GAP: %d unknown_status violation(s) from agent rows with state %v", n, odd)
-		}
+	// Claude Code shows agents inside a tool call with state "progress",
+	// which PROTOCOL.md does not list; cbc-otel reads it as live. Nothing
+	// else may be out of the ordinary either.
+	if stats == nil || len(stats["rejected"].(map[string]any)) != 0 || len(stats["violations"].(map[string]any)) != 0 {
+		t.Errorf("stats %v: want no rejected lines and no violations (agent states outside the protocol seen: %v)", stats, oddAgentStates(r.stdout))
 	}
 	if run["kind"] != "workflow" || run["workflow"] != scen.Workflow || run["status"] != want.status {
 		t.Errorf("run %v %q %v, want workflow %q %v", run["kind"], run["workflow"], run["status"], scen.Workflow, want.status)
@@ -561,8 +553,9 @@ func checkClaudeRun(t *testing.T, sc string, r *claudeRun, api *mockAnthropic) {
 			t.Errorf("agent %d has no start", i+1)
 		case ma.Mode == "hang" && sdkNum(a["end"]) == 0:
 			// Claude Code's stop flip carries neither endedAt nor
-			// durationMs; cbc-otel leaves the end at 0 (reported).
-			t.Logf("KNOWN GAP: the stopped agent %d has end 0 in the summary (its row has no endedAt/durationMs)", i+1)
+			// durationMs: the summary says 0, unknown (its span ends
+			// with the run).
+			t.Logf("the stopped agent %d has no end time in the stream (end 0 in the summary)", i+1)
 		case sdkNum(a["end"]) < sdkNum(a["start"]):
 			t.Errorf("agent %d times %v..%v", i+1, a["start"], a["end"])
 		}

@@ -148,6 +148,18 @@ func (p *inPump) run() {
 	for {
 		n, err := p.src.Read(buf)
 		if n > 0 {
+			// Tap before passing on: the tap stamps the bytes' passage,
+			// and a request (an interrupt) must be stamped before the
+			// child can react to it on stdout.
+			p.mu.Lock()
+			if p.detached {
+				p.mu.Unlock()
+				return
+			}
+			if p.tap != nil {
+				p.tap.Write(buf[:n])
+			}
+			p.mu.Unlock()
 			if _, werr := p.dst.Write(buf[:n]); werr != nil {
 				// The child closed its stdin or exited (EPIPE), or Run
 				// detached us: what it did not take, nobody will.
@@ -155,14 +167,7 @@ func (p *inPump) run() {
 				return
 			}
 			p.mu.Lock()
-			if p.detached {
-				p.mu.Unlock()
-				return
-			}
 			p.n += int64(n)
-			if p.tap != nil {
-				p.tap.Write(buf[:n])
-			}
 			p.mu.Unlock()
 		}
 		if err != nil {

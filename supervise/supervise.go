@@ -113,7 +113,9 @@ type Config struct {
 	Stderr io.Writer
 
 	// StdoutTap and StdinTap, when set, receive every byte of the child's
-	// stdout and of Stdin, after it was passed on. They are called on the
+	// stdout (after it was passed on: the consumer first) and of Stdin
+	// (before it is passed on: a request is stamped before the child can
+	// react to it). They are called on the
 	// pumping goroutine, so they must never block: use an ingest.Tap. Run
 	// makes no call on them after it returns.
 	StdoutTap, StdinTap io.Writer
