@@ -34,6 +34,7 @@ func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	fs.IntVar(&cfg.InterruptAfter, "interrupt-after", 0, "test aid: interrupt itself after the Nth agent start (0 = never)")
 	fs.StringVar(&record, "record", "", "also write every stdout byte to this file")
 	fs.StringVar(&expect, "expect", "", "write the ground truth, one JSON line per task run, to this file")
+	ignoreCLIFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(sio.err, "usage: cbc-otel simulate [flags] < stdin.ndjson\n\n"+
 			"Reads stream-json control requests and user messages on stdin and writes\n"+
@@ -121,4 +122,20 @@ func validateSimulate(cfg simulate.Config) error {
 		return fmt.Errorf("--noise and --interrupt-after must not be negative")
 	}
 	return nil
+}
+
+// ignoreCLIFlags accepts, and ignores, the flags the agent SDKs pass to the
+// CLI they start (Claude Agent SDK: --output-format stream-json --verbose
+// --input-format stream-json ...; CodeBuddy: --setting-sources ...), so that
+// an SDK can start the simulator as its CLI with no script in between.
+func ignoreCLIFlags(fs *flag.FlagSet) {
+	const note = "accepted for CLI compatibility and ignored"
+	for _, name := range []string{"p", "print", "verbose", "include-partial-messages", "continue", "dangerously-skip-permissions"} {
+		fs.Bool(name, false, note)
+	}
+	for _, name := range []string{"input-format", "output-format", "setting-sources", "model", "fallback-model", "permission-mode",
+		"allowedTools", "allowed-tools", "disallowedTools", "disallowed-tools", "max-turns", "resume", "session-id",
+		"append-system-prompt", "system-prompt", "mcp-config", "permission-prompt-tool", "add-dir", "settings"} {
+		fs.String(name, "", note)
+	}
 }

@@ -54,3 +54,21 @@ func TestCmdSimulateRecordExpect(t *testing.T) {
 		t.Fatalf("mixed makes 3 runs, expect has %d lines:\n%s", n, expect)
 	}
 }
+
+// An agent SDK starts the simulator with the CLI's own flags: they are
+// accepted and ignored, so no script has to drop them.
+func TestSimulateAcceptsSDKFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--output-format", "stream-json", "--verbose", "--input-format", "stream-json"},
+		{"--input-format=stream-json", "--output-format=stream-json", "--verbose", "--setting-sources", "none", "-p", "--dialect", "claude"},
+	} {
+		var out, errb bytes.Buffer
+		in := strings.NewReader(`{"type":"control_request","request_id":"init","request":{"subtype":"initialize"}}` + "\n")
+		if code := cmdSimulate(context.Background(), append(args, "--speed", "0"), stdio{in: in, out: &out, err: &errb}); code != exitOK {
+			t.Fatalf("simulate %q = %d: %s", args, code, errb.String())
+		}
+		if !strings.Contains(out.String(), `"control_response"`) {
+			t.Errorf("simulate %q did not answer initialize: %q", args, out.String())
+		}
+	}
+}
