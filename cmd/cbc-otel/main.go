@@ -49,6 +49,7 @@ commands:
   replay [flags] FILE...         run a recording (- for stdin) through the pipeline, print a summary
   simulate [flags]               a protocol-faithful stand-in for the CLI on stdio
   demo [flags]                   run simulated workflows under the wrapper and show what is observed
+  install DIR                    copy this binary to DIR/cbc-otel (the Helm chart's init container)
   version                        print the version
 
 Run 'cbc-otel <command> -h' for a command's flags.
@@ -72,6 +73,8 @@ func realMain(ctx context.Context, args []string, sio stdio) int {
 		return withStopSignals(ctx, func(ctx context.Context) int { return cmdSimulate(ctx, rest, sio) })
 	case "demo":
 		return withStopSignals(ctx, func(ctx context.Context) int { return cmdDemo(ctx, rest, sio) })
+	case "install":
+		return cmdInstall(ctx, rest, sio)
 	case "version", "--version", "-version":
 		fmt.Fprintf(sio.out, "cbc-otel %s\n", version)
 		return exitOK

@@ -23,7 +23,7 @@ type spoolFlags struct {
 
 func (s *spoolFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.dir, "spool-dir", "",
-		"also write the tapped stdout (and the interrupt/stop_task requests seen on stdin) to a new file in this directory, for `cbc-otel serve`; "+
+		"also write the tapped stdout (and the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
 			"run then does no processing of its own unless --spool.process, and --web.listen-address defaults to off")
 	fs.BoolVar(&s.process, "spool.process", false,
 		"with --spool-dir, also run the pipeline and telemetry in the wrapper as without it")
