@@ -5,79 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"testing"
 	"time"
 )
-
-// startPrometheusWithRules is startPrometheus (prom_helpers_test.go) with
-// a rule file loaded and rules evaluated every second: the same 1 s scrape
-// of target, readiness wait and cleanup.
-func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *prometheusServer {
-	t.Helper()
-	dir := t.TempDir()
-	rulesPath := filepath.Join(dir, "rules.yml")
-	if err := os.WriteFile(rulesPath, rules, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - %q
-scrape_configs:
-  - job_name: cbc-otel
-    metrics_path: /metrics
-    static_configs:
-      - targets: [%q]
-`, rulesPath, target)
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := promFreePort(t)
-	logs := &promLockedBuffer{}
-	cmd := exec.Command(bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting prometheus: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	p := &prometheusServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: logs}
-	promPoll(t, 30*time.Second, "prometheus ready", func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited:\n%s", logs.String())
-		default:
-		}
-		resp, err := http.Get(p.base + "/-/ready")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status
-	})
-	return p
-}
 
 // promAlert is one element of /api/v1/alerts.
 type promAlert struct {

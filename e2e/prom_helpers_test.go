@@ -89,17 +89,32 @@ type prometheusServer struct {
 // and waits until it is ready. It is killed when the test ends.
 func startPrometheus(t *testing.T, bin, target string) *prometheusServer {
 	t.Helper()
+	return startPrometheusWithRules(t, bin, target, nil)
+}
+
+// startPrometheusWithRules is startPrometheus with a rule file loaded (when
+// rules is not nil) and evaluated every second.
+func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *prometheusServer {
+	t.Helper()
 	dir := t.TempDir()
+	ruleFiles := ""
+	if rules != nil {
+		rulesPath := filepath.Join(dir, "rules.yml")
+		if err := os.WriteFile(rulesPath, rules, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ruleFiles = fmt.Sprintf("rule_files:\n  - %q\n", rulesPath)
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
-scrape_configs:
+%sscrape_configs:
   - job_name: cbc-otel
     metrics_path: /metrics
     static_configs:
       - targets: [%q]
-`, target)
+`, ruleFiles, target)
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,8 @@ func Push(ctx context.Context, gatewayURL, job string, g prometheus.Gatherer) er
 func checkPushURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("metrics: push gateway URL: %w", err)
+		// url.Error quotes the whole URL, password included: say less.
+		return errors.New("metrics: push gateway URL: not a valid URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("metrics: push gateway URL %q: want http://host:port or https://host:port", redact(s))

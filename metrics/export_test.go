@@ -187,3 +187,11 @@ func TestWriteFile(t *testing.T) {
 		t.Error("WriteFile into a missing directory succeeded")
 	}
 }
+
+// A malformed Pushgateway URL is refused without echoing its password.
+func TestCheckPushURLKeepsPasswordOut(t *testing.T) {
+	err := CheckPushURL("http://user:s3cr3t%zz@host:9091")
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("error %v: want a refusal without the password", err)
+	}
+}

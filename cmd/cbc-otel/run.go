@@ -220,7 +220,13 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		stdoutTap, stdinTap = ingest.NewTap(cfg.tapQueue), ingest.NewTap(cfg.tapQueue)
 		consume := r.consume
 		if consume == nil {
-			opts := tel.pipelineOptions(&cfg.tel, true, &runs)
+			// Runs are kept for a summary only when one is asked for: a
+			// days-long session must not grow with every run it saw.
+			var extra []ingest.Sink
+			if cfg.summary || cfg.summaryFile != "" {
+				extra = append(extra, &runs)
+			}
+			opts := tel.pipelineOptions(&cfg.tel, true, extra...)
 			consume = func(stdout, stdin *ingest.Tap, log *slog.Logger) {
 				p := ingest.NewPipeline(opts)
 				p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
