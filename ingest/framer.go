@@ -115,6 +115,14 @@ func (f *Framer) Gap() {
 	f.skipping = true
 }
 
+// GapAtLineEnd tells the framer that bytes are missing from the stream and
+// that the missing bytes ended with a newline: the partial line is
+// discarded, but the next byte starts a whole line, which is kept.
+func (f *Framer) GapAtLineEnd() {
+	f.reset()
+	f.skipping = false
+}
+
 // Flush ends the stream: an unterminated last line is emitted as a line.
 func (f *Framer) Flush() {
 	if !f.skipping && f.lineLen > 0 {

@@ -18,8 +18,12 @@ func frameAll(max int, writes ...string) []framed {
 	var out []framed
 	f := NewFramer(max, func(l Line) { out = append(out, framed{string(l.Data), l.Len, l.Truncated}) })
 	for _, w := range writes {
-		if w == "<gap>" {
+		switch w {
+		case "<gap>":
 			f.Gap()
+			continue
+		case "<gap-eol>": // the dropped bytes ended with a newline
+			f.GapAtLineEnd()
 			continue
 		}
 		f.Write([]byte(w))
@@ -47,6 +51,9 @@ func TestFramer(t *testing.T) {
 		{"cap unterminated", 4, []string{"abcdefgh"}, []framed{{"abcd", 8, true}}},
 		{"gap drops partial and the rest of its line", 100, []string{"abc", "<gap>", "def\nghi\n"}, []framed{{"ghi", 4, false}}},
 		{"gap at the end drops the partial", 100, []string{"abc\nde", "<gap>"}, []framed{{"abc", 4, false}}},
+		{"gap at a line end keeps the next line", 100, []string{"abc", "<gap-eol>", "def\nghi\n"}, []framed{{"def", 4, false}, {"ghi", 4, false}}},
+		{"gap at a line end ends a skip", 100, []string{"abc", "<gap>", "<gap-eol>", "def\n"}, []framed{{"def", 4, false}}},
+		{"gap at a line end at the end drops the partial", 100, []string{"abc\nde", "<gap-eol>"}, []framed{{"abc", 4, false}}},
 		{"nul and invalid utf-8 pass", 100, []string{"a\x00\xff\n"}, []framed{{"a\x00\xff", 4, false}}},
 	}
 	for _, tt := range tests {

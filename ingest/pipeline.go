@@ -86,6 +86,10 @@ func (p *Pipeline) Write(src Source, b []byte) {
 // Gap tells the pipeline that bytes of src were lost before the next Write.
 func (p *Pipeline) Gap(src Source) { p.framers[src%numSources].Gap() }
 
+// GapAtLineEnd tells the pipeline that bytes of src were lost before the next
+// Write, and that they ended with a newline: the next Write starts a line.
+func (p *Pipeline) GapAtLineEnd(src Source) { p.framers[src%numSources].GapAtLineEnd() }
+
 // EndOfStream flushes an unterminated last line of src.
 func (p *Pipeline) EndOfStream(src Source) {
 	p.cur = src
@@ -207,7 +211,7 @@ func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Du
 			}
 		}
 		i := 0
-		if pend[0] == nil || (pend[1] != nil && pend[1].At <= pend[0].At) { // ties: a request precedes its effects
+		if pend[0] == nil || (pend[1] != nil && pend[1].passedBefore(pend[0])) { // ties: a request precedes its effects
 			i = 1
 		}
 		if c := pend[i]; c != nil {
@@ -221,7 +225,10 @@ func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Du
 }
 
 func (p *Pipeline) chunk(src Source, tap *Tap, c Chunk) {
-	if c.Gap {
+	switch {
+	case c.Gap && c.GapAtLineEnd:
+		p.GapAtLineEnd(src) // the next line is whole: keep it
+	case c.Gap:
 		p.Gap(src)
 	}
 	p.Write(src, c.Data)
@@ -231,8 +238,11 @@ func (p *Pipeline) chunk(src Source, tap *Tap, c Chunk) {
 func (p *Pipeline) endTap(src Source, tap *Tap) {
 	_, dropped, _ := tap.Stats()
 	p.stats.AddDropped(src, dropped)
-	if tap.GapPending() {
-		p.Gap(src) // the partial last line is incomplete: do not parse it
+	switch {
+	case tap.GapPendingAtLineEnd():
+		p.GapAtLineEnd(src) // the partial last line is incomplete: do not parse it
+	case tap.GapPending():
+		p.Gap(src) // likewise
 	}
 	p.EndOfStream(src)
 }

@@ -36,3 +36,76 @@ func TestConsumeOrdersTapsByPassage(t *testing.T) {
 		}
 	}
 }
+
+const (
+	testStarted  = `{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n"
+	testInterr   = `{"type":"control_request","request_id":"r","request":{"subtype":"interrupt","session_id":"s"}}` + "\n"
+	testStopped  = `{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped"}` + "\n"
+	testComplete = `{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}` + "\n"
+)
+
+// The order of the taps holds whatever their wall anchors say: here the
+// stdin tap's is an hour ahead (the wall clock stepped back an hour after it
+// was anchored), so by At the interrupt would come after the notification it
+// caused.
+func TestConsumeOrdersTapsByMonotonicClock(t *testing.T) {
+	var rec Recorder
+	p := NewPipeline(PipelineOptions{Live: true, Tracker: TrackerOptions{Sinks: []Sink{&rec}}})
+	out, in := NewTap(1<<20), NewTap(1<<20)
+	in.baseNs += int64(time.Hour)
+	out.Write([]byte(testStarted))
+	in.Write([]byte(testInterr))
+	out.Write([]byte(testStopped))
+	out.Close()
+	in.Close()
+	p.Consume(context.Background(), out, in, time.Hour)
+	matched := 0
+	for _, e := range rec.Events {
+		if e.Kind == InterruptMatched {
+			matched++
+		}
+	}
+	if matched != 1 {
+		t.Fatalf("%d interrupt matches, want 1 (kinds %v)", matched, rec.Kinds())
+	}
+}
+
+// finished returns the terminal status of run w, or "none".
+func finished(rec *Recorder) string {
+	for _, e := range rec.Events {
+		if e.Kind == RunFinished {
+			return e.Run.Status.String()
+		}
+	}
+	return "none"
+}
+
+// The tap dropped bytes that ended on a line boundary: the next line is
+// whole and must be decoded (here the completion of the run), while a gap
+// in the middle of a line still discards the rest of that line.
+func TestConsumeGapAtLineEndKeepsNextLine(t *testing.T) {
+	for _, tc := range []struct {
+		dropped string
+		want    string
+	}{
+		{"noise\n", "completed"},          // a whole line lost: the next is whole
+		{"noise", "abandoned"},            // the next "line" is the tail of the lost one
+		{"noi\nse\nnoise\n", "completed"}, // several lines lost, ending on a boundary
+	} {
+		var rec Recorder
+		p := NewPipeline(PipelineOptions{Live: true, Tracker: TrackerOptions{Sinks: []Sink{&rec}}})
+		tap := NewTap(1024) // two 512-byte buffers
+		tap.Write([]byte(testStarted))
+		tap.Write([]byte("partial line, lost with what follows it"))
+		tap.Write([]byte(tc.dropped)) // queue full: dropped
+		for range 2 {
+			p.chunk(SourceStdout, tap, <-tap.Chunks())
+		}
+		tap.Write([]byte(testComplete))
+		tap.Close()
+		p.Consume(context.Background(), tap, nil, time.Hour)
+		if got := finished(&rec); got != tc.want {
+			t.Errorf("dropped %q: run %s, want %s (kinds %v)", tc.dropped, got, tc.want, rec.Kinds())
+		}
+	}
+}

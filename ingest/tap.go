@@ -36,11 +36,31 @@ func (s Source) String() string {
 type Chunk struct {
 	Data []byte
 	Gap  bool
-	// At is when the bytes passed through the tap (Unix ns). The consumer
-	// orders stdin against stdout by it: an interrupt written to the child
-	// before it printed the stopped notification must be seen first.
-	At  int64
-	buf *[]byte // pooled backing store of Data; nil for an empty chunk
+	// GapAtLineEnd, with Gap, reports that the dropped bytes ended with a
+	// newline: Data starts a new line, which is whole (only the partial
+	// line before the gap is lost, not the first line after it).
+	GapAtLineEnd bool
+	// At is when the bytes passed through the tap, in Unix ns: the wall
+	// clock when the tap was created plus the monotonic time elapsed since,
+	// so a step of the wall clock (NTP) does not move it.
+	At int64
+	// when is the same instant as a time.Time carrying the monotonic
+	// reading, which is shared by every tap of the process: the consumer
+	// orders stdin against stdout by it (an interrupt written to the child
+	// before it printed the stopped notification must be seen first), so
+	// the order holds even when the taps' wall anchors disagree.
+	when time.Time
+	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
+}
+
+// passedBefore reports whether c passed its tap before o passed its own
+// (ties count as before). Chunks of a Tap compare by the monotonic clock;
+// others, by At.
+func (c *Chunk) passedBefore(o *Chunk) bool {
+	if !c.when.IsZero() && !o.when.IsZero() {
+		return c.when.Compare(o.when) <= 0
+	}
+	return c.At <= o.At
 }
 
 // Buffer size classes. A tap is written with whatever one read of a pipe
@@ -69,11 +89,17 @@ type Tap struct {
 	ch         chan Chunk
 	free       [len(tapClasses)]chan *[]byte
 
-	mu     sync.Mutex // serialises Write and Close so Write never sends on a closed channel
-	closed bool
-	gap    bool // bytes were dropped since the last queued chunk; guarded by mu
+	// base anchors Chunk.At: its wall clock in Unix ns (baseNs) plus the
+	// monotonic time elapsed since it.
+	base   time.Time
+	baseNs int64
 
-	gapPending atomic.Bool // set by Close from gap, read by the consumer
+	mu       sync.Mutex // serialises Write and Close so Write never sends on a closed channel
+	closed   bool
+	gap      bool // bytes were dropped since the last queued chunk; guarded by mu
+	gapAtEOL bool // the last dropped byte was a newline; guarded by mu
+
+	gapPending, gapPendingAtEOL atomic.Bool // set by Close from gap and gapAtEOL, read by the consumer
 
 	bytesIn, bytesDropped, chunksDropped atomic.Int64
 }
@@ -88,7 +114,8 @@ func NewTap(queueBytes int) *Tap {
 	// Every queued chunk holds at least the smallest class, so this many
 	// slots can never be the binding limit: the byte budget is.
 	slots := queueBytes/tapClasses[0] + 1
-	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots)}
+	base := time.Now()
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano()}
 	for i, size := range tapClasses {
 		if size <= queueBytes {
 			t.maxClass = i
@@ -116,22 +143,23 @@ func (t *Tap) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		t.drop(len(p))
+		t.drop(p)
 		return n, nil
 	}
-	at := time.Now().UnixNano()
+	now := time.Now()
+	at := t.baseNs + int64(now.Sub(t.base)) // monotonic: see Chunk.At
 	for len(p) > 0 {
 		class := min(classFor(len(p)), t.maxClass)
 		size := tapClasses[class]
 		if t.queued.Load()+int64(size) > t.queueBytes {
 			// Drop all of the rest: delivering a later piece of this write
 			// after a dropped one would only produce a second gap.
-			t.drop(len(p))
+			t.drop(p)
 			return n, nil
 		}
 		buf := t.get(class)
 		k := copy((*buf)[:size], p)
-		c := Chunk{Data: (*buf)[:k], Gap: t.gap, At: at, buf: buf}
+		c := Chunk{Data: (*buf)[:k], Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: at, when: now, buf: buf}
 		t.queued.Add(int64(size))
 		select {
 		case t.ch <- c:
@@ -142,18 +170,20 @@ func (t *Tap) Write(p []byte) (int, error) {
 			// that Write can never block whatever the sizing.
 			t.queued.Add(-int64(size))
 			t.put(buf)
-			t.drop(len(p))
+			t.drop(p)
 			return n, nil
 		}
 	}
 	return n, nil
 }
 
-// drop counts k dropped bytes and remembers to flag the next chunk. mu held.
-func (t *Tap) drop(k int) {
-	t.bytesDropped.Add(int64(k))
+// drop counts the dropped bytes p and remembers to flag the next chunk, and
+// whether the bytes lost just before it end a line. mu held; p is not empty.
+func (t *Tap) drop(p []byte) {
+	t.bytesDropped.Add(int64(len(p)))
 	t.chunksDropped.Add(1)
 	t.gap = true
+	t.gapAtEOL = p[len(p)-1] == '\n'
 }
 
 // classFor returns the smallest class holding n bytes, or the largest.
@@ -213,6 +243,7 @@ func (t *Tap) Close() {
 		return
 	}
 	t.closed = true
+	t.gapPendingAtEOL.Store(t.gap && t.gapAtEOL)
 	t.gapPending.Store(t.gap)
 	close(t.ch)
 }
@@ -221,6 +252,11 @@ func (t *Tap) Close() {
 // the last delivered chunk: the stream's tail is missing, so an unterminated
 // last line must not be taken as complete.
 func (t *Tap) GapPending() bool { return t.gapPending.Load() }
+
+// GapPendingAtLineEnd reports, with GapPending, that the missing tail ended
+// with a newline: only the partial line before it is incomplete. Like
+// GapPending, it is meaningful once Chunks is closed.
+func (t *Tap) GapPendingAtLineEnd() bool { return t.gapPendingAtEOL.Load() }
 
 // Stats returns the bytes written to the tap, the bytes dropped and the
 // number of dropped writes (or pieces of writes). Safe from any goroutine.

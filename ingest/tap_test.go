@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +221,83 @@ func TestTapConcurrent(t *testing.T) {
 	}
 	if tap.queued.Load() != 0 {
 		t.Fatalf("queued %d after everything was released", tap.queued.Load())
+	}
+}
+
+// The next chunk after a drop says whether the dropped bytes ended a line:
+// the last dropped byte decides.
+func TestTapGapAtLineEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dropped []string
+		atEOL   bool
+	}{
+		{"dropped a whole line", []string{"cccc\n"}, true},
+		{"dropped a partial line", []string{"cc\ncc"}, false},
+		{"last drop decides: partial", []string{"cc\n", "cc"}, false},
+		{"last drop decides: line end", []string{"cc", "cc\n"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tap := NewTap(1024) // two 512-byte buffers
+			tap.Write([]byte("aaaa\n"))
+			tap.Write([]byte("bbbb\n"))
+			for _, d := range tc.dropped {
+				tap.Write([]byte(d)) // queue full: dropped
+			}
+			tap.Release(<-tap.Chunks())
+			tap.Release(<-tap.Chunks())
+			tap.Write([]byte("dddd\n"))
+			got := <-tap.Chunks()
+			if !got.Gap || got.GapAtLineEnd != tc.atEOL || string(got.Data) != "dddd\n" {
+				t.Fatalf("got %q gap=%v atLineEnd=%v, want gap, atLineEnd=%v", got.Data, got.Gap, got.GapAtLineEnd, tc.atEOL)
+			}
+			tap.Release(got)
+			// A chunk after a clean delivery has neither flag.
+			tap.Write([]byte("eeee"))
+			if got := <-tap.Chunks(); got.Gap || got.GapAtLineEnd {
+				t.Fatalf("no drop, but gap=%v atLineEnd=%v", got.Gap, got.GapAtLineEnd)
+			}
+		})
+	}
+}
+
+// The same for a tail dropped just before Close.
+func TestTapGapPendingAtLineEnd(t *testing.T) {
+	for _, tail := range []string{"cc\n", "cc"} {
+		tap := NewTap(1024)
+		tap.Write([]byte("aaaa\n"))
+		tap.Write([]byte("bbbb\n"))
+		tap.Write([]byte(tail)) // dropped
+		tap.Close()
+		drain(tap)
+		atEOL := strings.HasSuffix(tail, "\n")
+		if !tap.GapPending() || tap.GapPendingAtLineEnd() != atEOL {
+			t.Errorf("tail %q: pending %v atLineEnd %v, want true %v", tail, tap.GapPending(), tap.GapPendingAtLineEnd(), atEOL)
+		}
+	}
+	tap := NewTap(1024)
+	tap.Write([]byte("a\n"))
+	tap.Close()
+	drain(tap)
+	if tap.GapPending() || tap.GapPendingAtLineEnd() {
+		t.Error("flags set without a drop")
+	}
+}
+
+// Chunk.At is the tap's wall anchor plus monotonic time: it does not follow
+// the wall clock after NewTap (an NTP step cannot move it).
+func TestTapAtIsMonotonic(t *testing.T) {
+	tap := NewTap(1 << 20)
+	const anchor = int64(1_000_000_000_000_000_000) // not now: stands for a wall clock that stepped since
+	tap.baseNs = anchor
+	var prev int64
+	for range 100 {
+		tap.Write([]byte("x"))
+		c := <-tap.Chunks()
+		if c.At < anchor || c.At-anchor > int64(time.Minute) || c.At < prev {
+			t.Fatalf("At %d: want the anchor %d plus the little monotonic time elapsed, never decreasing (prev %d)", c.At, anchor, prev)
+		}
+		prev = c.At
+		tap.Release(c)
 	}
 }

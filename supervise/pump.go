@@ -10,11 +10,32 @@ import (
 	"time"
 )
 
+// outPump is the state of an output pump, shared with Run, which may stop
+// waiting for it (abandon) when a stop request finds it stalled writing to a
+// consumer that no longer reads.
+type outPump struct {
+	mu       sync.Mutex
+	detached bool  // Run stopped waiting: no more counting, no more tapping
+	n        int64 // bytes read from the child (and tapped)
+	broken   bool  // writing to the destination failed; the pipe was closed
+	timedOut bool  // no EOF within DrainTimeout after the child exited
+}
+
 // outcome is what an output pump reports.
 type outcome struct {
 	n        int64
-	broken   bool // writing to the destination failed; the pipe was closed
-	timedOut bool // no EOF within DrainTimeout after the child exited
+	broken   bool
+	timedOut bool
+}
+
+// detach makes the pump stop touching the tap and the counters (a Write
+// still blocked returns into a pump that only quits) and returns what it did
+// so far.
+func (p *outPump) detach() outcome {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.detached = true
+	return outcome{n: p.n, broken: p.broken, timedOut: p.timedOut}
 }
 
 // pumpOut copies the child's stdout (or stderr) from r to w, and to tap,
@@ -24,8 +45,9 @@ type outcome struct {
 // Once the child has exited, reads get DrainTimeout to reach EOF; past it
 // the process group is killed and what is still buffered in the pipe is
 // swept up without waiting. Writing to w is never cut short by the
-// deadline, so a slow consumer loses nothing the child wrote.
-func (s *supervisor) pumpOut(r *os.File, w, tap io.Writer, stdout bool) (o outcome) {
+// deadline, so a slow consumer loses nothing the child wrote (Run may still
+// abandon the pump on a stop request: see superviseSignals).
+func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout bool) {
 	defer r.Close()
 	if w == nil {
 		w = io.Discard
@@ -47,48 +69,55 @@ func (s *supervisor) pumpOut(r *os.File, w, tap io.Writer, stdout bool) (o outco
 
 	buf := make([]byte, s.cfg.BufSize)
 	emit := func(p []byte) bool {
-		if _, err := w.Write(p); err != nil {
+		_, err := w.Write(p)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.detached {
+			return false // Run has returned: no call on the tap any more
+		}
+		// Tap and count what the child did write, delivered or not.
+		st.n += int64(len(p))
+		if tap != nil {
+			tap.Write(p)
+		}
+		if err != nil {
 			// The consumer is gone (EPIPE) or broken. Closing our read end
 			// makes the child's next write fail with EPIPE/SIGPIPE, exactly
 			// what it would have got writing to the consumer itself.
 			s.log.Debug("write "+name+" failed, closing the child's "+name, "err", err)
-			o.broken = true
-			o.n += int64(len(p)) // tap and count what the child did write
-			if tap != nil {
-				tap.Write(p)
-			}
+			st.broken = true
 			return false
-		}
-		o.n += int64(len(p))
-		if tap != nil {
-			tap.Write(p)
 		}
 		return true
 	}
 	for {
 		n, err := r.Read(buf)
 		if n > 0 && !emit(buf[:n]) {
-			return o
+			return
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
-			return o
+			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// Either the consumer was slow and the rest is buffered in the
 			// pipe, or someone else (a grandchild) still holds it open.
 			if s.sweep(r, buf, emit) {
-				return o
+				return
 			}
 			s.log.Warn("child exited but its "+name+" is still open (a grandchild?); killing its process group",
 				"pid", s.ch.pid, "drain_timeout", s.cfg.DrainTimeout)
-			o.timedOut = true
+			st.mu.Lock()
+			st.timedOut = true
+			st.mu.Unlock()
 			s.killGroup()
 			s.sweep(r, buf, emit)
-			return o
+			return
 		default:
-			s.log.Warn("read child "+name, "err", err)
-			return o
+			if !errors.Is(err, os.ErrClosed) { // closed by Run abandoning us
+				s.log.Warn("read child "+name, "err", err)
+			}
+			return
 		}
 	}
 }
@@ -164,6 +193,9 @@ func (p *inPump) run() {
 				// The child closed its stdin or exited (EPIPE), or Run
 				// detached us: what it did not take, nobody will.
 				p.log.Debug("write child stdin", "err", werr)
+				if errors.Is(werr, syscall.EPIPE) {
+					p.closeSrc()
+				}
 				return
 			}
 			p.mu.Lock()
@@ -175,6 +207,18 @@ func (p *inPump) run() {
 				p.log.Warn("read stdin", "err", err)
 			}
 			return
+		}
+	}
+}
+
+// closeSrc closes our stdin once the child's stdin has no reader left, when
+// it is a file (a pipe, a terminal): without the supervisor the writer
+// feeding us would now get EPIPE instead of blocking, and with the read end
+// closed it does. Another reader is left alone: it has no readers to lose.
+func (p *inPump) closeSrc() {
+	if f, ok := p.src.(*os.File); ok {
+		if err := f.Close(); err != nil {
+			p.log.Debug("close stdin", "err", err)
 		}
 	}
 }

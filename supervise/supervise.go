@@ -99,7 +99,10 @@ type Config struct {
 	Dir string
 
 	// Stdin is copied to the child's stdin; EOF on it closes the child's
-	// stdin. Nil gives the child /dev/null. Run does not wait for a Read on
+	// stdin. When the child closes its stdin (a write gets EPIPE) and Stdin
+	// is an *os.File, Run closes Stdin, so that whoever writes to it gets
+	// EPIPE as they would writing to the child itself, instead of blocking.
+	// Nil gives the child /dev/null. Run does not wait for a Read on
 	// Stdin to return before it returns (a terminal may never send EOF), so
 	// an in-process reader should be closed by its owner afterwards.
 	Stdin io.Reader
@@ -124,14 +127,24 @@ type Config struct {
 	// (the runtime's own and the supervisor's, never meant for the child).
 	// SIGINT, SIGTERM, SIGHUP and SIGQUIT are also stop requests: if the
 	// child has not exited KillTimeout later, its process group is killed.
+	// Signals are served until Run returns: a stop request once the child
+	// has exited (or twice DrainTimeout after the exit, when the request
+	// came before it) makes Run stop waiting for a consumer that does not read
+	// its stdout: the unwritten rest is dropped (Result.StdoutAbandoned).
 	Signals <-chan os.Signal
 	// KillTimeout is the grace period between a stop request (a stop
 	// signal or ctx being done, which sends SIGTERM) and SIGKILL.
 	KillTimeout time.Duration
 	// DrainTimeout bounds how long, after the child exited, Run waits for
-	// EOF on its stdout and stderr: a grandchild may hold them open. Only
-	// time spent waiting for data counts, not time spent writing it out, so
-	// a slow consumer never loses what the child wrote.
+	// EOF on its stdout and stderr: a grandchild may hold them open. The
+	// deadline is DrainTimeout after the child's exit, whatever the pumps
+	// were doing meanwhile (waiting for data or writing it out to a slow
+	// consumer). When it passes, what is already in the pipes is still read
+	// and written out in full, without waiting for more: so a slow consumer
+	// never loses what the child wrote, and only a writer still holding a
+	// pipe (a grandchild) is cut off, and its process group killed.
+	// Writing out is not bounded by it, except after a stop request: see
+	// Signals.
 	DrainTimeout time.Duration
 	// BufSize is each pump's read buffer size (DefaultBufSize when zero).
 	BufSize int
@@ -154,6 +167,11 @@ type Result struct {
 	// DrainTimedOut is set when stdout or stderr did not reach EOF within
 	// DrainTimeout after the child exited (a grandchild held them).
 	DrainTimedOut bool
+	// StdoutAbandoned is set when, the child having exited, a stop request
+	// made Run return while stdout (or a pumped stderr) was still being
+	// written to a consumer that did not read: what was not written out
+	// was dropped.
+	StdoutAbandoned bool
 	// StdoutBytes counts what was read from the child's stdout; StdinBytes
 	// what was written to the child's stdin.
 	StdoutBytes, StdinBytes int64
@@ -293,39 +311,53 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
 	s := &supervisor{cfg: cfg, log: log, ch: ch, res: &res}
 
-	// Pumps. stdout and stderr are waited for; stdin is not (see Config.Stdin).
+	// Pumps. stdout and stderr are waited for (within limits: see
+	// superviseSignals); stdin is not (see Config.Stdin).
 	var outWG sync.WaitGroup
+	outSt, errSt := new(outPump), new(outPump)
+	readEnds := []*os.File{stdoutR}
 	outWG.Add(1)
 	go func() {
 		defer outWG.Done()
-		o := s.pumpOut(stdoutR, cfg.Stdout, cfg.StdoutTap, true)
-		res.StdoutBytes, res.StdoutBroken = o.n, o.broken
-		if o.timedOut {
-			res.DrainTimedOut = true
-		}
+		s.pumpOut(outSt, stdoutR, cfg.Stdout, cfg.StdoutTap, true)
 	}()
-	var errTimedOut bool
 	if stderrR != nil {
+		readEnds = append(readEnds, stderrR)
 		outWG.Add(1)
 		go func() {
 			defer outWG.Done()
-			errTimedOut = s.pumpOut(stderrR, cfg.Stderr, nil, false).timedOut
+			s.pumpOut(errSt, stderrR, cfg.Stderr, nil, false)
 		}()
 	}
+	pumpsDone := make(chan struct{})
+	go func() {
+		outWG.Wait()
+		close(pumpsDone)
+	}()
 	var in *inPump
 	if stdinW != nil {
 		in = newInPump(cfg.Stdin, stdinW, cfg.StdinTap, cfg.BufSize, log)
 		go in.run()
 	}
 
-	s.superviseSignals(ctx)
-
-	// The child has exited: give stdout/stderr DrainTimeout to reach EOF
-	// (the pumps enforce it), then kill the group so no grandchild survives
-	// us, which also lets the pumps see EOF.
-	outWG.Wait()
+	// Until the child has exited and stdout/stderr are drained (the pumps
+	// give them DrainTimeout to reach EOF), or a stop request says to stop
+	// waiting for a consumer that does not read.
+	abandoned := s.superviseSignals(ctx, pumpsDone)
+	// Kill the group so no grandchild survives us (which also lets the
+	// pumps see EOF).
 	s.killGroup()
-	res.DrainTimedOut = res.DrainTimedOut || errTimedOut
+	if abandoned {
+		// The pumps may be blocked in a Write that never returns: close the
+		// pipes' read ends (a late writer gets EPIPE) and leave them.
+		for _, f := range readEnds {
+			f.Close()
+		}
+		res.StdoutAbandoned = true
+	}
+	o, e := outSt.detach(), errSt.detach()
+	res.StdoutBytes, res.StdoutBroken = o.n, o.broken
+	res.DrainTimedOut = o.timedOut || e.timedOut
 	if in != nil {
 		res.StdinBytes = in.detach()
 	}
@@ -467,12 +499,26 @@ type supervisor struct {
 }
 
 // superviseSignals forwards signals and handles stop requests until the
-// child has exited.
-func (s *supervisor) superviseSignals(ctx context.Context) {
+// child has exited and the output pumps are done (pumpsDone), and reports
+// whether it gave up waiting for the pumps instead.
+//
+// Signals are served for as long as Run waits, because once the child has
+// exited the wait is for the consumer: a stdout consumer that stopped
+// reading would otherwise keep the supervisor, deaf to SIGTERM, alive until
+// SIGKILL, where the child alone would have died of the signal. So a stop
+// request (a stop signal or ctx being done) abandons the pumps: at once when
+// it comes after the child exited, and twice DrainTimeout after the exit
+// when it came before (the pumps' drain, then as long again for the child's
+// last words to be written out to a consumer that reads).
+func (s *supervisor) superviseSignals(ctx context.Context, pumpsDone <-chan struct{}) (abandoned bool) {
 	var (
-		killTimer <-chan time.Time
-		timer     *time.Timer
-		ctxDone   = ctx.Done()
+		killTimer    <-chan time.Time
+		timer        *time.Timer
+		abandonTimer <-chan time.Time
+		ctxDone      = ctx.Done()
+		exited       = s.ch.exited
+		childGone    bool
+		stopping     bool
 	)
 	defer func() {
 		if timer != nil {
@@ -480,17 +526,44 @@ func (s *supervisor) superviseSignals(ctx context.Context) {
 		}
 	}()
 	stop := func(why string) {
-		if timer != nil {
+		if stopping {
 			return
 		}
+		stopping = true
 		s.log.Debug("stop requested", "reason", why, "kill_timeout", s.cfg.KillTimeout)
 		timer = time.NewTimer(s.cfg.KillTimeout)
 		killTimer = timer.C
 	}
+	abandon := func(why string) bool {
+		s.log.Warn("child exited but its output is not written out yet (the consumer does not read); stop requested, dropping the rest",
+			"pid", s.ch.pid, "reason", why)
+		return true
+	}
 	for {
 		select {
-		case <-s.ch.exited:
-			return
+		case <-exited:
+			exited, childGone = nil, true
+			if timer != nil {
+				timer.Stop()
+				killTimer = nil
+			}
+			if pumpsDone == nil {
+				return false
+			}
+			if stopping {
+				// The pumps' own drain deadline comes first: a grandchild
+				// holding a pipe is their business, not a stalled consumer.
+				t := time.NewTimer(2 * s.cfg.DrainTimeout)
+				defer t.Stop()
+				abandonTimer = t.C
+			}
+		case <-pumpsDone:
+			pumpsDone = nil
+			if childGone {
+				return false
+			}
+		case <-abandonTimer:
+			return abandon("stop requested before the child exited")
 		case sig := <-s.cfg.Signals:
 			switch sig {
 			case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE:
@@ -498,10 +571,16 @@ func (s *supervisor) superviseSignals(ctx context.Context) {
 			}
 			s.signal(sig)
 			if isStopSignal(sig) {
+				if childGone {
+					return abandon(sig.String())
+				}
 				stop(sig.String())
 			}
 		case <-ctxDone:
 			ctxDone = nil
+			if childGone {
+				return abandon("context done")
+			}
 			s.signal(syscall.SIGTERM)
 			stop("context done")
 		case <-killTimer:

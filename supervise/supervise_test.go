@@ -483,3 +483,162 @@ func TestStderrWriter(t *testing.T) {
 		t.Fatalf("Run = %+v, %v; out %q err %q", res, err, out.String(), errb.String())
 	}
 }
+
+// stuckWriter is a consumer that stopped reading: its first Write never
+// returns until the test ends.
+type stuckWriter struct {
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newStuckWriter(t *testing.T) *stuckWriter {
+	w := &stuckWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { close(w.release) })
+	return w
+}
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.release
+	return 0, io.ErrClosedPipe
+}
+
+// runAsync starts Run and returns its result channel.
+func runAsync(ctx context.Context, cfg Config) <-chan Result {
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := Run(ctx, cfg)
+		done <- res
+	}()
+	return done
+}
+
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// The consumer of our stdout stopped reading and the child has exited: a
+// stop signal must still stop the supervisor (with the child's status),
+// instead of leaving it blocked on the stdout write until SIGKILL.
+func TestStopAfterExitAbandonsStalledStdout(t *testing.T) {
+	cfg := helper(t, "write:10")
+	// Neither timeout may be what ends the wait: only the stop signal.
+	cfg.KillTimeout, cfg.DrainTimeout = time.Hour, time.Hour
+	errR, errW := pipe(t)
+	out := newStuckWriter(t)
+	sigs := make(chan os.Signal, 1)
+	cfg.Stdout, cfg.Stderr, cfg.Signals = out, errW, sigs
+	done := runAsync(context.Background(), cfg)
+	waitClosed(t, out.entered, "the stdout write")
+	if got := newLineReader(t, errR).next(); got != "done" { // the child wrote all and exits
+		t.Fatalf("child said %q", got)
+	}
+	// A stop signal that lands before the supervisor saw the exit only
+	// starts the kill timer; keep sending until one lands after it.
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-done:
+			if res.ExitCode != 0 || res.Signal != 0 || !res.StdoutAbandoned || res.Killed {
+				t.Fatalf("Run = %+v; want the child's exit 0, stdout abandoned", res)
+			}
+			return
+		case <-tick.C:
+			select {
+			case sigs <- syscall.SIGTERM:
+			default:
+			}
+		case <-deadline:
+			t.Fatal("Run still waits for a stdout nobody reads, 10s after SIGTERM")
+		}
+	}
+}
+
+// The repro: `run -- yes` with a stdout nobody reads, then SIGTERM. The
+// signal kills the child; the supervisor gives its output DrainTimeout to be
+// written out, then stops waiting.
+func TestStopBeforeExitAbandonsStalledStdout(t *testing.T) {
+	cfg := helper(t, "yes")
+	cfg.KillTimeout, cfg.DrainTimeout = time.Hour, 200*time.Millisecond
+	out := newStuckWriter(t)
+	sigs := make(chan os.Signal, 1)
+	cfg.Stdout, cfg.Signals = out, sigs
+	done := runAsync(context.Background(), cfg)
+	waitClosed(t, out.entered, "the stdout write")
+	sigs <- syscall.SIGTERM
+	select {
+	case res := <-done:
+		if res.ExitCode != 143 || res.Signal != syscall.SIGTERM || !res.StdoutAbandoned || res.Killed {
+			t.Fatalf("Run = %+v; want 143 (the child died of SIGTERM), stdout abandoned", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waits for a stdout nobody reads, 10s after SIGTERM")
+	}
+}
+
+// A consumer that reads keeps getting everything after a stop request,
+// within DrainTimeout: abandoning is only for a stalled one.
+func TestStopWithReadingConsumerLosesNothing(t *testing.T) {
+	cfg := helper(t, "sigreport")
+	inR, inW := pipe(t)
+	outR, outW := pipe(t)
+	sigs := make(chan os.Signal, 1)
+	cfg.Stdin, cfg.Stdout, cfg.Signals = inR, outW, sigs
+	done := runAsync(context.Background(), cfg)
+	lines := newLineReader(t, outR)
+	if got := lines.next(); got != "ready" {
+		t.Fatalf("got %q", got)
+	}
+	sigs <- syscall.SIGTERM // sigreport reports it and goes on
+	if got := lines.next(); got != fmt.Sprintf("sig %d", syscall.SIGTERM) {
+		t.Fatalf("got %q", got)
+	}
+	inW.Close() // the child exits 0
+	res := <-done
+	if res.ExitCode != 0 || res.StdoutAbandoned {
+		t.Fatalf("Run = %+v", res)
+	}
+}
+
+// When the child closes its stdin, whoever writes to ours gets EPIPE, as
+// writing to the child directly would, instead of blocking forever.
+func TestChildClosedStdinFailsOurWriter(t *testing.T) {
+	cfg := helper(t, "closestdin")
+	inR, inW := pipe(t)
+	outR, outW := pipe(t)
+	cfg.Stdin, cfg.Stdout = inR, outW
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runAsync(ctx, cfg)
+	defer func() {
+		cancel()
+		if res := <-done; res.ExitCode != 143 {
+			t.Errorf("Run = %+v; want 143", res)
+		}
+	}()
+	if got := newLineReader(t, outR).next(); got != "closed" {
+		t.Fatalf("got %q", got)
+	}
+	// Far more than our pipe and the child's hold: without EPIPE the
+	// writes block, and the deadline fails the test.
+	inW.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4<<10)
+	for written := 0; ; written += len(buf) {
+		if _, err := inW.Write(buf); err != nil {
+			if !errors.Is(err, syscall.EPIPE) {
+				t.Fatalf("after %d bytes: %v; want EPIPE", written, err)
+			}
+			return
+		}
+		if written > 64<<20 {
+			t.Fatal("writes never failed")
+		}
+	}
+}

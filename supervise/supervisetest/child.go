@@ -64,6 +64,7 @@ func forever() {
 //	pingpong       write "line i", wait for "ack i" on stdin, three times
 //	write:N        write N bytes of a pattern to stdout, print "done" to stderr, exit
 //	stdio          write "out" to stdout and "err" to stderr
+//	closestdin     close stdin, print "closed", then hang
 //	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
 //	               wrapper's own child in MODE, print "wrapper N" to stderr,
 //	               then hang: the wrapper's parent in parent-death tests
@@ -158,6 +159,10 @@ func RunChild(mode string, args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "done")
 		return 0
+	case "closestdin":
+		os.Stdin.Close()
+		fmt.Println("closed")
+		forever()
 	case "stdio":
 		fmt.Fprint(os.Stdout, "out")
 		fmt.Fprint(os.Stderr, "err")
