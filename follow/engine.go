@@ -242,6 +242,9 @@ func (e *Engine) newStream(f *os.File, path string, id fileID) *stream {
 		pipe: ingest.NewPipeline(opts), stats: opts.Tracker.Stats,
 		lastGrowth: e.nowMs(), onRecord: e.onRecord, traces: ts,
 	}
+	// A complete spool file (found so, or renamed while serve was down and
+	// restored from a checkpoint) is finalized once read to its end.
+	s.complete = s.kind == spool.Done
 	return s
 }
 
@@ -255,6 +258,12 @@ func (e *Engine) onRecord(s *stream, r spool.Record) {
 	case spool.RecordGap:
 		e.mGapRecords.Inc()
 		s.stats.AddDropped(r.Source, r.Dropped)
+		if r.Source == ingest.SourceStdout {
+			// What follows a stdout gap up to the next newline is the tail
+			// of a line whose head was lost: not a line. (stdin records are
+			// whole lines: the writer drops a cut stdin line itself.)
+			s.pipe.Gap(ingest.SourceStdout)
+		}
 	}
 }
 
@@ -312,6 +321,7 @@ func (e *Engine) apply(st State) error {
 		s := e.newStream(f, path, id)
 		if !found {
 			s.path, s.kind = ss.Path, spool.KindOf(ss.Path)
+			s.complete = s.kind == spool.Done
 		}
 		if err := s.pipe.Tracker().Restore(ss.Tracker, now); err != nil {
 			if f != nil {
@@ -497,6 +507,15 @@ func (e *Engine) check(s *stream) {
 	if err != nil {
 		return
 	}
+	if s.kind == spool.Open && !s.complete {
+		// A live wrapper refreshes its .open file's mtime while its child
+		// is quiet (spool.Heartbeat): idleness counts from the later of the
+		// last growth and the last heartbeat, so only a dead wrapper's file
+		// goes idle.
+		if mt := fi.ModTime().UnixMilli(); mt > s.lastGrowth {
+			s.lastGrowth = min(mt, e.nowMs())
+		}
+	}
 	if nlink(fi) == 0 && !s.gone {
 		s.gone = true
 		e.log.Info("followed file deleted; reading it to its end, then finalizing", "file", s.path)
@@ -541,6 +560,15 @@ func (e *Engine) finalize(s *stream, reason string) {
 	}
 	e.finished[s.id] = fs
 	if s.kind == spool.Plain || e.opts.Keep {
+		return
+	}
+	if s.kind == spool.Open {
+		// Never marked complete, and neither written nor touched by its
+		// wrapper's heartbeat for the idle timeout: the wrapper died. The
+		// file is kept all the same (a wrapper that was only stalled may
+		// still write to it: it is then followed again from here).
+		e.log.Warn("spool file never marked complete and silent for --idle-timeout: its wrapper is presumably dead; finalized, kept on disk",
+			"file", s.path, "idle_timeout", e.opts.IdleTimeout)
 		return
 	}
 	if e.opts.StateDir != "" {
@@ -621,10 +649,20 @@ func (e *Engine) open(c candidate) {
 	}
 	start := int64(0)
 	if fs, ok := e.finished[c.id]; ok {
+		idleOpen := spool.KindOf(fs.Path) == spool.Open // finalized idle before it was complete
 		switch {
 		case !matches(f, c.path, c.id, fs) || c.fi.Size() < fs.Size:
 			// Another file on a reused inode, or truncated: new content.
 			delete(e.finished, c.id)
+		case idleOpen && c.fi.Size() > fs.Size:
+			// Its wrapper was alive after all: a new stream from where the
+			// last one ended.
+			e.log.Warn("a spool file finalized as idle grew again; following it from where it was finalized", "file", c.path, "offset", fs.Size)
+			start = fs.Size
+			delete(e.finished, c.id)
+		case idleOpen && spool.KindOf(c.path) == spool.Open:
+			f.Close() // still silent: kept, not read again
+			return
 		case spool.KindOf(c.path) != spool.Plain:
 			f.Close()
 			if !e.opts.Keep {
@@ -643,9 +681,6 @@ func (e *Engine) open(c candidate) {
 	}
 	s := e.newStream(f, c.path, c.id)
 	s.offset, s.readPos = start, start
-	if s.kind == spool.Done {
-		s.complete = true
-	}
 	e.streams[c.id] = s
 	e.dirty = true
 	e.log.Info("following", "file", c.path, "kind", kindName(s.kind), "offset", start)
@@ -676,7 +711,11 @@ func (e *Engine) evict(cands []candidate) []candidate {
 			continue
 		}
 		total += c.fi.Size()
-		if _, following := e.streams[c.id]; !following && spool.KindOf(c.path) == spool.Done {
+		_, following := e.streams[c.id]
+		_, finished := e.finished[c.id]
+		if !following && (spool.KindOf(c.path) == spool.Done || finished) {
+			// Complete files, and .open files finalized as idle (their
+			// wrapper died), may go.
 			victims = append(victims, i)
 		}
 	}

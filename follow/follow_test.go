@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/spool"
 )
@@ -69,5 +71,47 @@ func TestStateRoundTripAndCorrupt(t *testing.T) {
 	}
 	if err := CheckStateDir(dir); err != nil {
 		t.Error(err)
+	}
+}
+
+// Around a gap record nothing is decoded as invalid JSON: the stdout line
+// cut by the gap (ended with RS by the writer) is discarded, and so is the
+// tail after the gap (an empty line from a current writer, the raw
+// fragment from an older one). Stamped and unstamped stdin records both
+// reach the Tracker.
+func TestSplitterGapAndStdinStamp(t *testing.T) {
+	data := "\x1ecbcspool 1\n" +
+		`{"type":"system","subtype":"init","session_id":"s"}` + "\n" +
+		`{"type":"assistant","message":{"content":"cut he` + "\x1e\n" +
+		"\x1egap stdout 100\n" +
+		"\n" +
+		"\x1estdin 1764680000123456789 " + `{"type":"control_request","request_id":"r","request":{"subtype":"interrupt"}}` + "\n" +
+		`{"type":"assistant","message":{"content":"whole"}}` + "\n" +
+		"\x1egap stdout 7\n" +
+		`"},"session_id":"s"}` + "\n" + // an older writer's fragment after a gap
+		"\x1estdin " + `{"type":"control_request","request_id":"q","request":{"subtype":"interrupt"}}` + "\n" +
+		"\x1egap stdin 9\n" +
+		"\x1estdin 12 " + `{"type":"control_request","request_id":"t","request":{"subtype":"stop_task","task_id":"w"}}` + "\n" +
+		`{"type":"system","subtype":"task_progress","task_id":"w"}` + "\n"
+	for _, size := range []int{1, 2, 3, 5, 7, 64, len(data)} {
+		st := new(ingest.Stats)
+		e := &Engine{mGapRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}), warned: map[string]bool{}}
+		s := &stream{kind: spool.Done, stats: st,
+			pipe:     ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}),
+			onRecord: e.onRecord}
+		for i := 0; i < len(data); i += size {
+			s.feed([]byte(data[i:min(i+size, len(data))]))
+		}
+		if s.offset != int64(len(data)) {
+			t.Fatalf("chunks of %d: offset %d, want %d", size, s.offset, len(data))
+		}
+		for _, r := range []ingest.Reason{ingest.ReasonInvalidJSON, ingest.ReasonTooLong, ingest.ReasonBadShape} {
+			if n := st.Rejected(r); n != 0 {
+				t.Fatalf("chunks of %d: %d lines rejected as %v", size, n, r)
+			}
+		}
+		if st.Lines(ingest.SourceStdin) != 3 || st.Events() != 5 {
+			t.Fatalf("chunks of %d: stdin lines %d, events %d; want 3, 5", size, st.Lines(ingest.SourceStdin), st.Events())
+		}
 	}
 }

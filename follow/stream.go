@@ -63,7 +63,11 @@ const (
 	modeStream        // forwarding the line to the pipeline as src
 	modeRecord        // buffering a small record (header, gap)
 	modeSkip          // discarding up to the end of the line
+	modeStamp         // after "\x1estdin ": reading an optional time stamp
 )
+
+// maxStamp bounds the digits of a stdin record's time stamp.
+const maxStamp = 20
 
 // stream is one followed file and its pipeline.
 type stream struct {
@@ -84,9 +88,10 @@ type stream struct {
 	complete   bool  // a spool file renamed to its complete name
 	gone       bool  // unlinked: read to the end, then finalize
 
-	mode int
-	src  ingest.Source
-	buf  []byte // tag or record being assembled
+	mode   int
+	src    ingest.Source
+	buf    []byte // tag, stamp or record being assembled
+	heldRS bool   // a stream line's last byte so far is RS, not yet fed: a cut line if the newline follows
 	// onRecord reports records to the engine (version header, gaps).
 	onRecord func(*stream, spool.Record)
 }
@@ -96,7 +101,7 @@ type stream struct {
 func (s *stream) reset() {
 	s.pipe.Gap(ingest.SourceStdout)
 	s.pipe.Gap(ingest.SourceStdin)
-	s.mode, s.buf = modeStart, s.buf[:0]
+	s.mode, s.buf, s.heldRS = modeStart, s.buf[:0], false
 }
 
 // feed processes bytes read at readPos. Plain files are stdout verbatim;
@@ -131,7 +136,7 @@ func (s *stream) feed(data []byte) {
 			case "stdout", "stdin":
 				s.mode, s.src = modeStream, ingest.SourceStdout
 				if string(s.buf) == "stdin" {
-					s.src = ingest.SourceStdin
+					s.mode, s.src, s.buf = modeStamp, ingest.SourceStdin, s.buf[:0]
 				}
 				if nl {
 					s.pipe.Write(s.src, []byte{'\n'})
@@ -148,14 +153,54 @@ func (s *stream) feed(data []byte) {
 			if nl {
 				s.lineEnd()
 			}
+		case modeStamp:
+			// "\x1estdin <ns> <json>", or the older "\x1estdin <json>".
+			j := 0
+			for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+				j++
+			}
+			s.buf = append(s.buf, data[:j]...)
+			data = s.advance(data, j)
+			switch {
+			case len(s.buf) > maxStamp || (len(data) > 0 && (data[0] != ' ' || len(s.buf) == 0)):
+				s.pipe.Write(s.src, s.buf) // no stamp: the digits are the line's
+				s.mode = modeStream
+			case len(data) > 0:
+				data = s.advance(data, 1) // the space after the stamp
+				s.mode = modeStream
+			}
 		case modeStream:
 			i := bytes.IndexByte(data, '\n')
+			seg := data
+			if i >= 0 {
+				seg = data[:i]
+			}
+			if s.heldRS && len(seg) > 0 {
+				s.pipe.Write(s.src, []byte{spool.RS})
+				s.heldRS = false
+			}
+			// A spool line ending with RS was cut by a gap (see package
+			// spool): hold a trailing RS until the next byte tells.
+			cut := spoolFmt && len(seg) > 0 && seg[len(seg)-1] == spool.RS
 			if i < 0 {
-				s.pipe.Write(s.src, data)
+				if cut {
+					seg = seg[:len(seg)-1]
+					s.heldRS = true
+				}
+				s.pipe.Write(s.src, seg)
 				data = s.advance(data, len(data))
 				continue
 			}
-			s.pipe.Write(s.src, data[:i+1])
+			if cut || s.heldRS {
+				if cut {
+					s.pipe.Write(s.src, seg[:len(seg)-1])
+				}
+				s.heldRS = false
+				s.pipe.Gap(s.src)                 // discard the cut line...
+				s.pipe.Write(s.src, []byte{'\n'}) // ...up to its newline
+			} else {
+				s.pipe.Write(s.src, data[:i+1])
+			}
 			data = s.advance(data, i+1)
 			s.lineEnd()
 		case modeRecord, modeSkip:

@@ -15,8 +15,12 @@
 // once the child has exited and everything tapped is written and synced.
 // The rename is the completion mark: a sidecar finalizes the stream (runs
 // without a notification become abandoned) when it has read a .cbcspool to
-// its end. A .open file whose writer died (kill -9 of the wrapper) is
-// finalized after the sidecar's idle timeout like any plain file.
+// its end. While the child lives, the writer refreshes the .open file's
+// modification time every Heartbeat (10 s), even when nothing is written: a
+// .open file that neither grows nor is touched for the sidecar's idle
+// timeout belongs to a writer that died (kill -9 of the wrapper), and is
+// finalized like a plain file, but kept on disk (should it grow again, it
+// is followed again from where it was finalized).
 //
 // # Records
 //
@@ -26,17 +30,29 @@
 // that starts with 0x1E is a tagged record, "\x1e<tag> <payload>\n":
 //
 //	\x1ecbcspool 1                first line: format version
-//	\x1estdin <json>              a control request (interrupt, stop_task) the
-//	                              wrapper saw on the child's stdin, verbatim
+//	\x1estdin <ns> <json>         a control request (interrupt, stop_task) the
+//	                              wrapper saw on the child's stdin, verbatim;
+//	                              <ns> is when it passed the wrapper (Unix
+//	                              ns). Readers accept "\x1estdin <json>" too.
 //	\x1estdout <line>             a stdout line that itself began with 0x1E
 //	\x1egap <source> <bytes>      bytes of source (stdout, stdin) were lost
 //	                              here (tap queue full, or a write error)
 //
 // Unknown tags are skipped, so later versions can add records. stdin records
-// are written only between two stdout lines, so the order of a control
-// request relative to the events around it is kept to the line. Other stdin
-// traffic (user messages, initialize) is not written: the sidecar does not
-// need it, and it would only be something more to protect.
+// are written only between two stdout lines, and the taps are merged in the
+// order the bytes passed the wrapper, so the order of a control request
+// relative to the events around it is kept to the line. Other stdin traffic
+// (user messages, initialize) is not written: the sidecar does not need it,
+// and it would only be something more to protect. For the same reason
+// stdout lines of type control_response (the answer to initialize carries
+// the account's token and e-mail) are not written either: the writer
+// decides from a line's first bytes (at most 4 KiB; a line whose type is
+// not known by then is kept) and leaves no trace of it.
+//
+// Around a stdout gap: a stdout line cut by the gap ends with 0x1E just
+// before its newline (it is not a line; a reader discards it), and the tail
+// of the line after the gap, up to its newline, is not written; its newline
+// is, as an empty line that a reader, told of the gap, discards.
 package spool
 
 import (
@@ -120,6 +136,7 @@ type Record struct {
 	Kind    RecordKind
 	Source  ingest.Source
 	Line    []byte // RecordLine: the line, with its newline if it had one
+	At      int64  // RecordLine of stdin: when it passed the wrapper, Unix ns (0: unknown)
 	Dropped int64  // RecordGap: bytes lost (0 when unknown)
 	Version int    // RecordHeader
 }
@@ -136,7 +153,8 @@ func Parse(line []byte) Record {
 	case tagStdout:
 		return Record{Kind: RecordLine, Source: ingest.SourceStdout, Line: rest}
 	case tagStdin:
-		return Record{Kind: RecordLine, Source: ingest.SourceStdin, Line: rest}
+		at, line := StdinStamp(rest)
+		return Record{Kind: RecordLine, Source: ingest.SourceStdin, Line: line, At: at}
 	case tagGap:
 		f := strings.Fields(string(rest))
 		r := Record{Kind: RecordGap, Source: ingest.SourceStdout}
@@ -152,4 +170,21 @@ func Parse(line []byte) Record {
 		return Record{Kind: RecordHeader, Version: v}
 	}
 	return Record{Kind: RecordUnknown}
+}
+
+// StdinStamp splits the payload of a stdin record into its time stamp
+// (Unix ns; 0 for the older form without one) and the line.
+func StdinStamp(payload []byte) (at int64, line []byte) {
+	i := 0
+	for i < len(payload) && i < 20 && payload[i] >= '0' && payload[i] <= '9' {
+		i++
+	}
+	if i == 0 || i >= len(payload) || payload[i] != ' ' {
+		return 0, payload
+	}
+	at, err := strconv.ParseInt(string(payload[:i]), 10, 64)
+	if err != nil {
+		return 0, payload
+	}
+	return at, payload[i+1:]
 }

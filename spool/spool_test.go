@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
@@ -136,9 +137,14 @@ func TestWriterGapRecord(t *testing.T) {
 	tap := ingest.NewTap(512)
 	tap.Write(bytes.Repeat([]byte("a"), 600)) // more than the queue: the tail is dropped
 	_, lost, _ := tap.Stats()
-	w.stdout([]byte(`{"partial`))
+	w.stdout([]byte(`{"type":"assistant","partial`))
 	w.gap(ingest.SourceStdout, tap)
-	w.stdout([]byte("{\"x\":1}\n"))
+	w.stdout([]byte("tail of a lost line\n{\"x\":1}\n"))
+	// A line start still held (type unknown yet) when the gap comes is
+	// never written at all.
+	w.stdout([]byte(`{"held`))
+	w.gap(ingest.SourceStdout, tap)
+	w.stdout([]byte("\n"))
 	if err := w.finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +155,143 @@ func TestWriterGapRecord(t *testing.T) {
 			gaps = append(gaps, r)
 		}
 	}
-	if len(gaps) != 1 || gaps[0].Dropped != lost || lost == 0 || gaps[0].Source != ingest.SourceStdout {
+	if len(gaps) != 2 || gaps[0].Dropped != lost || lost == 0 || gaps[0].Source != ingest.SourceStdout {
 		t.Fatalf("gap records %+v in %q", gaps, b)
 	}
-	if !bytes.Contains(b, []byte("{\"partial\n"+string(FormatGap(ingest.SourceStdout, lost))+"{\"x\":1}\n")) {
-		t.Fatalf("partial line not ended before the gap: %q", b)
+	// The cut line ends with RS, the tail after the gap is not written (its
+	// newline is), the next line is intact.
+	want := "\x1ecbcspool 1\n{\"type\":\"assistant\",\"partial\x1e\n" + string(FormatGap(ingest.SourceStdout, lost)) + "\n{\"x\":1}\n" +
+		string(FormatGap(ingest.SourceStdout, 0)) + "\n"
+	if string(b) != want {
+		t.Fatalf("spool file\n%q, want\n%q", b, want)
+	}
+}
+
+// The answer to initialize (account token, e-mail) never reaches the disk,
+// whatever its key order and however the bytes are chunked; every other
+// line is written verbatim, and a line whose type is unknown after holdMax
+// bytes is kept.
+func TestWriterDropsControlResponse(t *testing.T) {
+	const canary = "CANARY-eyJhbGciOi-token"
+	long := `{"message":{"content":"` + strings.Repeat("z", holdMax+100) + `"},"type":"assistant"}` + "\n"
+	lines := []string{
+		`{"type":"system","subtype":"init","session_id":"s"}` + "\n",
+		`{"type":"control_response","response":{"subtype":"success","request_id":"i","response":{"account":{"token":"` + canary + `","email":"` + canary + `@x"}}}}` + "\n",
+		`{"type":"control_request","request_id":"p","request":{"subtype":"can_use_tool"}}` + "\n",
+		`{"response":{"account":{"token":"` + canary + `"}},"type":"control_response"}` + "\n",
+		" { \"type\" : \"control_response\", \"token\":\"" + canary + "\"}\r\n",
+		"\x1enot json\n",
+		"\n",
+		long,
+		`{"type":"assistant","message":"control_response"}` + "\n",
+		`{"type":"control_response","response":{"token":"` + canary + `"}}`, // unterminated last line
+	}
+	kept := []string{lines[0], lines[2], lines[5], lines[6], lines[7], lines[8]}
+	all := strings.Join(lines, "")
+	for _, size := range []int{1, 2, 5, 17, 26, 27, 100, 4096, len(all)} {
+		// Driven directly: thousands of tiny chunks would overflow a tap.
+		w, err := Create(t.TempDir(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(all); i += size {
+			w.stdout([]byte(all[i:min(i+size, len(all))]))
+		}
+		if err := w.finish(); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(w.Path())
+		data, st := string(b), w.Stats()
+		if strings.Contains(data, canary) {
+			t.Fatalf("chunks of %d: the token reached the spool file:\n%q", size, data)
+		}
+		out, _ := records(t, data)
+		if strings.Join(out, "") != strings.Join(kept, "") {
+			t.Fatalf("chunks of %d: stdout lines\n%q\nwant\n%q", size, out, kept)
+		}
+		if st.StdoutSkipped.Load() != 4 {
+			t.Fatalf("chunks of %d: StdoutSkipped %d, want 4", size, st.StdoutSkipped.Load())
+		}
+	}
+}
+
+// An interrupt that passed the wrapper before the stopped notification it
+// caused is written first, even when both taps are full when the writer
+// looks: the merge follows passage order, not the select's luck. The record
+// carries its passage time.
+func TestWriterMergesInPassageOrder(t *testing.T) {
+	interrupt := `{"type":"control_request","request_id":"s","request":{"subtype":"interrupt"}}` + "\n"
+	note := `{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped"}` + "\n"
+	for range 50 {
+		w, err := Create(t.TempDir(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, in := ingest.NewTap(1<<20), ingest.NewTap(1<<20)
+		before := time.Now().UnixNano()
+		out.Write([]byte(`{"type":"assistant"}` + "\n"))
+		for range 20 { // stdin backlog: a select would likely take the notification first
+			in.Write([]byte(`{"type":"user","message":{"role":"user","content":"hi"}}` + "\n"))
+		}
+		in.Write([]byte(interrupt))
+		out.Write([]byte(note))
+		out.Close()
+		in.Close()
+		if err := w.Consume(out, in); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(w.Path())
+		iRec := bytes.Index(b, []byte("\x1estdin "))
+		iNote := bytes.Index(b, []byte("task_notification"))
+		if iRec < 0 || iNote < 0 || iRec > iNote {
+			t.Fatalf("the interrupt is not before the notification it caused:\n%q", b)
+		}
+		line, _, _ := bytes.Cut(b[iRec:], []byte("\n"))
+		r := Parse(line)
+		if r.Kind != RecordLine || r.Source != ingest.SourceStdin || string(r.Line)+"\n" != interrupt || r.At < before {
+			t.Fatalf("stdin record %q parsed as %+v", line, r)
+		}
+	}
+	// The older form without a time stamp still parses.
+	if r := Parse([]byte("\x1estdin " + interrupt)); r.At != 0 || string(r.Line) != interrupt {
+		t.Fatalf("old stdin record parsed as %+v", r)
+	}
+}
+
+// While the taps are open the writer touches its .open file, so that a
+// quiet child does not look like a dead wrapper.
+func TestWriterHeartbeat(t *testing.T) {
+	w, err := Create(t.TempDir(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.heartbeat = 20 * time.Millisecond
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(w.Path(), old, old); err != nil {
+		t.Fatal(err)
+	}
+	out, in := ingest.NewTap(1<<16), ingest.NewTap(1<<16)
+	done := make(chan error)
+	go func() { done <- w.Consume(out, in) }()
+	path := w.Path()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.ModTime().After(old.Add(30 * time.Minute)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mtime not refreshed: %v", fi.ModTime())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out.Close()
+	in.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

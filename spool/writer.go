@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,28 @@ const (
 	// bufSize is the write buffer; it is flushed whenever both taps are
 	// momentarily empty, so a follower sees each event promptly.
 	bufSize = 64 << 10
+	// holdMax is how much of a stdout line's start is held back until it is
+	// known whether the line is a control_response (dropped: it carries the
+	// account's token). A line still undecided after this many bytes is
+	// kept.
+	holdMax = 4 << 10
 )
+
+// Heartbeat is how often the writer refreshes the modification time of its
+// .open file while the child lives, however quiet the child is, so that a
+// sidecar tells a live but idle wrapper (an SDK session between turns) from
+// a dead one. A sidecar's --idle-timeout must be well above it.
+const Heartbeat = 10 * time.Second
+
+// heartbeatEnv overrides Heartbeat, for tests only (a Go duration).
+const heartbeatEnv = "CBC_OTEL_TEST_SPOOL_HEARTBEAT"
+
+func heartbeatEvery() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(heartbeatEnv)); err == nil && d > 0 {
+		return d
+	}
+	return Heartbeat
+}
 
 // Stats counts what a Writer did. Every field is safe to read from any
 // goroutine while the Writer runs.
@@ -46,6 +68,9 @@ type Stats struct {
 	// StdinRecords counts the control requests written; StdinDropped those
 	// lost because a stdout line did not end in time.
 	StdinRecords, StdinDropped atomic.Int64
+	// StdoutSkipped counts the stdout lines deliberately not written
+	// (control_response: the answer to initialize carries credentials).
+	StdoutSkipped atomic.Int64
 }
 
 // Writer writes one spool file from the taps of a wrapped child. It is the
@@ -61,9 +86,14 @@ type Writer struct {
 	broken    bool
 
 	midLine      bool     // the last stdout byte written was not a newline
+	hold         []byte   // the start of a stdout line not written yet: is it a control_response?
+	dropping     bool     // discarding stdout up to the next newline
+	dropKeepNL   bool     // ... and writing that newline (the fragment after a gap)
 	pending      [][]byte // stdin records waiting for a stdout line boundary
-	inLine       []byte   // the stdin line being assembled
-	inSkip       bool     // skipping the rest of a stdin line (too long, or after a gap)
+	at           int64    // Unix ns the chunk being written passed the tap
+	heartbeat    time.Duration
+	inLine       []byte // the stdin line being assembled
+	inSkip       bool   // skipping the rest of a stdin line (too long, or after a gap)
 	dec          *ingest.Decoder
 	reported     [2]int64 // tap drops already written as gap records
 	finishedPath string
@@ -92,7 +122,7 @@ func Create(dir string, log *slog.Logger, stats *Stats) (*Writer, error) {
 		return nil, fmt.Errorf("spool: creating file in %s: %w", dir, err)
 	}
 	w := &Writer{dir: dir, name: name, f: f, bw: bufio.NewWriterSize(f, bufSize), log: log, stats: stats,
-		dec: ingest.NewDecoder(ingest.DecodeOptions{})}
+		dec: ingest.NewDecoder(ingest.DecodeOptions{}), heartbeat: heartbeatEvery()}
 	w.write([]byte(fmt.Sprintf("%c%s %d\n", RS, tagHeader, Version)))
 	w.flush()
 	return w, nil
@@ -114,44 +144,93 @@ func (w *Writer) Stats() *Stats { return w.stats }
 // goes, then syncs the file and renames it to its complete name. Either tap
 // may be nil. It returns the first error of the file (also logged once);
 // the taps are drained whatever happens.
+//
+// When both taps hold data, the chunk that passed through the wrapper first
+// is written first (ties: stdin first, a request precedes its effects), as
+// ingest.Pipeline.Consume does: so an interrupt is written before the
+// stopped notification it caused, whichever queue happened to be looked at
+// first. While the taps are open the file's modification time is refreshed
+// every Heartbeat: the wrapper is alive.
 func (w *Writer) Consume(stdout, stdin *ingest.Tap) error {
-	var outC, inC <-chan ingest.Chunk
-	if stdout != nil {
-		outC = stdout.Chunks()
-	}
-	if stdin != nil {
-		inC = stdin.Chunks()
-	}
-	for outC != nil || inC != nil {
-		select {
-		case c, ok := <-outC:
-			if !ok {
-				outC = nil
-				w.endStdout(stdout)
-				continue
-			}
-			if c.Gap {
-				w.gap(ingest.SourceStdout, stdout)
-			}
-			w.stdout(c.Data)
-			stdout.Release(c)
-		case c, ok := <-inC:
-			if !ok {
-				inC = nil
-				w.endStdin(stdin)
-				continue
-			}
-			if c.Gap {
-				w.gap(ingest.SourceStdin, stdin)
-			}
-			w.stdin(c.Data)
-			stdin.Release(c)
+	taps := [2]*ingest.Tap{stdout, stdin}
+	var chans [2]<-chan ingest.Chunk
+	for i, tap := range taps {
+		if tap != nil {
+			chans[i] = tap.Chunks()
 		}
-		if (outC == nil || len(outC) == 0) && (inC == nil || len(inC) == 0) {
+	}
+	hb := time.NewTicker(w.heartbeat)
+	defer hb.Stop()
+	var pend [2]*ingest.Chunk
+	take := func(i int, c ingest.Chunk, ok bool) {
+		if !ok {
+			chans[i] = nil
+			if i == int(ingest.SourceStdout) {
+				w.endStdout(taps[i])
+			} else {
+				w.endStdin(taps[i])
+			}
+			return
+		}
+		pend[i] = &c
+	}
+	for {
+		if pend[0] == nil && pend[1] == nil {
+			if chans[0] == nil && chans[1] == nil {
+				break
+			}
+			select {
+			case c, ok := <-chans[0]:
+				take(0, c, ok)
+			case c, ok := <-chans[1]:
+				take(1, c, ok)
+			case <-hb.C:
+				w.touch()
+				continue
+			}
+		}
+		// Look at the other queue without waiting: what is already there
+		// may have passed through earlier.
+		for i := range pend {
+			if pend[i] == nil && chans[i] != nil {
+				select {
+				case c, ok := <-chans[i]:
+					take(i, c, ok)
+				default:
+				}
+			}
+		}
+		i := int(ingest.SourceStdout)
+		if pend[0] == nil || (pend[1] != nil && pend[1].At <= pend[0].At) {
+			i = int(ingest.SourceStdin)
+		}
+		if c := pend[i]; c != nil {
+			pend[i] = nil
+			w.at = c.At
+			if c.Gap {
+				w.gap(ingest.Source(i), taps[i])
+			}
+			if i == int(ingest.SourceStdout) {
+				w.stdout(c.Data)
+			} else {
+				w.stdin(c.Data)
+			}
+			taps[i].Release(*c)
+		}
+		if pend[0] == nil && pend[1] == nil && (chans[0] == nil || len(chans[0]) == 0) && (chans[1] == nil || len(chans[1]) == 0) {
 			w.flush()
 		}
 	}
 	return w.finish()
+}
+
+// touch refreshes the .open file's modification time: the heartbeat that
+// tells a sidecar the wrapper is alive while the child is quiet.
+func (w *Writer) touch() {
+	now := time.Now()
+	if err := os.Chtimes(w.Path(), now, now); err != nil && !w.broken {
+		w.log.Debug("spool: heartbeat failed", "file", w.Path(), "err", err)
+	}
 }
 
 // Drain consumes both taps without writing anything, counting their bytes
@@ -221,15 +300,62 @@ func (w *Writer) fail(what string, err error) {
 	w.broken = true
 }
 
-// stdout writes tapped stdout bytes, escaping a line that starts with RS
-// and writing waiting stdin records at each line end.
+// stdout writes tapped stdout bytes, escaping a line that starts with RS,
+// dropping control_response lines, and writing waiting stdin records at
+// each line end. A line's first bytes are held (at most holdMax) until its
+// type is known; the rest of a kept line is streamed.
 func (w *Writer) stdout(data []byte) {
 	for len(data) > 0 {
+		if w.dropping {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				return
+			}
+			data = data[i+1:]
+			if w.dropKeepNL {
+				w.write([]byte{'\n'})
+			}
+			w.dropping, w.dropKeepNL = false, false
+			w.writePending()
+			continue
+		}
 		if !w.midLine {
-			if data[0] == RS {
+			i := bytes.IndexByte(data, '\n')
+			seg := data
+			if i >= 0 {
+				seg = data[:i]
+			}
+			var prefix []byte
+			var n int // bytes of data taken into prefix
+			if len(w.hold) == 0 {
+				n = min(len(seg), holdMax)
+				prefix = seg[:n]
+			} else {
+				n = min(len(seg), holdMax-len(w.hold))
+				w.hold = append(w.hold, seg[:n]...)
+				prefix = w.hold
+			}
+			ended := i >= 0 && n == len(seg) // the whole line is in prefix
+			drop, decided := dropLine(prefix, ended)
+			if !decided && !ended && len(prefix) < holdMax {
+				if len(w.hold) == 0 {
+					w.hold = append(w.hold, prefix...)
+				}
+				return // n == len(data): wait for more of the line
+			}
+			data = data[n:]
+			if drop {
+				w.hold = w.hold[:0]
+				w.dropping = true
+				w.stats.StdoutSkipped.Add(1)
+				continue
+			}
+			if len(prefix) > 0 && prefix[0] == RS {
 				w.write([]byte{RS})
 				w.write([]byte(tagStdout + " "))
 			}
+			w.write(prefix)
+			w.hold = w.hold[:0]
 			w.midLine = true
 		}
 		i := bytes.IndexByte(data, '\n')
@@ -244,8 +370,86 @@ func (w *Writer) stdout(data []byte) {
 	}
 }
 
-// boundary ends a partial stdout line so that a record can follow.
+// controlResponse is how both CLIs start the line answering a control
+// request (initialize's answer holds the account's token and e-mail).
+var controlResponse = []byte(`{"type":"control_response"`)
+
+// dropLine decides from the start of a stdout line whether it is a
+// control_response, which the sidecar never needs and which must not be
+// stored. decided is false while more bytes could tell; ended says prefix
+// is the whole line. An undecidable line is kept.
+func dropLine(prefix []byte, ended bool) (drop, decided bool) {
+	if len(prefix) >= len(controlResponse) && bytes.HasPrefix(prefix, controlResponse) {
+		return true, true
+	}
+	if len(prefix) < len(controlResponse) && bytes.HasPrefix(controlResponse, prefix) && !ended {
+		return false, false
+	}
+	if bytes.HasPrefix(prefix, []byte(`{"type":"`)) {
+		return false, true // another type, first: the usual case
+	}
+	b := bytes.TrimLeft(prefix, " \t\r")
+	if len(b) == 0 {
+		return false, ended
+	}
+	if b[0] != '{' {
+		return false, true
+	}
+	typ, known := topLevelType(prefix)
+	if !known {
+		return false, ended
+	}
+	return typ == "control_response", true
+}
+
+// topLevelType reads the top-level "type" of a JSON object, or of its
+// prefix, skipping other members; known is false when the prefix ends (or
+// is not JSON) before it is read.
+func topLevelType(prefix []byte) (typ string, known bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if k == "type" {
+			v, err := dec.Token()
+			if err != nil {
+				return "", false
+			}
+			s, _ := v.(string)
+			return s, true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	if _, err := dec.Token(); err == nil {
+		return "", true // closed without a type
+	}
+	return "", false
+}
+
+// boundary ends a partial stdout line so that a record can follow. A held
+// line start is decided as it is (the line ends here).
 func (w *Writer) boundary() {
+	if len(w.hold) > 0 {
+		if drop, _ := dropLine(w.hold, true); drop {
+			w.stats.StdoutSkipped.Add(1)
+		} else {
+			if w.hold[0] == RS {
+				w.write([]byte{RS})
+				w.write([]byte(tagStdout + " "))
+			}
+			w.write(w.hold)
+			w.midLine = true
+		}
+		w.hold = w.hold[:0]
+	}
 	if w.midLine {
 		w.write([]byte{'\n'})
 		w.midLine = false
@@ -260,9 +464,10 @@ func (w *Writer) writePending() {
 	w.pending = w.pending[:0]
 }
 
-// gap records lost bytes of src. A partial stdout line is ended first (it
-// becomes a line the decoder rejects, counted, rather than being glued to
-// what follows the gap).
+// gap records lost bytes of src. A stdout line cut by the gap is ended
+// with RS before its newline (a follower discards it: it is not a line),
+// and what follows the gap up to the next newline, the tail of a line whose
+// head was lost, is not written (its newline is).
 func (w *Writer) gap(src ingest.Source, tap *ingest.Tap) {
 	_, dropped, _ := tap.Stats()
 	n := dropped - w.reported[src]
@@ -274,8 +479,13 @@ func (w *Writer) gap(src ingest.Source, tap *ingest.Tap) {
 		w.queue(rec)
 		return
 	}
-	w.boundary()
+	w.hold = w.hold[:0] // never written: nothing to cut
+	if w.midLine {
+		w.write([]byte{RS, '\n'})
+		w.midLine = false
+	}
 	w.write(rec)
+	w.dropping, w.dropKeepNL = true, true
 	w.writePending()
 }
 
@@ -331,9 +541,13 @@ func (w *Writer) stdinLine(line []byte) {
 	if ev == nil || ev.Kind != ingest.KindControlRequest || (ev.RequestSubtype != "interrupt" && ev.RequestSubtype != "stop_task") {
 		return
 	}
-	rec := make([]byte, 0, len(line)+len(tagStdin)+3)
+	rec := make([]byte, 0, len(line)+len(tagStdin)+24)
 	rec = append(rec, RS)
 	rec = append(rec, tagStdin+" "...)
+	if w.at > 0 {
+		rec = strconv.AppendInt(rec, w.at, 10)
+		rec = append(rec, ' ')
+	}
 	rec = append(rec, line...)
 	rec = append(rec, '\n')
 	w.queue(rec)
@@ -343,7 +557,7 @@ func (w *Writer) stdinLine(line []byte) {
 // queue writes a stdin-side record now if stdout is at a line boundary,
 // else when the current stdout line ends.
 func (w *Writer) queue(rec []byte) {
-	if !w.midLine {
+	if !w.midLine && len(w.hold) == 0 && !w.dropping {
 		w.write(rec)
 		return
 	}
@@ -357,6 +571,19 @@ func (w *Writer) queue(rec []byte) {
 // finish writes what is still pending, syncs and renames the file to its
 // complete name: only then may a follower take the stream as ended.
 func (w *Writer) finish() error {
+	if len(w.hold) > 0 && len(w.pending) == 0 {
+		// An unterminated last line, kept unterminated unless dropped.
+		if drop, _ := dropLine(w.hold, true); drop {
+			w.stats.StdoutSkipped.Add(1)
+		} else {
+			if w.hold[0] == RS {
+				w.write([]byte{RS})
+				w.write([]byte(tagStdout + " "))
+			}
+			w.write(w.hold)
+		}
+		w.hold = w.hold[:0]
+	}
 	if len(w.pending) > 0 {
 		w.boundary()
 		w.writePending()

@@ -47,7 +47,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.follows, "follow", "follow the files matching this glob (repeatable): spool files (*.cbcspool, *.cbcspool.open) or the CLI's stdout written by tee")
 	fs.Var(&c.spoolDirs, "spool-dir", "follow the spool files in this directory (repeatable): the same as --follow 'DIR/*.cbcspool*'")
 	fs.StringVar(&c.stateDir, "state-dir", "", "directory of the checkpoint (offsets, open runs, cumulative totals); without it a restart reads every file from the start")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file (or a spool file never marked complete) after this long without growth: its open runs become abandoned")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file after this long without growth, or a spool file never marked complete after this long without growth or heartbeat of its wrapper (every 10s): its open runs become abandoned")
 	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often the globs are expanded and the files checked for growth")
 	fs.DurationVar(&c.checkpointEvery, "checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
 	fs.BoolVar(&c.keep, "spool.keep", false, "keep spool files once processed (default: remove them)")
@@ -130,6 +130,10 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	}
 	level, _ := parseLogLevel(cfg.logLevel)
 	log := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
+	if cfg.idleTimeout < 3*spool.Heartbeat {
+		log.Warn("--idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
+			"idle_timeout", cfg.idleTimeout, "heartbeat", spool.Heartbeat)
+	}
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
 			fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)

@@ -23,7 +23,7 @@ type spoolFlags struct {
 
 func (s *spoolFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.dir, "spool-dir", "",
-		"also write the tapped stdout (and the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
+		"also write the tapped stdout (without control_response lines, which carry credentials; with the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
 			"run then does no processing of its own unless --spool.process, and --web.listen-address defaults to off")
 	fs.BoolVar(&s.process, "spool.process", false,
 		"with --spool-dir, also run the pipeline and telemetry in the wrapper as without it")
@@ -112,7 +112,8 @@ func (sp *spooling) logTotals(log *slog.Logger) {
 	}
 	log.Log(context.Background(), level, "spool totals", "file", sp.path, "bytes_written", sp.stats.BytesWritten.Load(),
 		"bytes_dropped", sp.stats.BytesDropped.Load(), "errors", sp.stats.Errors.Load(),
-		"stdin_records", sp.stats.StdinRecords.Load(), "stdin_dropped", sp.stats.StdinDropped.Load())
+		"stdin_records", sp.stats.StdinRecords.Load(), "stdin_dropped", sp.stats.StdinDropped.Load(),
+		"stdout_skipped", sp.stats.StdoutSkipped.Load())
 }
 
 // collector exposes the spool counters (with --spool.process, on the
