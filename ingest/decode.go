@@ -129,6 +129,23 @@ func WorthBuffering(prefix []byte) bool {
 	return !known || interesting
 }
 
+// leadingType returns the value of a "type" key that opens the object, as
+// both CLIs write it ({"type":"assistant",...}). ok is false when the line
+// does not start so; the caller then falls back to the marker scan.
+func leadingType(line []byte) (typ []byte, ok bool) {
+	const open = `{"type":"`
+	if !bytes.HasPrefix(line, []byte(open)) {
+		return nil, false
+	}
+	rest := line[len(open):]
+	rest = rest[:min(len(rest), 64)]
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return nil, false
+	}
+	return rest[:i], true
+}
+
 // wire is the union of the fields we read. Fields not named here (prompt,
 // message bodies, the initialize response's account block) are skipped by
 // encoding/json without being stored.
@@ -221,6 +238,11 @@ func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 	}
 	if line[0] != '{' || line[len(line)-1] != '}' {
 		return nil, ReasonInvalidJSON
+	}
+	if typ, ok := leadingType(line); ok && string(typ) != "system" && !bytes.HasPrefix(typ, []byte("control_")) {
+		// Both CLIs write "type" first: an assistant or user message, the
+		// bulk of the bytes, is dismissed without a scan.
+		return nil, ReasonNone
 	}
 	if !Interesting(line) {
 		return nil, ReasonNone

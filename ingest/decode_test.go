@@ -179,3 +179,29 @@ func BenchmarkDecodeIgnored(b *testing.B) {
 		d.Decode(SourceStdout, line)
 	}
 }
+
+// TestLeadingType: the sniff that dismisses assistant and user messages
+// without a scan only trusts a plain leading "type" value.
+func TestLeadingType(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		typ  string
+		ok   bool
+	}{
+		{`{"type":"assistant","message":{}}`, "assistant", true},
+		{`{"type":"system","subtype":"init"}`, "system", true},
+		{`{"type":"sys\"tem"}`, "", false},
+		{`{"subtype":"task_started","type":"system"}`, "", false},
+		{` {"type":"user"}`, "", false},
+	} {
+		typ, ok := leadingType([]byte(tc.line))
+		if string(typ) != tc.typ || ok != tc.ok {
+			t.Errorf("leadingType(%s) = %q, %v; want %q, %v", tc.line, typ, ok, tc.typ, tc.ok)
+		}
+	}
+	// A task event written with "type" after other keys is still decoded.
+	ev, r := NewDecoder(DecodeOptions{}).Decode(SourceStdout, []byte(`{"subtype":"task_started","task_id":"t","type":"system"}`))
+	if r != ReasonNone || ev == nil || ev.Kind != KindTaskStarted {
+		t.Fatalf("got %v %v", ev, r)
+	}
+}
