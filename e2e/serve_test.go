@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/simulate"
 )
 
 // TestServe runs the sidecar against real wrappers. The binary is built
@@ -17,6 +19,70 @@ func TestServe(t *testing.T) {
 	bin := promBuildCLI(t)
 	t.Run("ConcurrentWrappers", func(t *testing.T) { testServeConcurrentWrappers(t, bin) })
 	t.Run("Kill9", func(t *testing.T) { testServeKill9(t, bin) })
+	t.Run("NoSecretsSpooled", func(t *testing.T) { testServeNoSecretsSpooled(t, bin) })
+}
+
+// testServeNoSecretsSpooled: an SDK session starts with initialize, whose
+// answer carries the account's token and e-mail; in both dialects they
+// never reach the spool file (the shared volume), and serve still counts
+// the session exactly.
+func testServeNoSecretsSpooled(t *testing.T, bin string) {
+	dir := t.TempDir()
+	spoolDir := filepath.Join(dir, "spool")
+	if err := os.Mkdir(spoolDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var expects []string
+	var turns []int
+	for i, dialect := range []string{"cbc", "claude"} {
+		sc := []string{"completed", "mixed"}
+		in := userTurns(t, dir, fmt.Sprintf("in-%d.ndjson", i), sc)
+		b, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		initReq := `{"type":"control_request","request_id":"init-1","request":{"subtype":"initialize"}}` + "\n"
+		if err := os.WriteFile(in, append([]byte(initReq), b...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		exp := filepath.Join(dir, fmt.Sprintf("expect-%d.ndjson", i))
+		w := spoolingWrapper(t, bin, spoolDir, in, exp, "--speed", "0", "--noise", "100", "--seed", fmt.Sprint(40+i), "--dialect", dialect)
+		if err := w.Wait(); err != nil {
+			t.Fatalf("wrapper (%s): %v; stderr:\n%s", dialect, err, w.Stderr)
+		}
+		expects, turns = append(expects, exp), append(turns, len(sc))
+	}
+	files, _ := filepath.Glob(filepath.Join(spoolDir, "*"))
+	if len(files) != 2 {
+		t.Fatalf("spool files %v", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), simulate.CanaryToken) || strings.Contains(string(b), simulate.CanaryEmail) {
+			t.Fatalf("%s: the initialize answer's credentials reached the spool file", f)
+		}
+	}
+	srv := startServe(t, bin, "--spool-dir", spoolDir, "--poll-interval", "50ms", "--grace", "300ms")
+	truth := sumTruth(t, expects, turns)
+	promPoll(t, 20*time.Second, "serve's totals equal the simulators' truth", func() (bool, string) {
+		fams, err := srv.scrape()
+		if err != nil {
+			return false, err.Error()
+		}
+		if d := truth.compare(fams); d != "" {
+			return false, d
+		}
+		if v := byLabel(fams, "cbc_otel_lines_rejected_total", "reason")["invalid_json"]; v != 0 {
+			return false, fmt.Sprintf("invalid_json %v", v)
+		}
+		return true, ""
+	})
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("serve exit %d after SIGTERM; stderr:\n%s", code, srv.stderr)
+	}
 }
 
 // testServeConcurrentWrappers: 20 wrappers spool at once into one

@@ -92,6 +92,7 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 		"\x1estdin " + `{"type":"control_request","request_id":"q","request":{"subtype":"interrupt"}}` + "\n" +
 		"\x1egap stdin 9\n" +
 		"\x1estdin 12 " + `{"type":"control_request","request_id":"t","request":{"subtype":"stop_task","task_id":"w"}}` + "\n" +
+		"\x1egap stdout 3\n\n" + // lost bytes that ended a line: the next line is whole
 		`{"type":"system","subtype":"task_progress","task_id":"w"}` + "\n"
 	for _, size := range []int{1, 2, 3, 5, 7, 64, len(data)} {
 		st := new(ingest.Stats)

@@ -50,9 +50,11 @@
 // not known by then is kept) and leaves no trace of it.
 //
 // Around a stdout gap: a stdout line cut by the gap ends with 0x1E just
-// before its newline (it is not a line; a reader discards it), and the tail
-// of the line after the gap, up to its newline, is not written; its newline
-// is, as an empty line that a reader, told of the gap, discards.
+// before its newline (it is not a line; a reader discards it), and the gap
+// record is always followed by one line a reader discards too: the tail of
+// the line whose head was lost is not written, only its newline, so that
+// line is empty (when the lost bytes ended a line, the empty line is
+// written at once and the line after the gap is kept whole).
 package spool
 
 import (

@@ -138,13 +138,14 @@ func TestWriterGapRecord(t *testing.T) {
 	tap.Write(bytes.Repeat([]byte("a"), 600)) // more than the queue: the tail is dropped
 	_, lost, _ := tap.Stats()
 	w.stdout([]byte(`{"type":"assistant","partial`))
-	w.gap(ingest.SourceStdout, tap)
+	w.gap(ingest.SourceStdout, tap, false)
 	w.stdout([]byte("tail of a lost line\n{\"x\":1}\n"))
 	// A line start still held (type unknown yet) when the gap comes is
-	// never written at all.
+	// never written at all; lost bytes that ended a line leave the next
+	// line whole.
 	w.stdout([]byte(`{"held`))
-	w.gap(ingest.SourceStdout, tap)
-	w.stdout([]byte("\n"))
+	w.gap(ingest.SourceStdout, tap, true)
+	w.stdout([]byte("{\"y\":2}\n"))
 	if err := w.finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestWriterGapRecord(t *testing.T) {
 	// The cut line ends with RS, the tail after the gap is not written (its
 	// newline is), the next line is intact.
 	want := "\x1ecbcspool 1\n{\"type\":\"assistant\",\"partial\x1e\n" + string(FormatGap(ingest.SourceStdout, lost)) + "\n{\"x\":1}\n" +
-		string(FormatGap(ingest.SourceStdout, 0)) + "\n"
+		string(FormatGap(ingest.SourceStdout, 0)) + "\n{\"y\":2}\n"
 	if string(b) != want {
 		t.Fatalf("spool file\n%q, want\n%q", b, want)
 	}
@@ -248,7 +249,7 @@ func TestWriterMergesInPassageOrder(t *testing.T) {
 		}
 		line, _, _ := bytes.Cut(b[iRec:], []byte("\n"))
 		r := Parse(line)
-		if r.Kind != RecordLine || r.Source != ingest.SourceStdin || string(r.Line)+"\n" != interrupt || r.At < before {
+		if r.Kind != RecordLine || r.Source != ingest.SourceStdin || string(r.Line)+"\n" != interrupt || r.At < before-int64(time.Second) {
 			t.Fatalf("stdin record %q parsed as %+v", line, r)
 		}
 	}
@@ -357,3 +358,24 @@ func TestKindAndStem(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A stdin gap whose lost bytes ended a line leaves the next request whole;
+// otherwise the rest of the cut line is skipped.
+func TestWriterStdinGapAtLineEnd(t *testing.T) {
+	interrupt := `{"type":"control_request","request_id":"s","request":{"subtype":"interrupt"}}` + "\n"
+	for _, atEOL := range []bool{true, false} {
+		w, err := Create(t.TempDir(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.gap(ingest.SourceStdin, ingest.NewTap(512), atEOL)
+		w.stdin([]byte(interrupt))
+		if err := w.finish(); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(w.Path())
+		if _, in := records(t, string(b)); (len(in) == 1) != atEOL {
+			t.Fatalf("atEOL %v: stdin records %q", atEOL, in)
+		}
+	}
+}

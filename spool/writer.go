@@ -208,7 +208,7 @@ func (w *Writer) Consume(stdout, stdin *ingest.Tap) error {
 			pend[i] = nil
 			w.at = c.At
 			if c.Gap {
-				w.gap(ingest.Source(i), taps[i])
+				w.gap(ingest.Source(i), taps[i], c.GapAtLineEnd)
 			}
 			if i == int(ingest.SourceStdout) {
 				w.stdout(c.Data)
@@ -464,18 +464,21 @@ func (w *Writer) writePending() {
 	w.pending = w.pending[:0]
 }
 
-// gap records lost bytes of src. A stdout line cut by the gap is ended
-// with RS before its newline (a follower discards it: it is not a line),
-// and what follows the gap up to the next newline, the tail of a line whose
-// head was lost, is not written (its newline is).
-func (w *Writer) gap(src ingest.Source, tap *ingest.Tap) {
+// gap records lost bytes of src; atEOL says the lost bytes ended with a
+// newline. A stdout line cut by the gap is ended with RS before its newline
+// (a follower discards it: it is not a line). The gap record is always
+// followed by one stdout line that a follower discards too: the tail of the
+// line whose head was lost is not written, only its newline, so that line
+// is empty (and when the lost bytes ended a line, an empty line is written
+// right away and the next line is kept whole).
+func (w *Writer) gap(src ingest.Source, tap *ingest.Tap, atEOL bool) {
 	_, dropped, _ := tap.Stats()
 	n := dropped - w.reported[src]
 	w.reported[src] = dropped
 	w.stats.BytesDropped.Add(n)
 	rec := []byte(fmt.Sprintf("%c%s %s %d\n", RS, tagGap, src, n))
 	if src == ingest.SourceStdin {
-		w.inLine, w.inSkip = w.inLine[:0], true
+		w.inLine, w.inSkip = w.inLine[:0], !atEOL
 		w.queue(rec)
 		return
 	}
@@ -485,19 +488,22 @@ func (w *Writer) gap(src ingest.Source, tap *ingest.Tap) {
 		w.midLine = false
 	}
 	w.write(rec)
-	w.dropping, w.dropKeepNL = true, true
+	w.dropping, w.dropKeepNL = !atEOL, !atEOL
+	if atEOL {
+		w.write([]byte{'\n'})
+	}
 	w.writePending()
 }
 
 func (w *Writer) endStdout(tap *ingest.Tap) {
 	if _, dropped, _ := tap.Stats(); tap.GapPending() || dropped > w.reported[ingest.SourceStdout] {
-		w.gap(ingest.SourceStdout, tap)
+		w.gap(ingest.SourceStdout, tap, tap.GapPendingAtLineEnd())
 	}
 }
 
 func (w *Writer) endStdin(tap *ingest.Tap) {
 	if _, dropped, _ := tap.Stats(); dropped > w.reported[ingest.SourceStdin] {
-		w.gap(ingest.SourceStdin, tap)
+		w.gap(ingest.SourceStdin, tap, tap.GapPendingAtLineEnd())
 	}
 	// An unterminated last stdin line was never a request the CLI acted on
 	// as a line; drop it.

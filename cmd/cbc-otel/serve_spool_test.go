@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A spool file renamed to its complete name while serve was down: the
+// restored stream is finalized once read to its end (the run it left open
+// completes, nothing is abandoned) and the file is removed.
+func TestServeRestoredSpoolCompletedWhileDown(t *testing.T) {
+	rec := record(t, 21, "completed", "failed", "mixed")
+	dir, state := t.TempDir(), t.TempDir()
+	open := filepath.Join(dir, "1796200000000000000-1-ab.cbcspool.open")
+	head, tail := rec.split()
+	appendFile(t, open, append([]byte("\x1ecbcspool 1\n"), head...))
+	args := []string{"--spool-dir", dir, "--state-dir", state, "--idle-timeout", "1h"}
+	s := startServed(t, args...)
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+	appendFile(t, open, tail)
+	done := strings.TrimSuffix(open, ".open")
+	if err := os.Rename(open, done); err != nil {
+		t.Fatal(err)
+	}
+	s2 := startServed(t, args...)
+	s2.waitFor(t, rec, "totals after the restart")
+	s2.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "complete", 1)
+	s2.waitMetric(t, "cbc_otel_follow_streams", "", "", 0)
+	poll(t, 10*time.Second, "the processed spool file removed", func() (bool, string) {
+		left := remaining(t, dir)
+		return len(left) == 0, strings.Join(left, " ")
+	})
+	if d := s2.matches(rec); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// spoolWrapper starts `cbc-otel run --spool-dir dir -- sh -c script` with
+// a fast spool heartbeat, in its own process group.
+func spoolWrapper(t *testing.T, dir, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "CBC_OTEL_TEST_SPOOL_HEARTBEAT=100ms")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = new(syncBuffer)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	return cmd
+}
+
+// A live wrapper whose child is quiet for longer than --idle-timeout (an
+// SDK session between turns) is not finalized: its heartbeat keeps the
+// .open file fresh, and what the child writes later is counted. A killed
+// wrapper's .open file goes idle and is finalized (its open run
+// abandoned), and kept on disk.
+func TestServeQuietWrapperVersusKilled(t *testing.T) {
+	rec := record(t, 22, "completed", "failed")
+	dir := t.TempDir()
+	data := t.TempDir()
+	head, tail := rec.split()
+	os.WriteFile(filepath.Join(data, "head"), head, 0o600)
+	os.WriteFile(filepath.Join(data, "tail"), tail, 0o600)
+	s := startServed(t, "--spool-dir", dir, "--idle-timeout", "1s")
+
+	w := spoolWrapper(t, dir, "cat "+filepath.Join(data, "head")+"; sleep 3; cat "+filepath.Join(data, "tail"))
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	if err := w.Wait(); err != nil {
+		t.Fatalf("wrapper: %v\n%s", err, w.Stderr)
+	}
+	s.waitFor(t, rec, "the quiet wrapper's whole stream")
+	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "complete", 1)
+	if m, _ := s.metric("cbc_otel_follow_streams_finalized_total", "reason"); m["idle"] != 0 {
+		t.Fatalf("a live wrapper's spool file was finalized as idle: %v", m)
+	}
+
+	k := spoolWrapper(t, dir, "cat "+filepath.Join(data, "head")+"; exec sleep 60")
+	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
+	syscall.Kill(-k.Process.Pid, syscall.SIGKILL)
+	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "idle", 1)
+	s.waitMetric(t, "cbc_workflow_runs_total", "status", "abandoned", 1)
+	left := remaining(t, dir)
+	if len(left) != 1 || !strings.HasSuffix(left[0], ".cbcspool.open") {
+		t.Fatalf("spool files left %v, want the killed wrapper's .open file, kept", left)
+	}
+}
+
+// The answer to initialize (account token, e-mail) never reaches the spool
+// file; the rest of the stream does, and serve's counts are exact with no
+// line rejected.
+func TestRunSpoolDropsControlResponse(t *testing.T) {
+	const canary = "sk-ant-CANARY-0123456789"
+	rec := record(t, 23, "completed", "mixed")
+	data := t.TempDir()
+	resp := `{"type":"control_response","response":{"subtype":"success","request_id":"init-1","response":{"account":{"email":"` +
+		canary + `@example.com","token":"` + canary + `"}}}}` + "\n"
+	all := append([]byte(resp), rec.all()...)
+	os.WriteFile(filepath.Join(data, "out"), all, 0o600)
+	dir := t.TempDir()
+	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "cat", filepath.Join(data, "out"))
+	out, err := cmd.Output()
+	if err != nil || !bytes.Equal(out, all) {
+		t.Fatalf("passthrough changed (%v)", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 {
+		t.Fatalf("spool files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	if bytes.Contains(b, []byte(canary)) || bytes.Contains(b, []byte("control_response")) {
+		t.Fatal("the initialize answer reached the spool file")
+	}
+	if want := append([]byte("\x1ecbcspool 1\n"), rec.all()...); !bytes.Equal(b, want) {
+		t.Fatalf("spool file is not the stream without the control_response (%d bytes, want %d)", len(b), len(want))
+	}
+	s := startServed(t, "--spool-dir", dir)
+	s.waitFor(t, rec, "totals of the spooled stream")
+	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "complete", 1)
+	if m, _ := s.metric("cbc_otel_lines_rejected_total", "reason"); m["invalid_json"] != 0 || m["bad_shape"] != 0 {
+		t.Fatalf("lines rejected: %v", m)
+	}
+}
