@@ -164,63 +164,17 @@ func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Du
 	if tick <= 0 {
 		tick = 500 * time.Millisecond
 	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	taps := [numSources]*Tap{stdout, stdin}
-	var chans [numSources]<-chan Chunk
-	for i, tap := range taps {
-		if tap != nil {
-			chans[i] = tap.Chunks()
-		}
-	}
-	var pend [numSources]*Chunk
-	take := func(i int, c Chunk, ok bool) {
-		if !ok {
-			chans[i] = nil
-			p.endTap(Source(i), taps[i])
-			return
-		}
-		pend[i] = &c
-	}
-	for {
-		if pend[0] == nil && pend[1] == nil {
-			if chans[0] == nil && chans[1] == nil {
-				break
-			}
-			select {
-			case c, ok := <-chans[0]:
-				take(0, c, ok)
-			case c, ok := <-chans[1]:
-				take(1, c, ok)
-			case <-t.C:
-				p.Tick()
-			case <-ctx.Done():
-				p.Close()
-				return
-			}
-		}
-		// Look at the other queue without waiting: what is already there
-		// may have passed through earlier.
-		for i := range pend {
-			if pend[i] == nil && chans[i] != nil {
-				select {
-				case c, ok := <-chans[i]:
-					take(i, c, ok)
-				default:
-				}
-			}
-		}
-		i := 0
-		if pend[0] == nil || (pend[1] != nil && pend[1].passedBefore(pend[0])) { // ties: a request precedes its effects
-			i = 1
-		}
-		if c := pend[i]; c != nil {
-			pend[i] = nil
+	_ = MergeTaps(ctx, stdout, stdin, TapMerge{
+		Chunk: func(src Source, c Chunk) {
 			p.chunkAt = c.At
-			p.chunk(Source(i), taps[i], *c)
+			p.chunk(src, taps[src], c)
 			p.chunkAt = 0
-		}
-	}
+		},
+		End:   func(src Source) { p.endTap(src, taps[src]) },
+		Tick:  p.Tick,
+		Every: tick,
+	})
 	p.Close()
 }
 

@@ -3,6 +3,7 @@ package spool
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -153,74 +154,30 @@ func (w *Writer) Stats() *Stats { return w.stats }
 // every Heartbeat: the wrapper is alive.
 func (w *Writer) Consume(stdout, stdin *ingest.Tap) error {
 	taps := [2]*ingest.Tap{stdout, stdin}
-	var chans [2]<-chan ingest.Chunk
-	for i, tap := range taps {
-		if tap != nil {
-			chans[i] = tap.Chunks()
-		}
-	}
-	hb := time.NewTicker(w.heartbeat)
-	defer hb.Stop()
-	var pend [2]*ingest.Chunk
-	take := func(i int, c ingest.Chunk, ok bool) {
-		if !ok {
-			chans[i] = nil
-			if i == int(ingest.SourceStdout) {
-				w.endStdout(taps[i])
-			} else {
-				w.endStdin(taps[i])
-			}
-			return
-		}
-		pend[i] = &c
-	}
-	for {
-		if pend[0] == nil && pend[1] == nil {
-			if chans[0] == nil && chans[1] == nil {
-				break
-			}
-			select {
-			case c, ok := <-chans[0]:
-				take(0, c, ok)
-			case c, ok := <-chans[1]:
-				take(1, c, ok)
-			case <-hb.C:
-				w.touch()
-				continue
-			}
-		}
-		// Look at the other queue without waiting: what is already there
-		// may have passed through earlier.
-		for i := range pend {
-			if pend[i] == nil && chans[i] != nil {
-				select {
-				case c, ok := <-chans[i]:
-					take(i, c, ok)
-				default:
-				}
-			}
-		}
-		i := int(ingest.SourceStdout)
-		if pend[0] == nil || (pend[1] != nil && pend[1].At <= pend[0].At) {
-			i = int(ingest.SourceStdin)
-		}
-		if c := pend[i]; c != nil {
-			pend[i] = nil
+	_ = ingest.MergeTaps(context.Background(), stdout, stdin, ingest.TapMerge{
+		Chunk: func(src ingest.Source, c ingest.Chunk) {
 			w.at = c.At
 			if c.Gap {
-				w.gap(ingest.Source(i), taps[i], c.GapAtLineEnd)
+				w.gap(src, taps[src], c.GapAtLineEnd)
 			}
-			if i == int(ingest.SourceStdout) {
+			if src == ingest.SourceStdout {
 				w.stdout(c.Data)
 			} else {
 				w.stdin(c.Data)
 			}
-			taps[i].Release(*c)
-		}
-		if pend[0] == nil && pend[1] == nil && (chans[0] == nil || len(chans[0]) == 0) && (chans[1] == nil || len(chans[1]) == 0) {
-			w.flush()
-		}
-	}
+			taps[src].Release(c)
+		},
+		End: func(src ingest.Source) {
+			if src == ingest.SourceStdout {
+				w.endStdout(taps[src])
+			} else {
+				w.endStdin(taps[src])
+			}
+		},
+		Tick:  w.touch,
+		Every: w.heartbeat,
+		Idle:  w.flush,
+	})
 	return w.finish()
 }
 
