@@ -124,4 +124,3 @@ func TestE2ESecretsNeverLeave(t *testing.T) {
 		})
 	}
 }
-
