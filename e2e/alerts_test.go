@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -30,51 +29,10 @@ func TestSLOPageAlertFiresEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	wrapper := exec.CommandContext(ctx, bin, "run", "--web.listen-address", target, "--",
-		bin, "simulate", "--dialect", "cbc", "--speed", "0.05", "--noise", "0")
-	stdin, err := wrapper.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := wrapper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &promLockedBuffer{}
-	wrapper.Stderr = stderr
-	if err := wrapper.Start(); err != nil {
-		t.Fatalf("starting cbc-otel run: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- wrapper.Wait() }()
-	t.Cleanup(func() {
-		stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			wrapper.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("cbc-otel stderr:\n%s", stderr.String())
-		}
-	})
-	out := newPromLineStream(stdout)
-
+	w := startScrapedWrapper(t, ctx, bin, target, "--dialect", "cbc", "--speed", "0.05", "--noise", "0")
+	stdin, out := w.stdin, w.out
 	prom := startPrometheusWithRules(t, promBin, target, rules)
-	promPoll(t, 30*time.Second, "Prometheus scrapes the wrapper", func() (bool, string) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("cbc-otel run exited early (%v); stderr:\n%s", err, stderr.String())
-		default:
-		}
-		v, err := prom.scalar(`up{job="cbc-otel"}`)
-		if err != nil {
-			return false, err.Error()
-		}
-		return v == 1, fmt.Sprintf("up = %v", v)
-	})
+	w.waitScraped(t, prom)
 
 	// Drive failed workflows, one turn at a time, on a goroutine: the
 	// simulator answers each user message with one run and a result line.

@@ -163,37 +163,50 @@ type promSample struct {
 	Value  float64
 }
 
-// query runs an instant query and returns its vector (or scalar, as one
-// sample without labels).
-func (p *prometheusServer) query(q string) ([]promSample, error) {
+// api GETs path from Prometheus's HTTP API and decodes the "data" of a
+// successful answer into data.
+func (p *prometheusServer) api(path string, data any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/api/v1/query?query="+url.QueryEscape(q), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			ResultType string          `json:"resultType"`
-			Result     json.RawMessage `json:"result"`
-		} `json:"data"`
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("query %q: %w: %s", q, err, body)
+		return fmt.Errorf("%s: %w: %s", path, err, body)
 	}
 	if r.Status != "success" {
-		return nil, fmt.Errorf("query %q: %s", q, r.Error)
+		return fmt.Errorf("%s: %s", path, r.Error)
+	}
+	if err := json.Unmarshal(r.Data, data); err != nil {
+		return fmt.Errorf("%s: %w: %s", path, err, r.Data)
+	}
+	return nil
+}
+
+// query runs an instant query and returns its vector (or scalar, as one
+// sample without labels).
+func (p *prometheusServer) query(q string) ([]promSample, error) {
+	var data struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	}
+	if err := p.api("/api/v1/query?query="+url.QueryEscape(q), &data); err != nil {
+		return nil, err
 	}
 	parse := func(v []any) (float64, error) {
 		if len(v) != 2 {
@@ -202,13 +215,13 @@ func (p *prometheusServer) query(q string) ([]promSample, error) {
 		s, _ := v[1].(string)
 		return strconv.ParseFloat(s, 64)
 	}
-	switch r.Data.ResultType {
+	switch data.ResultType {
 	case "vector":
 		var vec []struct {
 			Metric map[string]string `json:"metric"`
 			Value  []any             `json:"value"`
 		}
-		if err := json.Unmarshal(r.Data.Result, &vec); err != nil {
+		if err := json.Unmarshal(data.Result, &vec); err != nil {
 			return nil, err
 		}
 		out := make([]promSample, 0, len(vec))
@@ -222,13 +235,13 @@ func (p *prometheusServer) query(q string) ([]promSample, error) {
 		return out, nil
 	case "scalar":
 		var v []any
-		if err := json.Unmarshal(r.Data.Result, &v); err != nil {
+		if err := json.Unmarshal(data.Result, &v); err != nil {
 			return nil, err
 		}
 		f, err := parse(v)
 		return []promSample{{Value: f}}, err
 	}
-	return nil, fmt.Errorf("query %q: result type %s", q, r.Data.ResultType)
+	return nil, fmt.Errorf("query %q: result type %s", q, data.ResultType)
 }
 
 // byLabel runs q and maps the value of label to the sample value.
@@ -323,4 +336,68 @@ func (s *promLineStream) drain() {
 		for range s.lines {
 		}
 	}()
+}
+
+// scrapedWrapper is `cbc-otel run --web.listen-address target -- cbc-otel
+// simulate ARGS...`, driven through its stdin by the test while Prometheus
+// scrapes it.
+type scrapedWrapper struct {
+	stdin  io.WriteCloser
+	out    *promLineStream
+	stderr *promLockedBuffer
+	exited chan error // receives Wait's result once; put it back after reading
+}
+
+// startScrapedWrapper starts the wrapper; the test's cleanup closes its
+// stdin and kills it if it has not exited 10 s later.
+func startScrapedWrapper(t *testing.T, ctx context.Context, bin, target string, simArgs ...string) *scrapedWrapper {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"run", "--web.listen-address", target, "--", bin, "simulate"}, simArgs...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &scrapedWrapper{stdin: stdin, stderr: &promLockedBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = w.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting cbc-otel run: %v", err)
+	}
+	go func() { w.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("cbc-otel stderr:\n%s", w.stderr.String())
+		}
+	})
+	w.out = newPromLineStream(stdout)
+	return w
+}
+
+// waitScraped waits until prom scrapes the wrapper (up == 1), failing at
+// once if the wrapper exits first.
+func (w *scrapedWrapper) waitScraped(t *testing.T, prom *prometheusServer) {
+	t.Helper()
+	promPoll(t, 30*time.Second, "Prometheus scrapes the wrapper's /metrics", func() (bool, string) {
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+			t.Fatalf("cbc-otel run exited early (%v); stderr:\n%s", err, w.stderr.String())
+		default:
+		}
+		v, err := prom.scalar(`up{job="cbc-otel"}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v == 1, fmt.Sprintf("up = %v; wrapper stderr: %s", v, w.stderr.String())
+	})
 }

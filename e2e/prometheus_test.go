@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -31,50 +30,10 @@ func TestPrometheusScrapesWrapper(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	wrapper := exec.CommandContext(ctx, bin, "run", "--web.listen-address", target, "--",
-		bin, "simulate", "--dialect", "cbc", "--speed", "0.2", "--noise", "512", "--expect", expectPath)
-	stdin, err := wrapper.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := wrapper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &promLockedBuffer{}
-	wrapper.Stderr = stderr
-	if err := wrapper.Start(); err != nil {
-		t.Fatalf("starting cbc-otel run: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- wrapper.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			wrapper.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("cbc-otel stderr:\n%s", stderr.String())
-		}
-	})
-	out := newPromLineStream(stdout)
-
+	w := startScrapedWrapper(t, ctx, bin, target, "--dialect", "cbc", "--speed", "0.2", "--noise", "512", "--expect", expectPath)
+	stdin, out, stderr, exited := w.stdin, w.out, w.stderr, w.exited
 	prom := startPrometheus(t, promBin, target)
-	promPoll(t, 30*time.Second, "Prometheus sees the wrapper's /metrics (is --web.listen-address wired into run?)", func() (bool, string) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("cbc-otel run exited early (%v); stderr:\n%s", err, stderr.String())
-		default:
-		}
-		v, err := prom.scalar(`up{job="cbc-otel"}`)
-		if err != nil {
-			return false, err.Error()
-		}
-		return v == 1, fmt.Sprintf("up = %v; wrapper stderr: %s", v, stderr.String())
-	})
+	w.waitScraped(t, prom)
 
 	// Drive the simulator the way an SDK would, one turn at a time.
 	send := func(v any) {
