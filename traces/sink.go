@@ -444,18 +444,7 @@ func (s *Sink) exportRoot(r *ingest.Run, start, end int64) {
 	if r.InterruptLatencyMs >= 0 {
 		kv = append(kv, attribute.Int64(AttrInterruptLatency, r.InterruptLatencyMs))
 	}
-	if s.previews {
-		if v := ingest.Clean(r.Summary, maxPreviewLen); v != "" {
-			kv = append(kv, attribute.String(AttrSummary, v))
-		}
-	}
-	code, msg, kv := runStatus(r, kv, "workflow failed")
-	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
-		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
-	if code == codes.Error {
-		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
-	}
-	sp.End(trace.WithTimestamp(ms(end)))
+	s.root(r, name, start, end, kv, "workflow failed")
 }
 
 // task exports a plain background task (a sub-agent, a shell) as one span
@@ -477,12 +466,19 @@ func (s *Sink) task(r *ingest.Run) {
 	if r.Reason != "" {
 		kv = append(kv, attribute.String(AttrStopReason, r.Reason))
 	}
+	s.root(r, name, start, end, kv, "task failed")
+}
+
+// root exports the root span of a run (a workflow or a plain task): the
+// opt-in summary, the status from the run's terminal status, the link to
+// its parent task.
+func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute.KeyValue, failMsg string) {
 	if s.previews {
 		if v := ingest.Clean(r.Summary, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrSummary, v))
 		}
 	}
-	code, msg, kv := runStatus(r, kv, "task failed")
+	code, msg, kv := runStatus(r, kv, failMsg)
 	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
 		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
 	if code == codes.Error {
