@@ -11,7 +11,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 30s
 PKGS      := ./...
 
-.PHONY: all build demo test race vet lint fmt-check fuzz bench bench-quick clean
+.PHONY: all build demo test race vet lint fmt-check fuzz bench bench-quick clean chaos
 
 all: build
 
@@ -30,6 +30,7 @@ race: test
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags chaos ./chaos/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -55,3 +56,8 @@ bench-quick: build
 
 clean:
 	rm -rf bin
+
+# The fault and abuse suite (issue #10): fuzzing pass + chaos tests against
+# the built binaries; prints a table of figures, fails on any breach.
+chaos:
+	chaos/run.sh

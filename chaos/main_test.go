@@ -1,0 +1,182 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+
+	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
+)
+
+// Built once per run by TestMain.
+var (
+	// wrapperBin is the cbc-otel binary under attack, built the way it is
+	// released (CGO off, trimmed), not with -race: RSS and throughput
+	// figures must be those of the real binary.
+	wrapperBin string
+	// testExe is this test binary; with supervisetest.Env(mode) it is a
+	// fake child (helper-process pattern).
+	testExe string
+	// repoRoot is the module root (for go run of repo tools).
+	repoRoot string
+)
+
+// The sections of the table, in the order of issue #10.
+const (
+	SecPassthrough = "1 passthrough"
+	SecBackend     = "2 backend faults"
+	SecProcess     = "3 process faults"
+	SecInput       = "4 bad input"
+	SecSecrets     = "5 secrets"
+	SecEndpoints   = "6 endpoints"
+)
+
+// figure is one measured value and the bound it is held to.
+type figure struct {
+	Section, Name, Value, Bound string
+	OK                          bool
+}
+
+var table struct {
+	sync.Mutex
+	rows []figure
+}
+
+// record adds a figure to the suite's table; a figure outside its bound
+// fails t, so a breach both fails the run and shows in the table.
+func record(t testing.TB, section, name, value, bound string, ok bool) {
+	t.Helper()
+	table.Lock()
+	table.rows = append(table.rows, figure{section, name, value, bound, ok})
+	table.Unlock()
+	if !ok {
+		t.Errorf("BREACH [%s] %s = %s (bound: %s)", section, name, value, bound)
+	} else {
+		t.Logf("[%s] %s = %s (bound: %s)", section, name, value, bound)
+	}
+}
+
+// loadFigures reads figures measured outside this binary (the fuzzing pass
+// of run.sh): one per line, tab-separated section, name, value, bound,
+// "ok" or "BREACH".
+func loadFigures(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Split(sc.Text(), "\t")
+		if len(p) != 5 {
+			continue
+		}
+		table.rows = append(table.rows, figure{p[0], p[1], p[2], p[3], p[4] == "ok"})
+	}
+	return sc.Err()
+}
+
+// printTable writes the table, sorted by section (stable within one), as
+// aligned text and, when md is not nil, as Markdown.
+func printTable(w io.Writer, md io.Writer) (breaches int) {
+	table.Lock()
+	defer table.Unlock()
+	rows := append([]figure(nil), table.rows...)
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Section < rows[j].Section })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SECTION\tFIGURE\tVALUE\tBOUND\tRESULT")
+	if md != nil {
+		fmt.Fprintln(md, "| section | figure | value | bound | result |")
+		fmt.Fprintln(md, "|---|---|---|---|---|")
+	}
+	for _, r := range rows {
+		res := "ok"
+		if !r.OK {
+			res = "BREACH"
+			breaches++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Section, r.Name, r.Value, r.Bound, res)
+		if md != nil {
+			fmt.Fprintf(md, "| %s | %s | %s | %s | %s |\n", r.Section, mdCell(r.Name), mdCell(r.Value), mdCell(r.Bound), res)
+		}
+	}
+	tw.Flush()
+	return breaches
+}
+
+func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+func TestMain(m *testing.M) {
+	if mode := supervisetest.Mode(); mode != "" {
+		os.Exit(supervisetest.RunChild(mode, os.Args[1:]))
+	}
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "cbc-otel-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoRoot = filepath.Dir(wd)
+	wrapperBin = filepath.Join(dir, "cbc-otel")
+	build := exec.Command("go", "build", "-trimpath", "-o", wrapperBin, "./cmd/cbc-otel")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building cbc-otel:", err)
+		return 1
+	}
+	if testExe, err = os.Executable(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if p := os.Getenv("CHAOS_FIGURES"); p != "" {
+		if err := loadFigures(p); err != nil {
+			fmt.Fprintln(os.Stderr, "reading", p, err)
+			return 1
+		}
+	}
+	code := m.Run()
+
+	fmt.Printf("\n=== chaos figures (%s/%s, %d CPUs)\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	var md io.Writer
+	if p := os.Getenv("CHAOS_REPORT"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		md = f
+	}
+	if n := printTable(os.Stdout, md); n > 0 {
+		fmt.Printf("=== %d BREACH(ES)\n", n)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
