@@ -120,7 +120,29 @@ func printTable(w io.Writer, md io.Writer) (breaches int) {
 
 func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
+// chaosChildren are fake children of the suite's own, beside those of
+// supervisetest: a test file registers one in its init and starts it with
+// childEnv(name).
+var chaosChildren = map[string]func(args []string) int{}
+
+// envChaosChild selects a chaosChildren entry in a re-run test binary.
+const envChaosChild = "CBC_CHAOS_CHILD"
+
+// childEnv is the environment that makes testExe behave as the chaos
+// child name.
+func childEnv(name string) []string {
+	return append(os.Environ(), envChaosChild+"="+name)
+}
+
 func TestMain(m *testing.M) {
+	if name := os.Getenv(envChaosChild); name != "" {
+		run, ok := chaosChildren[name]
+		if !ok {
+			fmt.Fprintln(os.Stderr, "unknown chaos child", name)
+			os.Exit(2)
+		}
+		os.Exit(run(os.Args[1:]))
+	}
 	if mode := supervisetest.Mode(); mode != "" {
 		os.Exit(supervisetest.RunChild(mode, os.Args[1:]))
 	}
