@@ -58,6 +58,10 @@ const (
 	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultPoll            = 250 * time.Millisecond
 	DefaultCheckpointEvery = 5 * time.Second
+	// DefaultMaxStreams bounds the files followed at once: each holds an
+	// open descriptor and a pipeline, so a directory of a million files
+	// must not become a million of each.
+	DefaultMaxStreams = 256
 	// readBudget bounds what one stream reads per cycle, so that a large
 	// backlog in one file does not starve the others.
 	readBudget = 4 << 20
@@ -95,6 +99,11 @@ type Options struct {
 	// kept by Keep, then complete files not yet started, are removed oldest
 	// first and counted. 0 means no cap.
 	MaxSpoolBytes int64
+	// MaxStreams caps the files followed at once; matching files beyond it
+	// wait, in glob order (oldest first for spool files, whose names start
+	// with their creation time), until followed ones are finalized. 0
+	// means DefaultMaxStreams.
+	MaxStreams int
 	// Pipeline is the template of every stream's pipeline: its sinks (the
 	// shared metrics sink), Stats, grace, line cap, decode options. Live is
 	// forced on.
@@ -138,6 +147,7 @@ type Engine struct {
 	mCkptErr    prometheus.Counter
 	mTruncated  prometheus.Counter
 	mGapRecords prometheus.Counter
+	mWaiting    prometheus.Gauge
 }
 
 // New checks opts and builds an Engine.
@@ -161,6 +171,12 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.MaxStreams < 0 {
+		return nil, errors.New("follow: MaxStreams must not be negative")
+	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -195,12 +211,14 @@ func New(opts Options) (*Engine, error) {
 			Name: "cbc_otel_follow_truncations_total", Help: "Followed files that shrank (truncated) and were read again from the start."}),
 		mGapRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cbc_otel_spool_gaps_total", Help: "Gap records read from spool files (the wrapper lost tapped bytes)."}),
+		mWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cbc_otel_follow_files_waiting", Help: "Matching files not followed yet because --follow.max-files are followed already."}),
 	}
 	for _, r := range []string{ReasonComplete, ReasonIdle, ReasonDeleted, ReasonVanished} {
 		e.mFinalized.WithLabelValues(r)
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{e.mStreams, e.mFinalized, e.mEvicted, e.mEvictedB, e.mCkpt, e.mCkptErr, e.mTruncated, e.mGapRecords} {
+		for _, c := range []prometheus.Collector{e.mStreams, e.mFinalized, e.mEvicted, e.mEvictedB, e.mCkpt, e.mCkptErr, e.mTruncated, e.mGapRecords, e.mWaiting} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("follow: registering metrics: %w", err)
 			}
@@ -626,6 +644,7 @@ func (e *Engine) discover() {
 		}
 	}
 	cands = e.evict(cands)
+	waiting := 0
 	for _, c := range cands {
 		if s, ok := e.streams[c.id]; ok {
 			if s.path != c.path && spool.KindOf(c.path) == spool.Done && s.kind == spool.Open {
@@ -633,57 +652,87 @@ func (e *Engine) discover() {
 			}
 			continue
 		}
-		e.open(c)
+		// Finished files go through open, which mostly skips them: only
+		// new ones wait here without a descriptor.
+		if _, fin := e.finished[c.id]; !fin && len(e.streams) >= e.opts.MaxStreams {
+			waiting++
+			continue
+		}
+		if !e.open(c) {
+			waiting++
+		}
+	}
+	e.mWaiting.Set(float64(waiting))
+	if waiting > 0 && !e.warned["max-streams"] {
+		e.warned["max-streams"] = true
+		e.log.Warn("more matching files than --follow.max-files: the rest wait until followed ones end",
+			"max_files", e.opts.MaxStreams, "waiting", waiting)
+	} else if waiting == 0 {
+		delete(e.warned, "max-streams") // warn again at the next episode
 	}
 }
 
-// open starts following a file, unless it is one finished already.
-func (e *Engine) open(c candidate) {
+// open starts following a file, unless it is one finished already. It
+// reports false when the file is to be followed but waits for a free slot
+// (MaxStreams).
+func (e *Engine) open(c candidate) bool {
 	f, err := os.Open(c.path)
 	if err != nil {
 		if !e.warned["open:"+c.path] {
 			e.warned["open:"+c.path] = true
 			e.log.Warn("cannot open a matched file", "file", c.path, "err", err)
 		}
-		return
+		return true
 	}
 	start := int64(0)
+	// The finished entry is dropped only once the file is followed: one
+	// that waits for a slot must not be read again from the start.
+	forget := false
 	if fs, ok := e.finished[c.id]; ok {
 		idleOpen := spool.KindOf(fs.Path) == spool.Open // finalized idle before it was complete
 		switch {
 		case !matches(f, c.path, c.id, fs) || c.fi.Size() < fs.Size:
 			// Another file on a reused inode, or truncated: new content.
-			delete(e.finished, c.id)
+			forget = true
 		case idleOpen && c.fi.Size() > fs.Size:
 			// Its wrapper was alive after all: a new stream from where the
 			// last one ended.
 			e.log.Warn("a spool file finalized as idle grew again; following it from where it was finalized", "file", c.path, "offset", fs.Size)
 			start = fs.Size
-			delete(e.finished, c.id)
+			forget = true
 		case idleOpen && spool.KindOf(c.path) == spool.Open:
 			f.Close() // still silent: kept, not read again
-			return
+			return true
 		case spool.KindOf(c.path) != spool.Plain:
 			f.Close()
 			if !e.opts.Keep {
 				e.remove(c.id, c.path) // processed before a crash, not yet removed
 			}
-			return
+			return true
 		case c.fi.Size() == fs.Size:
 			f.Close()
-			return
+			return true
 		default:
 			// A plain file that grew after its idle finalization: a new
 			// stream from where the last one ended.
 			start = fs.Size
-			delete(e.finished, c.id)
+			forget = true
 		}
+	}
+	if len(e.streams) >= e.opts.MaxStreams {
+		// No slot (a finished file grown again): looked at next cycle.
+		f.Close()
+		return false
+	}
+	if forget {
+		delete(e.finished, c.id)
 	}
 	s := e.newStream(f, c.path, c.id)
 	s.offset, s.readPos = start, start
 	e.streams[c.id] = s
 	e.dirty = true
 	e.log.Info("following", "file", c.path, "kind", kindName(s.kind), "offset", start)
+	return true
 }
 
 func kindName(k spool.Kind) string {

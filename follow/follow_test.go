@@ -5,10 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
 )
 
@@ -114,5 +117,65 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 		if st.Lines(ingest.SourceStdin) != 3 || st.Events() != 5 {
 			t.Fatalf("chunks of %d: stdin lines %d, events %d; want 3, 5", size, st.Lines(ingest.SourceStdin), st.Events())
 		}
+	}
+}
+
+// Past MaxStreams, matching files wait without a descriptor and are
+// followed, in order, as followed ones are finalized: every file is read
+// exactly once.
+func TestMaxStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		files, max    int
+		wantFirstOpen int
+	}{
+		{"under the cap", 2, 4, 2},
+		{"at the cap", 3, 3, 3},
+		{"over the cap", 7, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i := range tc.files {
+				line := `{"type":"system","subtype":"task_started","task_id":"t` + string(rune('a'+i)) + `","task_type":"local_bash"}` + "\n"
+				if err := os.WriteFile(filepath.Join(dir, "f"+string(rune('a'+i))+".ndjson"), []byte(line), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err := metrics.New(metrics.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Unix(1_800_000_000, 0)
+			st := new(ingest.Stats)
+			e, err := New(Options{
+				Globs: []string{filepath.Join(dir, "*.ndjson")}, IdleTimeout: time.Second, MaxStreams: tc.max,
+				Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st, Sinks: []ingest.Sink{m}}},
+				Metrics:  m, Cumulative: metrics.NewCumulative(m.Registry()),
+				Now: func() time.Time { return now },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.cycle()
+			if len(e.streams) != tc.wantFirstOpen {
+				t.Fatalf("first cycle: %d streams, want %d", len(e.streams), tc.wantFirstOpen)
+			}
+			if got, want := testutil.ToFloat64(e.mWaiting), float64(tc.files-tc.wantFirstOpen); got != want {
+				t.Fatalf("first cycle: %v waiting, want %v", got, want)
+			}
+			for i := 0; i < 2*tc.files && (len(e.streams) > 0 || len(e.finished) < tc.files); i++ {
+				now = now.Add(2 * time.Second) // past the idle timeout: the followed files are finalized
+				e.cycle()
+				if len(e.streams) > tc.max {
+					t.Fatalf("%d streams followed, cap %d", len(e.streams), tc.max)
+				}
+			}
+			if len(e.finished) != tc.files || st.Lines(ingest.SourceStdout) != int64(tc.files) {
+				t.Fatalf("%d files finished, %d lines read; want %d of each", len(e.finished), st.Lines(ingest.SourceStdout), tc.files)
+			}
+			if got := testutil.ToFloat64(e.mWaiting); got != 0 {
+				t.Fatalf("%v files still waiting", got)
+			}
+		})
 	}
 }

@@ -40,6 +40,28 @@ type DecodeOptions struct {
 	// KeepPreviews keeps resultPreview, promptPreview and summary (opt-in
 	// content). Off by default: they are user and model text.
 	KeepPreviews bool
+	// KeepErrors keeps the text of error fields (task_updated patch.error,
+	// an agent's error). Off by default: an error can quote anything the
+	// agent saw, tokens included, so only the fact that there was one is
+	// kept, as WithheldError.
+	KeepErrors bool
+}
+
+// WithheldError stands for the text of an error field that the decoder did
+// not keep (DecodeOptions.KeepErrors off): the error is still known to
+// exist, so states and statuses are unchanged.
+const WithheldError = "error text withheld (--capture-errors keeps it)"
+
+// errorText is what the decoder keeps of an error field.
+func (d *Decoder) errorText(s string) string {
+	switch {
+	case s == "":
+		return ""
+	case d.opts.KeepErrors:
+		return Clean(s, maxTextLen)
+	default:
+		return WithheldError
+	}
 }
 
 // Markers that a line of interest must contain. The prefilter looks for them
@@ -352,7 +374,7 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 		}
 		ev.PatchStatus = Clean(w.Patch.Status, maxIDLen)
 		ev.PatchEndTime = num(w.Patch.EndTime)
-		ev.PatchError = Clean(w.Patch.Error, maxTextLen)
+		ev.PatchError = d.errorText(w.Patch.Error)
 	case KindTaskNotification:
 		ev.Status = Clean(w.Status, maxIDLen)
 		ev.Reason = Clean(w.Reason, maxIDLen)
@@ -383,7 +405,7 @@ func (d *Decoder) entry(w *wireEntry) (Entry, bool) {
 			DurationMs:     num(w.DurationMs),
 			Tokens:         num(w.Tokens),
 			ToolCalls:      num(w.ToolCalls),
-			Error:          Clean(w.Error, maxTextLen),
+			Error:          d.errorText(w.Error),
 		}
 		if d.opts.KeepPreviews {
 			e.ResultPreview = Clean(w.ResultPreview, maxPreviewLen)

@@ -97,7 +97,7 @@ func TestDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ev, reason := NewDecoder(DecodeOptions{}).Decode(tt.src, []byte(tt.line))
+			ev, reason := NewDecoder(DecodeOptions{KeepErrors: true}).Decode(tt.src, []byte(tt.line))
 			if reason != tt.reason {
 				t.Fatalf("reason %v, want %v", reason, tt.reason)
 			}
@@ -203,5 +203,33 @@ func TestLeadingType(t *testing.T) {
 	ev, r := NewDecoder(DecodeOptions{}).Decode(SourceStdout, []byte(`{"subtype":"task_started","task_id":"t","type":"system"}`))
 	if r != ReasonNone || ev == nil || ev.Kind != KindTaskStarted {
 		t.Fatalf("got %v %v", ev, r)
+	}
+}
+
+// TestDecodeWithholdsErrors: by default the text of error fields never
+// leaves the decoder (it can quote secrets), but that there was an error
+// does, so statuses are unchanged; KeepErrors keeps the cleaned text.
+func TestDecodeWithholdsErrors(t *testing.T) {
+	updated := `{"type":"system","subtype":"task_updated","task_id":"t","patch":{"status":"failed","error":"token sk-canary\u001b[31m"}}`
+	progress := `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":0,"agentId":"a","state":"error","error":"mail me@example.com"},{"type":"workflow_agent","index":1,"agentId":"b","state":"done","error":""}]}`
+	for _, tt := range []struct {
+		keep               bool
+		patchErr, agentErr string
+	}{
+		{false, WithheldError, WithheldError},
+		{true, "token sk-canary[31m", "mail me@example.com"},
+	} {
+		d := NewDecoder(DecodeOptions{KeepErrors: tt.keep})
+		ev, r := d.Decode(SourceStdout, []byte(updated))
+		if r != ReasonNone {
+			t.Fatalf("keep=%v: updated rejected: %v", tt.keep, r)
+		}
+		eq(t, ev.PatchError, tt.patchErr)
+		ev, r = d.Decode(SourceStdout, []byte(progress))
+		if r != ReasonNone || len(ev.Entries) != 2 {
+			t.Fatalf("keep=%v: progress: %v %+v", tt.keep, r, ev)
+		}
+		eq(t, ev.Entries[0].Error, tt.agentErr)
+		eq(t, ev.Entries[1].Error, "") // no error: nothing to withhold
 	}
 }

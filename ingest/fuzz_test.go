@@ -15,6 +15,15 @@
 //     jumps), so the fuzzer explores orderings rather than JSON syntax;
 //     lifecycle invariants are checked after every step and after Close.
 //
+// The lifecycle invariants (invariantSink): one terminal per run (one
+// RunFinished or TaskEnded, one RunFinalized, nothing after it) and a
+// terminal status that never changes; agents never vanish, their states
+// only move forward, each starts at most once and ends exactly once; every
+// counter of Stats only grows, and each violation counted is reported to
+// the sinks once. FuzzTracker checks them after every event; the framer
+// and decoder targets also run their input as a stream through a whole
+// Pipeline and check them there (with its line and byte counts).
+//
 // `go test ./ingest/` runs the seeds only; run one target at a time with
 // `go test -fuzz=FuzzTracker -fuzztime=60s ./ingest/`.
 package ingest_test
@@ -124,6 +133,8 @@ func FuzzFramer(f *testing.F) {
 		if sum != int64(len(data)) {
 			t.Fatalf("Len sum %d, input %d", sum, len(data))
 		}
+		// The same pieces through a whole pipeline, at its own line cap.
+		pipelineInvariants(t, chunks, refLines(data, ingest.DefaultMaxLine))
 	})
 }
 
@@ -247,6 +258,9 @@ func FuzzDecoder(f *testing.F) {
 				}
 			}
 		}
+		// Whatever the line is, a stream of it ends every run it opens once.
+		l := append(bytes.TrimRight(line, "\n"), '\n')
+		pipelineInvariants(t, [][]byte{l}, refLines(l, ingest.DefaultMaxLine))
 	})
 }
 
@@ -281,6 +295,9 @@ func FuzzDecoderReuse(f *testing.F) {
 		if r != r2 || !reflect.DeepEqual(want, got) {
 			t.Fatalf("decoding after %q changed the result\nfresh:  %+v %v\nreused: %+v %v", prev, want, r, got, r2)
 		}
+		// The two lines as a stream: one terminal per run, counters monotonic.
+		stream := append(append(append([]byte(nil), prev...), '\n'), line...)
+		pipelineInvariants(t, [][]byte{prev, []byte("\n"), line}, refLines(stream, ingest.DefaultMaxLine))
 	})
 }
 
@@ -300,26 +317,40 @@ type agentKey struct {
 	idx int
 }
 
-// invariantSink checks the lifecycle as it is emitted.
+// invariantSink checks the lifecycle as it is emitted: one terminal per
+// run (RunFinished or TaskEnded once, then RunFinalized once, nothing
+// after), a terminal status that never changes, agents that never vanish
+// and whose states only move forward, one AgentStarted and one AgentEnded
+// per agent (never started after it ended), and one ViolationSeen per
+// counted violation.
 type invariantSink struct {
-	t         *testing.T
-	runs      []*ingest.Run // in order of first appearance
-	seen      map[*ingest.Run]bool
-	finished  map[*ingest.Run]int
-	finalized map[*ingest.Run]int
-	ended     map[agentKey]int
-	state     map[agentKey]ingest.AgentState
-	final     map[*ingest.Run]ingest.Run // copy at RunFinalized
+	t          *testing.T
+	runs       []*ingest.Run // in order of first appearance
+	seen       map[*ingest.Run]bool
+	finished   map[*ingest.Run]int
+	terminal   map[*ingest.Run]ingest.RunStatus // status at RunFinished/TaskEnded
+	finalized  map[*ingest.Run]int
+	started    map[agentKey]int
+	ended      map[agentKey]int
+	state      map[agentKey]ingest.AgentState
+	nAgents    map[*ingest.Run]int
+	violations map[ingest.Violation]int64
+	final      map[*ingest.Run]ingest.Run // copy at RunFinalized
+	spare      []int64                    // checkCounters' other buffer
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
 	return &invariantSink{t: t, seen: map[*ingest.Run]bool{}, finished: map[*ingest.Run]int{},
-		finalized: map[*ingest.Run]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
-		final: map[*ingest.Run]ingest.Run{}}
+		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
+		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
+		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{}}
 }
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	t := s.t
+	if l.Kind == ingest.ViolationSeen {
+		s.violations[l.Violation]++
+	}
 	r := l.Run
 	if r == nil {
 		return
@@ -331,7 +362,16 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	if s.finalized[r] > 0 {
 		t.Fatalf("%v for run %s/%s after its RunFinalized", l.Kind, r.TaskID, r.RunID)
 	}
-	// Agent states only move forward; a final state never changes.
+	// A terminal status is final: no later event changes it.
+	if st, ok := s.terminal[r]; ok && r.Status != st {
+		t.Fatalf("run %s/%s: terminal status %v became %v (%v)", r.TaskID, r.RunID, st, r.Status, l.Kind)
+	}
+	// Agents never vanish (their indices are unique, so the count is
+	// enough); their states only move forward; a final state never changes.
+	if len(r.Agents) < s.nAgents[r] {
+		t.Fatalf("run %s/%s: %d agents, %d before (%v)", r.TaskID, r.RunID, len(r.Agents), s.nAgents[r], l.Kind)
+	}
+	s.nAgents[r] = len(r.Agents)
 	for i := range r.Agents {
 		a := &r.Agents[i]
 		k := agentKey{r, a.Index}
@@ -356,6 +396,7 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		if r.Status == ingest.StatusRunning {
 			t.Fatalf("run %s/%s finished with status running", r.TaskID, r.RunID)
 		}
+		s.terminal[r] = r.Status
 	case ingest.RunFinalized:
 		s.finalized[r]++
 		if s.finished[r] != 1 {
@@ -383,12 +424,57 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		if l.Agent == nil || l.Agent.Start <= 0 {
 			t.Fatalf("AgentStarted without a start: %+v", l.Agent)
 		}
+		k := agentKey{r, l.Agent.Index}
+		if s.started[k]++; s.started[k] > 1 {
+			t.Fatalf("run %s agent %d started twice", r.TaskID, l.Agent.Index)
+		}
+		if s.ended[k] > 0 {
+			t.Fatalf("run %s agent %d started after it ended", r.TaskID, l.Agent.Index)
+		}
 	}
 }
 
-// counters reads every counter of st.
-func counters(st *ingest.Stats) []int64 {
-	c := []int64{st.Events()}
+// checkClosed checks, after the tracker's Close, that every run seen ended
+// exactly once and every agent of it exactly once.
+func (s *invariantSink) checkClosed() {
+	t := s.t
+	for _, r := range s.runs {
+		if s.finalized[r] != 1 {
+			t.Fatalf("run %s/%s finalized %d times after Close", r.TaskID, r.RunID, s.finalized[r])
+		}
+		fr := s.final[r]
+		for _, a := range fr.Agents {
+			if n := s.ended[agentKey{r, a.Index}]; n != 1 {
+				t.Fatalf("run %s agent %d: AgentEnded %d times", r.TaskID, a.Index, n)
+			}
+		}
+	}
+}
+
+// checkCounters checks that no counter of st went down since last (and
+// returns the new reading), and that each violation counted was also
+// reported to the sinks once.
+func (s *invariantSink) checkCounters(st *ingest.Stats, last []int64) []int64 {
+	t := s.t
+	cur := counters(st, s.spare)
+	for i := range cur {
+		if last != nil && cur[i] < last[i] {
+			t.Fatalf("counter %d went down: %d → %d", i, last[i], cur[i])
+		}
+	}
+	s.spare = last
+	for _, v := range ingest.Violations() {
+		if n := st.Violations(v); n != s.violations[v] {
+			t.Fatalf("violation %v: counted %d, reported %d", v, n, s.violations[v])
+		}
+	}
+	return cur
+}
+
+// counters reads every counter of st into buf (reused: targets read them
+// after every step).
+func counters(st *ingest.Stats, buf []int64) []int64 {
+	c := append(buf[:0], st.Events())
 	for _, v := range ingest.Violations() {
 		c = append(c, st.Violations(v))
 	}
@@ -396,9 +482,36 @@ func counters(st *ingest.Stats) []int64 {
 		c = append(c, st.Rejected(r))
 	}
 	for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
-		c = append(c, st.Lines(src), st.Bytes(src))
+		c = append(c, st.Lines(src), st.Bytes(src), st.Dropped(src))
 	}
 	return c
+}
+
+// pipelineInvariants runs data, written in the given pieces, as a stream's
+// stdout through a whole Pipeline (framer, decoder, tracker) with an
+// invariantSink: the lifecycle invariants hold for any bytes, counters
+// never go down, and the line and byte counts are the framer's.
+func pipelineInvariants(t *testing.T, chunks [][]byte, want []fLine) {
+	inv := newInvariantSink(t)
+	st := new(ingest.Stats)
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st}})
+	last := inv.checkCounters(st, nil)
+	var n int64
+	for _, c := range chunks {
+		p.Write(ingest.SourceStdout, c)
+		n += int64(len(c))
+		last = inv.checkCounters(st, last)
+	}
+	p.Close()
+	inv.checkCounters(st, last)
+	if got := len(p.Tracker().Open()); got != 0 {
+		t.Fatalf("%d runs open after Close", got)
+	}
+	inv.checkClosed()
+	if st.Bytes(ingest.SourceStdout) != n || st.Lines(ingest.SourceStdout) != int64(len(want)) {
+		t.Fatalf("pipeline counted %d lines, %d bytes; framer %d lines, %d bytes",
+			st.Lines(ingest.SourceStdout), st.Bytes(ingest.SourceStdout), len(want), n)
+	}
 }
 
 // fzProgram interprets fuzz bytes as tracker operations.
@@ -530,7 +643,8 @@ func FuzzTracker(f *testing.F) {
 		dec := ingest.NewDecoder(ingest.DecodeOptions{})
 		p := &fzProgram{b: prog, now: T0}
 		prev, prevSrc := "", ingest.SourceStdout
-		last := counters(st)
+		last := inv.checkCounters(st, nil)
+		var handled int64
 		for p.i < len(p.b) {
 			line, src := p.line(tr)
 			if line == "dup" {
@@ -542,30 +656,19 @@ func FuzzTracker(f *testing.F) {
 					t.Fatalf("generated line rejected (%v): %s", reason, line)
 				}
 				tr.Handle(ev, p.now)
+				handled++
 				prev, prevSrc = line, src
 			}
-			cur := counters(st)
-			for i := range cur {
-				if cur[i] < last[i] {
-					t.Fatalf("counter %d went down: %d → %d", i, last[i], cur[i])
-				}
+			last = inv.checkCounters(st, last)
+			if st.Events() != handled {
+				t.Fatalf("events counter %d after %d events", st.Events(), handled)
 			}
-			last = cur
 		}
 		tr.Close(p.now + 1)
+		inv.checkCounters(st, last)
 		if n := len(tr.Open()); n != 0 {
 			t.Fatalf("%d runs open after Close", n)
 		}
-		for _, r := range inv.runs {
-			if inv.finalized[r] != 1 {
-				t.Fatalf("run %s/%s finalized %d times after Close", r.TaskID, r.RunID, inv.finalized[r])
-			}
-			fr := inv.final[r]
-			for _, a := range fr.Agents {
-				if n := inv.ended[agentKey{r, a.Index}]; n != 1 {
-					t.Fatalf("run %s agent %d: AgentEnded %d times", r.TaskID, a.Index, n)
-				}
-			}
-		}
+		inv.checkClosed()
 	})
 }

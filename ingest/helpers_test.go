@@ -142,7 +142,9 @@ type clockRig struct {
 
 func newClockRig(t testing.TB, grace time.Duration) *clockRig {
 	rec := new(ingest.Recorder)
-	return &clockRig{t: t, rec: rec, dec: ingest.NewDecoder(ingest.DecodeOptions{}),
+	// Error texts are kept: these rigs check how the Tracker merges them;
+	// the decoder's default of withholding them is TestDecodeWithholdsErrors.
+	return &clockRig{t: t, rec: rec, dec: ingest.NewDecoder(ingest.DecodeOptions{KeepErrors: true}),
 		tr: ingest.NewTracker(ingest.TrackerOptions{Grace: grace, Sinks: []ingest.Sink{rec}})}
 }
 

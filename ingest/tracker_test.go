@@ -52,7 +52,8 @@ func runStreamCases(t *testing.T, cases []streamCase) {
 			if g == 0 {
 				g = 5 * time.Second
 			}
-			r := newPipeRig(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Grace: g}})
+			// Error texts kept: the cases check how they merge.
+			r := newPipeRig(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Grace: g}})
 			r.out(c.lines...)
 			r.p.Close()
 			if c.kinds != "" {

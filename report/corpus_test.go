@@ -26,7 +26,8 @@ func replay(t *testing.T, path string) ([]ingest.Run, *ingest.Stats) {
 	}
 	defer f.Close()
 	var col Collector
-	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}}})
+	// Errors are kept: the expectations check their text is reconstructed.
+	p := ingest.NewPipeline(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}}})
 	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}

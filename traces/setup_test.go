@@ -30,7 +30,7 @@ func feedProvider(t *testing.T, p *Provider, file string) *Sink {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pl := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
+	pl := ingest.NewPipeline(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
 	if err := ingest.Feed(context.Background(), pl, ingest.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,8 @@ func replay(t *testing.T, file string, opts Options, previews bool) tracetest.Sp
 	}
 	defer f.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{
-		Decode:  ingest.DecodeOptions{KeepPreviews: previews},
+		// Errors are kept: the goldens show the status message they make.
+		Decode:  ingest.DecodeOptions{KeepPreviews: previews, KeepErrors: true},
 		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}},
 	})
 	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {

@@ -27,7 +27,7 @@ func TestE2ERunSimulateReconstructsEveryRun(t *testing.T) {
 			expect, record := filepath.Join(dir, "expect.ndjson"), filepath.Join(dir, "record.ndjson")
 			summary, prom := filepath.Join(dir, "summary.ndjson"), filepath.Join(dir, "metrics.prom")
 			cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--grace=1s",
-				"--summary-file", summary, "--metrics-file", prom, "--",
+				"--capture-errors", "--summary-file", summary, "--metrics-file", prom, "--",
 				wrapperBin, "simulate", "--dialect", dialect, "--speed", "0.05", "--noise", "3000",
 				"--expect", expect, "--record", record)
 			stdin, err := cmd.StdinPipe()

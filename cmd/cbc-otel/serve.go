@@ -39,6 +39,7 @@ type serveConfig struct {
 	checkpointEvery time.Duration
 	keep            bool
 	maxSpoolBytes   int64
+	maxFiles        int
 	logLevel        string
 	tel             telemetryFlags
 }
@@ -52,6 +53,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.checkpointEvery, "checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
 	fs.BoolVar(&c.keep, "spool.keep", false, "keep spool files once processed (default: remove them)")
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
+	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
 	fs.StringVar(&c.logLevel, "log.level", "info", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	c.tel.register(fs, true)
 }
@@ -68,6 +70,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.idleTimeout <= 0 || c.poll <= 0 || c.checkpointEvery <= 0 {
 		errs = append(errs, errors.New("--idle-timeout, --poll-interval and --checkpoint-interval must be positive"))
+	}
+	if c.maxFiles < 1 {
+		errs = append(errs, fmt.Errorf("--follow.max-files %d: must be at least 1", c.maxFiles))
 	}
 	if c.maxSpoolBytes < 0 {
 		errs = append(errs, errors.New("--spool.max-bytes must not be negative"))
@@ -180,9 +185,10 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		CheckpointEvery: cfg.checkpointEvery,
 		Keep:            cfg.keep,
 		MaxSpoolBytes:   cfg.maxSpoolBytes,
+		MaxStreams:      cfg.maxFiles,
 		Pipeline: ingest.PipelineOptions{
 			MaxLine: cfg.tel.maxLine,
-			Decode:  ingest.DecodeOptions{KeepPreviews: tel.traces.capturePreviews()},
+			Decode:  ingest.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
 			Tracker: ingest.TrackerOptions{Grace: grace, Sinks: []ingest.Sink{tel.metrics.sink()}, Stats: tel.stats},
 		},
 		Metrics:    tel.metrics.metrics(),

@@ -13,10 +13,11 @@ import (
 // telemetryFlags are the flags every mode that runs the pipeline shares:
 // the Tracker's grace window and line cap, and the sinks' own flags.
 type telemetryFlags struct {
-	grace   time.Duration
-	maxLine int
-	metrics metricsFlags
-	traces  tracesFlags
+	grace         time.Duration
+	maxLine       int
+	captureErrors bool
+	metrics       metricsFlags
+	traces        tracesFlags
 }
 
 // register defines the flags. live is true for run and demo (a process that
@@ -25,6 +26,8 @@ type telemetryFlags struct {
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
 	fs.IntVar(&f.maxLine, "max-line", ingest.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
+	fs.BoolVar(&f.captureErrors, "capture-errors", false,
+		"keep the text of error fields (patch.error, an agent's error) in span statuses, summaries and replay output; off by default, they can quote secrets: only that there was an error is kept")
 	f.metrics.register(fs, live)
 	f.traces.register(fs, live)
 }
@@ -85,7 +88,7 @@ func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...inges
 	return ingest.PipelineOptions{
 		MaxLine: f.maxLine,
 		Live:    live,
-		Decode:  ingest.DecodeOptions{KeepPreviews: t.traces.capturePreviews()},
+		Decode:  ingest.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: f.captureErrors},
 		Tracker: ingest.TrackerOptions{Grace: grace, Sinks: sinks, Stats: t.stats},
 	}
 }
