@@ -215,7 +215,8 @@ func (s *supervisor) sweep(r *os.File, next func() []byte, emit func([]byte, boo
 // through Write as usual, so a full destination blocks as before and EPIPE
 // comes back from Write exactly as it would without tee.
 type teeReader struct {
-	rc  syscall.RawConn // the child's pipe
+	src *os.File
+	rc  syscall.RawConn // src's
 	out syscall.RawConn // the destination pipe; nil once tee is given up
 	log *slog.Logger
 }
@@ -240,7 +241,7 @@ func newTeeReader(r *os.File, w io.Writer, log *slog.Logger) *teeReader {
 	if err != nil {
 		return nil
 	}
-	return &teeReader{rc: rc, out: out, log: log}
+	return &teeReader{src: r, rc: rc, out: out, log: log}
 }
 
 // read fills buf with the next bytes of the pipe, waiting for them like
@@ -294,8 +295,16 @@ func (t *teeReader) read(buf []byte) (n int, teed bool, err error) {
 		}
 		return true
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		err = opErr
+	case !errors.Is(err, os.ErrDeadlineExceeded):
+		// A RawConn reports a closed file with an error of its own, where
+		// os.File.Read says os.ErrClosed, which the pump expects when
+		// Run abandons it; Stat says which.
+		if _, serr := t.src.Stat(); errors.Is(serr, os.ErrClosed) {
+			err = os.ErrClosed
+		}
 	}
 	return n, teed, err
 }

@@ -93,3 +93,20 @@ func TestTeeReader(t *testing.T) {
 		})
 	}
 }
+
+// Closing the child's pipe under a waiting read (Run abandoning the pump)
+// ends it with os.ErrClosed, as os.File.Read would, not with a warning.
+func TestTeeReaderClosed(t *testing.T) {
+	src, _ := pipe(t)
+	_, dst := pipe(t)
+	tr := newTeeReader(src, dst, slog.New(slog.DiscardHandler))
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := tr.read(make([]byte, 4096))
+		errc <- err
+	}()
+	src.Close()
+	if err := <-errc; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("read after Close = %v, want os.ErrClosed", err)
+	}
+}
