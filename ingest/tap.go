@@ -87,7 +87,11 @@ type Tap struct {
 	maxClass   int          // largest class that fits the budget
 	queued     atomic.Int64 // capacity of buffers handed out and not released
 	ch         chan Chunk
-	free       [len(tapClasses)]chan *[]byte
+	// free holds each class's released buffers, a stack: the next one out
+	// is the one the consumer last read, still in cache, and an idle tap's
+	// coldest buffers sit at the bottom.
+	freeMu sync.Mutex
+	free   [len(tapClasses)][]*[]byte
 
 	// base anchors Chunk.At: its wall clock in Unix ns (baseNs) plus the
 	// monotonic time elapsed since it.
@@ -127,7 +131,7 @@ func NewTap(queueBytes int) *Tap {
 		if n > maxFree {
 			n = maxFree
 		}
-		t.free[i] = make(chan *[]byte, n+1)
+		t.free[i] = make([]*[]byte, 0, n+1)
 	}
 	return t
 }
@@ -259,22 +263,26 @@ func classFor(n int) int {
 // get returns a buffer of the class from the free list, allocating only when
 // the list is empty (warm-up, or after maxFree was exceeded).
 func (t *Tap) get(class int) *[]byte {
-	select {
-	case b := <-t.free[class]:
+	t.freeMu.Lock()
+	if k := len(t.free[class]); k > 0 {
+		b := t.free[class][k-1]
+		t.free[class] = t.free[class][:k-1]
+		t.freeMu.Unlock()
 		return b
-	default:
-		b := make([]byte, tapClasses[class])
-		return &b
 	}
+	t.freeMu.Unlock()
+	b := make([]byte, tapClasses[class])
+	return &b
 }
 
 // put returns a buffer to its class's free list, or lets the GC have it.
 func (t *Tap) put(b *[]byte) {
 	class := classFor(cap(*b))
-	select {
-	case t.free[class] <- b:
-	default:
+	t.freeMu.Lock()
+	if len(t.free[class]) < cap(t.free[class]) {
+		t.free[class] = append(t.free[class], b)
 	}
+	t.freeMu.Unlock()
 }
 
 // Chunks returns the queue. It is closed after Close once everything queued
