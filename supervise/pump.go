@@ -138,15 +138,20 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	if tap != nil {
 		tee = newTeeReader(r, w, s.log)
 	}
+	last := 0 // bytes of the last read
 	for {
 		var n int
 		var teed bool
 		var err error
-		if tee != nil {
+		// tee pays off on large reads only (it locks both pipes each call):
+		// small ones, a line at a time, keep the plain read and write and
+		// their latency. The last read predicts the next.
+		if tee != nil && last >= teeMinRead {
 			n, teed, err = tee.read(buf)
 		} else {
 			n, err = r.Read(buf)
 		}
+		last = n
 		if n > 0 && !emit(buf[:n], teed) {
 			return
 		}
@@ -206,6 +211,9 @@ func (s *supervisor) sweep(r *os.File, next func() []byte, emit func([]byte, boo
 		}
 	}
 }
+
+// teeMinRead is the size of a read past which the next one is tee'd.
+const teeMinRead = 32 << 10
 
 // teeReader reads a child's pipe after tee(2) has duplicated what it holds
 // into the destination pipe: the kernel shares the pages, so passing the
