@@ -87,7 +87,11 @@ type Tap struct {
 	maxClass   int          // largest class that fits the budget
 	queued     atomic.Int64 // capacity of buffers handed out and not released
 	ch         chan Chunk
-	free       [len(tapClasses)]chan *[]byte
+	// free holds each class's released buffers, a stack: the next one out
+	// is the one the consumer last read, still in cache, and an idle tap's
+	// coldest buffers sit at the bottom.
+	freeMu sync.Mutex
+	free   [len(tapClasses)][]*[]byte
 
 	// base anchors Chunk.At: its wall clock in Unix ns (baseNs) plus the
 	// monotonic time elapsed since it.
@@ -96,8 +100,9 @@ type Tap struct {
 
 	mu       sync.Mutex // serialises Write and Close so Write never sends on a closed channel
 	closed   bool
-	gap      bool // bytes were dropped since the last queued chunk; guarded by mu
-	gapAtEOL bool // the last dropped byte was a newline; guarded by mu
+	lent     *[]byte // the buffer handed out by Lend and not yet committed; guarded by mu
+	gap      bool    // bytes were dropped since the last queued chunk; guarded by mu
+	gapAtEOL bool    // the last dropped byte was a newline; guarded by mu
 
 	gapPending, gapPendingAtEOL atomic.Bool // set by Close from gap and gapAtEOL, read by the consumer
 
@@ -126,7 +131,7 @@ func NewTap(queueBytes int) *Tap {
 		if n > maxFree {
 			n = maxFree
 		}
-		t.free[i] = make(chan *[]byte, n+1)
+		t.free[i] = make([]*[]byte, 0, n+1)
 	}
 	return t
 }
@@ -177,6 +182,65 @@ func (t *Tap) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// Lend returns a buffer of the largest class for the writer to read into
+// and then pass, filled, to Commit: a full read then reaches the consumer
+// without being copied. Until Commit, the buffer is the writer's; it does
+// not count against the queue budget. Calling Lend again before Commit
+// returns the same buffer. One goroutine writes (Lend, Commit and Write).
+func (t *Tap) Lend() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lent == nil {
+		t.lent = t.get(t.maxClass)
+	}
+	return (*t.lent)[:tapClasses[t.maxClass]]
+}
+
+// Commit taps p, which must be a prefix of the buffer Lend returned (else
+// it is tapped like Write, with a copy). It behaves exactly like Write(p),
+// same chunking, budget and drops, except that a p large enough to need
+// the lent buffer's class is queued in that very buffer: the writer must not
+// touch the buffer after Commit, and calls Lend for the next one. A smaller
+// p is copied into a smaller buffer (so tiny chunks do not eat the budget)
+// and, like a dropped p, leaves the lent buffer with the writer for reuse.
+// It always returns len(p), nil.
+func (t *Tap) Commit(p []byte) (int, error) {
+	n := len(p)
+	if n == 0 {
+		return 0, nil
+	}
+	t.mu.Lock()
+	lent := t.lent
+	if lent == nil || classFor(n) != t.maxClass || n > cap(*lent) || &p[0] != &(*lent)[0] {
+		t.mu.Unlock()
+		return t.Write(p)
+	}
+	defer t.mu.Unlock()
+	t.bytesIn.Add(int64(n))
+	if t.closed {
+		t.drop(p)
+		return n, nil
+	}
+	size := int64(cap(*lent))
+	if t.queued.Load()+size > t.queueBytes {
+		t.drop(p)
+		return n, nil
+	}
+	now := time.Now()
+	c := Chunk{Data: p, Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: t.baseNs + int64(now.Sub(t.base)), when: now, buf: lent}
+	t.queued.Add(size)
+	select {
+	case t.ch <- c:
+		t.gap = false
+		t.lent = nil // the consumer's now
+	default:
+		// Unreachable, as in Write.
+		t.queued.Add(-size)
+		t.drop(p)
+	}
+	return n, nil
+}
+
 // drop counts the dropped bytes p and remembers to flag the next chunk, and
 // whether the bytes lost just before it end a line. mu held; p is not empty.
 func (t *Tap) drop(p []byte) {
@@ -199,22 +263,26 @@ func classFor(n int) int {
 // get returns a buffer of the class from the free list, allocating only when
 // the list is empty (warm-up, or after maxFree was exceeded).
 func (t *Tap) get(class int) *[]byte {
-	select {
-	case b := <-t.free[class]:
+	t.freeMu.Lock()
+	if k := len(t.free[class]); k > 0 {
+		b := t.free[class][k-1]
+		t.free[class] = t.free[class][:k-1]
+		t.freeMu.Unlock()
 		return b
-	default:
-		b := make([]byte, tapClasses[class])
-		return &b
 	}
+	t.freeMu.Unlock()
+	b := make([]byte, tapClasses[class])
+	return &b
 }
 
 // put returns a buffer to its class's free list, or lets the GC have it.
 func (t *Tap) put(b *[]byte) {
 	class := classFor(cap(*b))
-	select {
-	case t.free[class] <- b:
-	default:
+	t.freeMu.Lock()
+	if len(t.free[class]) < cap(t.free[class]) {
+		t.free[class] = append(t.free[class], b)
 	}
+	t.freeMu.Unlock()
 }
 
 // Chunks returns the queue. It is closed after Close once everything queued

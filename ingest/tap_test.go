@@ -301,3 +301,101 @@ func TestTapAtIsMonotonic(t *testing.T) {
 		tap.Release(c)
 	}
 }
+
+// Commit hands a large read over in the lent buffer itself (no copy), and
+// otherwise taps exactly like Write: small reads are copied into small
+// buffers, reads over the budget or after Close are dropped and flagged,
+// and in every case but the hand-over the writer keeps the lent buffer.
+func TestTapLendCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		queue     int
+		prefill   int  // bytes written (and not received) before the commit
+		closed    bool // Close before the commit
+		foreign   bool // commit a slice that is not the lent buffer
+		n         int  // bytes committed
+		wantClass int
+		handed    bool // the chunk is the lent buffer
+		dropped   bool
+	}{
+		{name: "full read handed over", queue: 1 << 20, n: 128 << 10, wantClass: 128 << 10, handed: true},
+		{name: "read of the largest class handed over", queue: 1 << 20, n: 32<<10 + 1, wantClass: 128 << 10, handed: true},
+		{name: "small read copied", queue: 1 << 20, n: 300, wantClass: 512},
+		{name: "mid read copied", queue: 1 << 20, n: 32 << 10, wantClass: 32 << 10},
+		{name: "foreign slice copied", queue: 1 << 20, foreign: true, n: 100 << 10, wantClass: 128 << 10},
+		{name: "small budget lends a smaller class", queue: 64 << 10, n: 32 << 10, wantClass: 32 << 10, handed: true},
+		{name: "over budget dropped", queue: 256 << 10, prefill: 256 << 10, n: 128 << 10, dropped: true},
+		{name: "after close dropped", queue: 1 << 20, closed: true, n: 128 << 10, dropped: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tap := NewTap(tc.queue)
+			for left := tc.prefill; left > 0; left -= 128 << 10 {
+				tap.Write(pattern(min(left, 128<<10)))
+			}
+			if tc.closed {
+				tap.Close()
+			}
+			lent := tap.Lend()
+			if again := tap.Lend(); &again[0] != &lent[0] {
+				t.Fatal("a second Lend before Commit returned another buffer")
+			}
+			p := lent[:tc.n]
+			if tc.foreign {
+				p = make([]byte, tc.n)
+			}
+			copy(p, pattern(tc.n))
+			if k, err := tap.Commit(p); k != tc.n || err != nil {
+				t.Fatalf("Commit = %d, %v", k, err)
+			}
+			next := tap.Lend()
+			if kept := &next[0] == &lent[0]; kept == tc.handed {
+				t.Fatalf("after Commit the writer kept the lent buffer: %v, want %v", kept, !tc.handed)
+			}
+			in, dropped, _ := tap.Stats()
+			if in != int64(tc.prefill+tc.n) || (dropped == int64(tc.n)) != tc.dropped {
+				t.Fatalf("Stats in %d dropped %d", in, dropped)
+			}
+			if tc.dropped {
+				if !tc.closed {
+					tap.Close()
+				}
+				for c := range tap.Chunks() {
+					tap.Release(c)
+				}
+				// After Close the stream's end is already fixed (as for Write).
+				if tap.GapPending() == tc.closed {
+					t.Fatalf("GapPending %v after the dropped commit", tap.GapPending())
+				}
+				return
+			}
+			c := <-tap.Chunks()
+			if !bytes.Equal(c.Data, pattern(tc.n)) || cap(*c.buf) != tc.wantClass || (&c.Data[0] == &lent[0]) != tc.handed {
+				t.Fatalf("chunk of %d bytes in a %d-byte buffer (lent one: %v), want %d bytes in %d (lent: %v)",
+					len(c.Data), cap(*c.buf), &c.Data[0] == &lent[0], tc.n, tc.wantClass, tc.handed)
+			}
+			if q := tap.queued.Load(); q != int64(tc.wantClass) {
+				t.Fatalf("queued %d, want %d", q, tc.wantClass)
+			}
+			tap.Release(c)
+			if q := tap.queued.Load(); q != 0 {
+				t.Fatalf("queued %d after Release", q)
+			}
+		})
+	}
+}
+
+func TestTapLendCommitSteadyStateDoesNotAllocate(t *testing.T) {
+	tap := NewTap(1 << 20)
+	cycle := func() {
+		b := tap.Lend()
+		tap.Commit(b[:100]) // copied
+		b = tap.Lend()
+		tap.Commit(b[:120000]) // handed over
+		tap.Release(<-tap.Chunks())
+		tap.Release(<-tap.Chunks())
+	}
+	cycle() // warm the free lists
+	if n := testing.AllocsPerRun(1000, cycle); n != 0 {
+		t.Fatalf("%v allocations per lend/commit/release cycle, want 0", n)
+	}
+}

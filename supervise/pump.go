@@ -3,11 +3,14 @@ package supervise
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // outPump is the state of an output pump, shared with Run, which may stop
@@ -36,6 +39,17 @@ func (p *outPump) detach() outcome {
 	defer p.mu.Unlock()
 	p.detached = true
 	return outcome{n: p.n, broken: p.broken, timedOut: p.timedOut}
+}
+
+// lendingTap is a tap that lends the pump the buffers it reads into
+// (ingest.Tap is one): Commit then queues the bytes in that very buffer, so
+// the child's output is copied once, by the read, instead of a second time
+// into the tap. Commit(p) taps p like Write; after it the pump asks Lend for
+// the buffer of its next read (the same one if the tap did not keep it).
+type lendingTap interface {
+	io.Writer
+	Lend() []byte
+	Commit(p []byte) (int, error)
 }
 
 // pumpOut copies the child's stdout (or stderr) from r to w, and to tap,
@@ -67,9 +81,32 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		}
 	}()
 
-	buf := make([]byte, s.cfg.BufSize)
-	emit := func(p []byte) bool {
-		_, err := w.Write(p)
+	// buf is what the next read fills: a buffer lent by the tap when it
+	// lends (no copy into the tap), else our own. Only this goroutine
+	// touches it; the tap, only under st.mu while not detached.
+	lender, _ := tap.(lendingTap)
+	var buf []byte
+	lend := func() {
+		b := lender.Lend()
+		buf = b[:min(len(b), s.cfg.BufSize)]
+	}
+	if lender != nil {
+		st.mu.Lock()
+		if !st.detached {
+			lend()
+		}
+		st.mu.Unlock()
+	}
+	if buf == nil {
+		buf = make([]byte, s.cfg.BufSize)
+		lender = nil
+	}
+	// emit passes p on (unless tee already did) and taps it.
+	emit := func(p []byte, teed bool) bool {
+		var err error
+		if !teed {
+			_, err = w.Write(p)
+		}
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		if st.detached {
@@ -77,7 +114,11 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		}
 		// Tap and count what the child did write, delivered or not.
 		st.n += int64(len(p))
-		if tap != nil {
+		switch {
+		case lender != nil:
+			lender.Commit(p)
+			lend() // p may be the consumer's now
+		case tap != nil:
 			tap.Write(p)
 		}
 		if err != nil {
@@ -90,9 +131,28 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		}
 		return true
 	}
+	next := func() []byte { return buf }
+	// With a tap and a pipe for w, tee(2) passes the bytes on without
+	// copying them through us; the read that follows is only for the tap.
+	var tee *teeReader
+	if tap != nil {
+		tee = newTeeReader(r, w, s.log)
+	}
+	last := 0 // bytes of the last read
 	for {
-		n, err := r.Read(buf)
-		if n > 0 && !emit(buf[:n]) {
+		var n int
+		var teed bool
+		var err error
+		// tee pays off on large reads only (it locks both pipes each call):
+		// small ones, a line at a time, keep the plain read and write and
+		// their latency. The last read predicts the next.
+		if tee != nil && last >= teeMinRead {
+			n, teed, err = tee.read(buf)
+		} else {
+			n, err = r.Read(buf)
+		}
+		last = n
+		if n > 0 && !emit(buf[:n], teed) {
 			return
 		}
 		switch {
@@ -102,7 +162,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// Either the consumer was slow and the rest is buffered in the
 			// pipe, or someone else (a grandchild) still holds it open.
-			if s.sweep(r, buf, emit) {
+			if s.sweep(r, next, emit) {
 				return
 			}
 			s.log.Warn("child exited but its "+name+" is still open (a grandchild?); killing its process group",
@@ -111,7 +171,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 			st.timedOut = true
 			st.mu.Unlock()
 			s.killGroup()
-			s.sweep(r, buf, emit)
+			s.sweep(r, next, emit)
 			return
 		default:
 			if !errors.Is(err, os.ErrClosed) { // closed by Run abandoning us
@@ -123,8 +183,9 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 }
 
 // sweep reads what is already buffered in the pipe without waiting, until
-// the pipe is empty or at EOF, and reports whether it reached EOF.
-func (s *supervisor) sweep(r *os.File, buf []byte, emit func([]byte) bool) (eof bool) {
+// the pipe is empty or at EOF, and reports whether it reached EOF. Each
+// read fills next(), which emit may change.
+func (s *supervisor) sweep(r *os.File, next func() []byte, emit func([]byte, bool) bool) (eof bool) {
 	if err := r.SetReadDeadline(time.Time{}); err != nil {
 		return false
 	}
@@ -135,6 +196,7 @@ func (s *supervisor) sweep(r *os.File, buf []byte, emit func([]byte) bool) (eof 
 	for {
 		var n int
 		var rerr error
+		buf := next()
 		err := rc.Read(func(fd uintptr) bool {
 			n, rerr = syscall.Read(int(fd), buf)
 			return true // never wait for readiness
@@ -144,8 +206,139 @@ func (s *supervisor) sweep(r *os.File, buf []byte, emit func([]byte) bool) (eof 
 			return false
 		case n == 0:
 			return true
-		case !emit(buf[:n]):
+		case !emit(buf[:n], false):
 			return true // broken: the pipe is closed, nothing more to read
+		}
+	}
+}
+
+// teeMinRead is the size of a read past which the next one is tee'd.
+const teeMinRead = 32 << 10
+
+// teeReader reads a child's pipe after tee(2) has duplicated what it holds
+// into the destination pipe: the kernel shares the pages, so passing the
+// bytes on costs no copy, and the read that follows (for the tap) is the
+// only one. Whenever tee cannot do it (the destination is full, gone or
+// refuses), that read's bytes are reported as not passed on and go
+// through Write as usual, so a full destination blocks as before and EPIPE
+// comes back from Write exactly as it would without tee.
+type teeReader struct {
+	src *os.File
+	rc  syscall.RawConn // src's
+	out syscall.RawConn // the destination pipe; nil once tee is given up
+	log *slog.Logger
+}
+
+// newTeeReader returns a teeReader when w is a pipe, else nil.
+func newTeeReader(r *os.File, w io.Writer, log *slog.Logger) *teeReader {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&fs.ModeNamedPipe == 0 {
+		return nil
+	}
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	// Through a RawConn (not f.Fd, which would make a pollable f blocking)
+	// the fd cannot be closed and reused under a tee.
+	out, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &teeReader{src: r, rc: rc, out: out, log: log}
+}
+
+// read fills buf with the next bytes of the pipe, waiting for them like
+// os.File.Read (deadline included), and reports whether they were already
+// passed on by tee. At EOF it returns io.EOF.
+func (t *teeReader) read(buf []byte) (n int, teed bool, err error) {
+	var opErr error
+	err = t.rc.Read(func(fd uintptr) bool {
+		if t.out != nil {
+			var m int
+			var terr error
+			if cerr := t.out.Control(func(out uintptr) {
+				m, terr = ignoringEINTR(func() (int, error) {
+					k, err := unix.Tee(int(fd), int(out), len(buf), unix.SPLICE_F_NONBLOCK)
+					return int(k), err
+				})
+			}); cerr != nil {
+				terr = cerr // closed: let Write say so
+			}
+			switch {
+			case terr == nil && m == 0:
+				opErr = io.EOF
+				return true
+			case terr == nil:
+				// Only we read this pipe, so the m bytes tee saw are still
+				// at its head, and a read gets all of them (an error is
+				// as unexpected as on any read and ends the pump).
+				n, opErr = readFull(int(fd), buf[:m])
+				teed = true
+				return true
+			case errors.Is(terr, unix.EAGAIN):
+				// The pipe is empty, or the destination full: the plain
+				// read below tells which.
+			case errors.Is(terr, unix.EPIPE), errors.Is(terr, os.ErrClosed):
+				// Let Write report it, with os.File's own EPIPE handling.
+			default:
+				t.log.Debug("tee refused, copying instead", "err", terr)
+				t.out = nil
+			}
+		}
+		m, rerr := ignoringEINTR(func() (int, error) { return syscall.Read(int(fd), buf) })
+		switch {
+		case errors.Is(rerr, syscall.EAGAIN):
+			return false // empty: wait for the child
+		case rerr != nil:
+			opErr = rerr
+		case m == 0:
+			opErr = io.EOF
+		default:
+			n = m
+		}
+		return true
+	})
+	switch {
+	case err == nil:
+		err = opErr
+	case !errors.Is(err, os.ErrDeadlineExceeded):
+		// A RawConn reports a closed file with an error of its own, where
+		// os.File.Read says os.ErrClosed, which the pump expects when
+		// Run abandons it; Stat says which.
+		if _, serr := t.src.Stat(); errors.Is(serr, os.ErrClosed) {
+			err = os.ErrClosed
+		}
+	}
+	return n, teed, err
+}
+
+// readFull reads len(buf) bytes that are known to be in the pipe.
+func readFull(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := ignoringEINTR(func() (int, error) { return syscall.Read(fd, buf[n:]) })
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.ErrUnexpectedEOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// ignoringEINTR retries f while it is interrupted by a signal.
+func ignoringEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if !errors.Is(err, syscall.EINTR) {
+			return n, err
 		}
 	}
 }

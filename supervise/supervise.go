@@ -120,7 +120,11 @@ type Config struct {
 	// (before it is passed on: a request is stamped before the child can
 	// react to it). They are called on the
 	// pumping goroutine, so they must never block: use an ingest.Tap. Run
-	// makes no call on them after it returns.
+	// makes no call on them after it returns. A StdoutTap that also has
+	// Lend() []byte and Commit([]byte) (int, error), as ingest.Tap does,
+	// lends the pump the buffers it reads into, so the bytes reach the tap
+	// without a second copy. With a StdoutTap and a pipe for Stdout, the
+	// bytes are passed on with tee(2), without a copy through user space.
 	StdoutTap, StdinTap io.Writer
 
 	// Signals are forwarded to the child, except SIGCHLD, SIGURG and SIGPIPE

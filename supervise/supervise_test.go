@@ -127,28 +127,82 @@ func adversarial() map[string][]byte {
 }
 
 // A cat child gets stdin and returns it: output and both taps must match
-// the input byte for byte.
+// the input byte for byte, whether the output goes to a writer (read and
+// written) or a pipe (tee'd), and the taps are plain writers (copied) or
+// ingest.Taps (lent buffers, handed over without a copy).
 func TestRoundTripByteExact(t *testing.T) {
-	for name, in := range adversarial() {
-		t.Run(name, func(t *testing.T) {
-			cfg := helper(t, "cat")
-			var out, outTap, inTap bytes.Buffer
-			cfg.Stdin, cfg.Stdout = bytes.NewReader(in), &out
-			cfg.StdoutTap, cfg.StdinTap = &outTap, &inTap
-			res, err := run(t, context.Background(), cfg)
-			if err != nil || res.ExitCode != 0 {
-				t.Fatalf("Run = %+v, %v", res, err)
+	for _, dest := range []string{"writer", "pipe"} {
+		for _, tapKind := range []string{"writer", "ingest"} {
+			for name, in := range adversarial() {
+				t.Run(dest+"/"+tapKind+"/"+name, func(t *testing.T) {
+					cfg := helper(t, "cat")
+					cfg.Stdin = bytes.NewReader(in)
+					var out bytes.Buffer
+					cfg.Stdout = &out
+					outDone := make(chan struct{})
+					close(outDone)
+					if dest == "pipe" {
+						r, w := pipe(t)
+						cfg.Stdout = w
+						outDone = make(chan struct{})
+						go func() {
+							defer close(outDone)
+							io.Copy(&out, r)
+						}()
+					}
+					var outTap, inTap func() []byte
+					if tapKind == "writer" {
+						var o, i bytes.Buffer
+						cfg.StdoutTap, cfg.StdinTap = &o, &i
+						outTap, inTap = o.Bytes, i.Bytes
+					} else {
+						o, i := ingest.NewTap(32<<20), ingest.NewTap(32<<20)
+						cfg.StdoutTap, cfg.StdinTap = o, i
+						outTap, inTap = drainTap(t, o), drainTap(t, i)
+					}
+					res, err := run(t, context.Background(), cfg)
+					if err != nil || res.ExitCode != 0 {
+						t.Fatalf("Run = %+v, %v", res, err)
+					}
+					if w, ok := cfg.Stdout.(*os.File); ok {
+						w.Close() // EOF for the reader: the child is done
+					}
+					<-outDone
+					want := sha256.Sum256(in)
+					for what, got := range map[string][]byte{"stdout": out.Bytes(), "stdout tap": outTap(), "stdin tap": inTap()} {
+						if sha256.Sum256(got) != want {
+							t.Errorf("%s: %d bytes differ from the %d input bytes", what, len(got), len(in))
+						}
+					}
+					if res.StdoutBytes != int64(len(in)) || res.StdinBytes != int64(len(in)) {
+						t.Errorf("counted %d out, %d in; want %d", res.StdoutBytes, res.StdinBytes, len(in))
+					}
+				})
 			}
-			want := sha256.Sum256(in)
-			for what, got := range map[string][]byte{"stdout": out.Bytes(), "stdout tap": outTap.Bytes(), "stdin tap": inTap.Bytes()} {
-				if sha256.Sum256(got) != want {
-					t.Errorf("%s: %d bytes differ from the %d input bytes", what, len(got), len(in))
-				}
+		}
+	}
+}
+
+// drainTap consumes tap on a goroutine; the returned func closes the tap
+// (Run is done with it), waits for the consumer and returns what it got,
+// failing t on any drop.
+func drainTap(t *testing.T, tap *ingest.Tap) func() []byte {
+	var got bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range tap.Chunks() {
+			if c.Gap {
+				t.Error("tap dropped bytes")
 			}
-			if res.StdoutBytes != int64(len(in)) || res.StdinBytes != int64(len(in)) {
-				t.Errorf("counted %d out, %d in; want %d", res.StdoutBytes, res.StdinBytes, len(in))
-			}
-		})
+			got.Write(c.Data)
+			tap.Release(c)
+		}
+	}()
+	return func() []byte {
+		tap.Close()
+		<-done
+		return got.Bytes()
 	}
 }
 
@@ -363,12 +417,16 @@ func TestStopKillsGroup(t *testing.T) {
 func TestStdoutConsumerGone(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
+		tap  bool // a tap makes the pump tee into the pipe
 		code int
-	}{{"yes", 141}, {"epipe", 3}} {
-		t.Run(tc.mode, func(t *testing.T) {
+	}{{"yes", false, 141}, {"epipe", false, 3}, {"yes", true, 141}, {"epipe", true, 3}} {
+		t.Run(fmt.Sprintf("%s/tap=%v", tc.mode, tc.tap), func(t *testing.T) {
 			cfg := helper(t, tc.mode)
 			outR, outW := pipe(t)
 			cfg.Stdout = outW
+			if tc.tap {
+				cfg.StdoutTap = ingest.NewTap(1 << 20) // never read: it drops
+			}
 			go func() {
 				io.ReadFull(outR, make([]byte, 1<<20))
 				outR.Close()
