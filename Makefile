@@ -45,14 +45,17 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./ingest/ || exit 1; \
 	done
 
-# Whole-process throughput against cat and a plain pipe (1 GiB, 5 runs).
+# Whole-process benchmarks of issue #11 (bench/harness): passthrough,
+# latency, replay against the Node and Collector peers, scaling, memory.
+# Prints a table of medians and ratios; asserts no timings.
 bench: build
-	bench/passthrough.sh
+	CBC_OTEL_BIN=$(BIN) bench/run.sh
 
-# A smoke run of the benchmark harness: tiny input, one run, no figures kept.
+# A smoke run of the harness (tiny inputs, one run) and of the Go
+# micro-benchmarks: checks they work, keeps no figures.
 bench-quick: build
-	SIZE_MB=16 RUNS=1 bench/passthrough.sh
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./ingest/ ./report/
+	CBC_OTEL_BIN=$(BIN) bench/run.sh -quick
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./ingest/ ./report/ ./metrics/ ./traces/
 
 clean:
 	rm -rf bin
