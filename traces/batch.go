@@ -49,6 +49,9 @@ type batcher struct {
 	late      atomic.Int64 // ended after shutdown
 	errs      atomic.Int64 // failed export calls
 	gaveUp    atomic.Bool  // shutdown's deadline passed with spans undelivered
+	// inFlight is the export call under way, if any: shutdown counts one
+	// it abandons as failed, whoever of the two gets there first.
+	inFlight atomic.Pointer[atomic.Bool]
 }
 
 var _ sdktrace.SpanProcessor = (*batcher)(nil)
@@ -156,8 +159,14 @@ func (b *batcher) export(batch []sdktrace.ReadOnlySpan) {
 	}
 	ctx, cancel := context.WithTimeout(b.abort, b.exportTimeout)
 	defer cancel()
-	if err := b.exp.ExportSpans(ctx, batch); err != nil {
-		b.errs.Add(1)
+	counted := new(atomic.Bool)
+	b.inFlight.Store(counted)
+	err := b.exp.ExportSpans(ctx, batch)
+	b.inFlight.Store(nil)
+	if err != nil {
+		if counted.CompareAndSwap(false, true) {
+			b.errs.Add(1)
+		}
 		b.failed.Add(int64(len(batch)))
 		return
 	}
@@ -198,6 +207,11 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 			// Abandon the export in flight and whatever is still queued:
 			// a collector that hangs must not hang the process.
 			b.gaveUp.Store(true)
+			// The call under way is a failed export even though it
+			// returns (and would count itself) only after we are gone.
+			if c := b.inFlight.Load(); c != nil && c.CompareAndSwap(false, true) {
+				b.errs.Add(1)
+			}
 			b.cancel()
 			err = ctx.Err()
 		}

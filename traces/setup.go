@@ -362,7 +362,8 @@ func (p *Provider) Dropped() float64 {
 	return float64(n)
 }
 
-// ExportErrors is how many export calls failed, summed over exporters.
+// ExportErrors is how many export calls failed, summed over exporters; a
+// call that Shutdown abandoned at its deadline counts as failed.
 func (p *Provider) ExportErrors() float64 {
 	if p == nil {
 		return 0

@@ -257,6 +257,11 @@ func TestExporterDownDoesNotBlock(t *testing.T) {
 			if sink.Dropped() != 16 {
 				t.Errorf("Dropped = %v, want all 16 spans (err %v)", sink.Dropped(), err)
 			}
+			// The export abandoned at the deadline is a failed one, even
+			// though it has not returned yet.
+			if sink.ExportErrors() < 1 {
+				t.Errorf("ExportErrors = %v, want the abandoned export counted", sink.ExportErrors())
+			}
 			// A second shutdown is harmless and quick.
 			_ = p.Shutdown(context.Background())
 		})
