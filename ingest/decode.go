@@ -217,7 +217,10 @@ type wireEntry struct {
 }
 
 // Decoder decodes lines into Events. It reuses its buffers, so an Event it
-// returns is valid until the next call.
+// returns is valid until the next call. It remembers the last
+// workflow_progress snapshot of up to four tasks (the elements' bytes and
+// what they decoded to, at most one line each) so that only the agents
+// that changed since are decoded again (see snapshot.go).
 type Decoder struct {
 	opts    DecodeOptions
 	w       wire
