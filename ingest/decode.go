@@ -239,12 +239,22 @@ type wireEntry struct {
 }
 
 // Decoder decodes lines into Events. It reuses its buffers, so an Event it
-// returns is valid until the next call.
+// returns is valid until the next call. It remembers the last
+// workflow_progress snapshot of up to four tasks (the elements' bytes and
+// what they decoded to, at most one line each) so that only the agents
+// that changed since are decoded again (see snapshot.go).
 type Decoder struct {
 	opts    DecodeOptions
 	w       wire
 	entries []wireEntry
 	ev      Event
+	own     []Entry // the plain path's Entries buffer
+	snap    snapshotState
+	// plainOnly turns the snapshot fast path off: tests compare the two.
+	plainOnly bool
+	// fast is the snapshot the fast path decoded the line's
+	// workflow_progress into (see snapshot.go), nil on the plain path.
+	fast *snapshotCache
 }
 
 // NewDecoder returns a decoder.
@@ -269,6 +279,23 @@ func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 	if !Interesting(line) {
 		return nil, ReasonNone
 	}
+	if !d.plainOnly && bytes.Contains(line, markerProgress) {
+		if cur, reason, ok := d.decodeSnapshot(line); ok {
+			if reason != ReasonNone {
+				return nil, reason
+			}
+			d.fast = cur
+			ev, reason := d.convert(src)
+			d.fast = nil
+			return ev, reason
+		}
+	}
+	return d.decodePlain(src, line)
+}
+
+// decodePlain decodes a trimmed line of interest with encoding/json alone.
+// It is the reference the snapshot fast path must agree with.
+func (d *Decoder) decodePlain(src Source, line []byte) (*Event, Reason) {
 	d.w = wire{}
 	if err := json.Unmarshal(line, &d.w); err != nil {
 		var syn *json.SyntaxError
@@ -291,8 +318,8 @@ func asSyntax(err error, target **json.SyntaxError) bool {
 func (d *Decoder) convert(src Source) (*Event, Reason) {
 	w := &d.w
 	ev := &d.ev
-	entries := ev.Entries[:0]
-	*ev = Event{Source: src, Entries: entries}
+	// Not ev.Entries: after the fast path it is a snapshot cache's.
+	*ev = Event{Source: src, Entries: d.own[:0]}
 	if w.SessionID != nil {
 		ev.SessionID = cleanID(*w.SessionID)
 	}
@@ -352,7 +379,15 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 		ev.Description = Clean(w.Description, maxTextLen)
 		ev.ParentTaskID = cleanID(w.ParentTaskID)
 	case KindTaskProgress:
-		if len(w.RawProgress) > 0 && !bytes.Equal(w.RawProgress, []byte("null")) {
+		if d.fast != nil {
+			if d.fast.typeErr {
+				return nil, ReasonBadShape
+			}
+			ev.HasProgress = true
+			// The cache's entries are not written again before they are
+			// recycled two snapshots later, after this event is gone.
+			ev.Entries = d.fast.entries
+		} else if len(w.RawProgress) > 0 && !bytes.Equal(w.RawProgress, []byte("null")) {
 			// encoding/json decodes into the slice's old elements without
 			// zeroing absent fields: clear them, or one run's error text
 			// would leak into the next snapshot's agents.
@@ -367,6 +402,7 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 					ev.Entries = append(ev.Entries, en)
 				}
 			}
+			d.own = ev.Entries
 		}
 	case KindTaskUpdated:
 		if w.Patch == nil {

@@ -204,7 +204,9 @@ func (p *Pipeline) endTap(src Source, tap *Tap) {
 // Feed copies r into the pipeline as src until EOF (not closing the
 // pipeline) or until ctx is done.
 func Feed(ctx context.Context, p *Pipeline, src Source, r io.Reader) error {
-	buf := make([]byte, 256<<10)
+	// Large reads: a snapshot line of a big workflow is hundreds of KiB,
+	// and a line split across reads is copied into the framer's buffer.
+	buf := make([]byte, 1<<20)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

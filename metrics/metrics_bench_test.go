@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// benchWorkflow is one workflow of n agents as decoded events: started, a
+// snapshot of every agent each time one starts and each time one ends,
+// and the notification (2n+2 events).
+func benchWorkflow(n int) []ingest.Event {
+	entries := make([]ingest.Entry, n)
+	for i := range entries {
+		entries[i] = ingest.Entry{Index: i + 1, Label: fmt.Sprintf("scan:%04d", i+1), PhaseIndex: 1, PhaseTitle: "Scan", State: "start", QueuedAt: t0}
+	}
+	evs := []ingest.Event{{Kind: ingest.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "bench"}}
+	snap := func() {
+		evs = append(evs, ingest.Event{Kind: ingest.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: append([]ingest.Entry(nil), entries...)})
+	}
+	for i := range entries {
+		entries[i].AgentID = fmt.Sprintf("a%d", i+1)
+		entries[i].StartedAt = t0 + int64(i)
+		snap()
+		entries[i].State, entries[i].EndedAt, entries[i].Tokens = "done", t0+int64(2*i+1), int64(100*i)
+		snap()
+	}
+	return append(evs, ingest.Event{Kind: ingest.KindTaskNotification, TaskID: "w1", Status: "completed"})
+}
+
+// BenchmarkSink is the metrics sink behind a Tracker for one workflow per
+// iteration; "tracker-only" is the same without the sink, so the
+// difference is the sink's cost (per workflow, and per agent as
+// ns/agent).
+func BenchmarkSink(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		evs := benchWorkflow(n)
+		for _, withSink := range []bool{false, true} {
+			name := fmt.Sprintf("tracker-only/agents=%d", n)
+			if withSink {
+				name = fmt.Sprintf("metrics/agents=%d", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				var sinks []ingest.Sink
+				if withSink {
+					m, err := New(Options{Version: "bench", NoRuntimeCollectors: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					sinks = append(sinks, m)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					tr := ingest.NewTracker(ingest.TrackerOptions{Sinks: sinks})
+					for i := range evs {
+						tr.Handle(&evs[i], t0+int64(i))
+					}
+					tr.Close(t0 + int64(len(evs)))
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/agent")
+			})
+		}
+	}
+}
