@@ -124,6 +124,11 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 			endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT")
 		}
 	}
+	if NoEndpoint(endpoint) {
+		// An explicit "none" (flag or environment) wins over the
+		// environment and disables OTLP, leaving a --traces-file alone.
+		endpoint, perSignal = "", false
+	}
 	protocol := firstNonEmpty(cfg.Protocol, env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), env("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolGRPC)
 	useOTLP := !want[ExporterNone] && endpoint != "" && (len(want) == 0 || want[ExporterOTLP])
 	if want[ExporterOTLP] && endpoint == "" {
@@ -229,11 +234,18 @@ func otlpExporter(ctx context.Context, protocol, endpoint string, perSignal bool
 }
 
 // CheckEndpoint reports whether s is an OTLP endpoint Setup accepts: an
-// http or https URL, or host:port.
+// http or https URL, host:port, or "none" (no OTLP export).
 func CheckEndpoint(s string) error {
+	if NoEndpoint(s) {
+		return nil
+	}
 	_, err := parseEndpoint(s)
 	return err
 }
+
+// NoEndpoint reports whether s is the endpoint "none" (any case), which
+// turns OTLP export off.
+func NoEndpoint(s string) bool { return strings.EqualFold(strings.TrimSpace(s), ExporterNone) }
 
 // parseEndpoint accepts a URL or host:port (read as plaintext http://).
 func parseEndpoint(s string) (*url.URL, error) {

@@ -70,7 +70,7 @@ func (f *tracesFlags) validate() error {
 			errs = append(errs, fmt.Errorf("--otlp.endpoint: %w", err))
 		}
 	}
-	if f.exporter == traces.ExporterNone && f.endpoint != "" {
+	if f.exporter == traces.ExporterNone && f.endpoint != "" && !traces.NoEndpoint(f.endpoint) {
 		errs = append(errs, errors.New("--otlp.endpoint conflicts with --traces.exporter none"))
 	}
 	if f.file != "" {

@@ -38,6 +38,8 @@ func TestTracesFlagsValidate(t *testing.T) {
 		{[]string{"--otlp.protocol", "thrift"}, "--otlp.protocol"},
 		{[]string{"--otlp.endpoint", "ftp://x"}, "--otlp.endpoint"},
 		{[]string{"--traces.exporter", "none", "--otlp.endpoint", "localhost:1"}, "conflicts"},
+		{[]string{"--otlp.endpoint", "NONE"}, ""},
+		{[]string{"--traces.exporter", "none", "--otlp.endpoint", "none"}, ""},
 		{[]string{"--traces-file", "/nonexistent-dir/x.jsonl"}, "--traces-file"},
 		{[]string{"--traces.flush-timeout", "0s"}, "--traces.flush-timeout"},
 		{[]string{"--traces.queue", "0"}, "--traces.queue"},
@@ -82,7 +84,9 @@ func TestTracesRuntimeOff(t *testing.T) {
 
 func TestTracesRuntimeFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "spans.jsonl")
-	f := parseTracesFlags(t, false, "--traces-file", path, "--traces.capture-previews")
+	// --otlp.endpoint none: the file alone, no OTLP export to a host
+	// called "none" failing every span.
+	f := parseTracesFlags(t, false, "--traces-file", path, "--traces.capture-previews", "--otlp.endpoint", "none")
 	if err := f.validate(); err != nil {
 		t.Fatal(err)
 	}
