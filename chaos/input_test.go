@@ -235,7 +235,10 @@ func TestInputHostileStrings(t *testing.T) {
 		t.Fatal(err)
 	}
 	tf := filepath.Join(dir, "t.jsonl")
-	cmd := exec.Command(wrapperBin, "run", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--grace=200ms", "--summary",
+	// The stream (several 1 MB lines) is written at once: a queue that
+	// holds it all keeps this test about sanitizing, not about the tap's
+	// drop policy (section 2), even when the consumer starts late.
+	cmd := exec.Command(wrapperBin, "run", "--tap-queue=67108864", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--grace=200ms", "--summary",
 		"--traces-file", tf, "--", testExe, stream)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer

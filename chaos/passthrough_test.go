@@ -546,15 +546,16 @@ type streamResult struct {
 	telemetryMissing  []string
 }
 
-// wrapperRSSKiB is the wrapper's own peak: wait4 gives the max of the
-// wrapper and the child it reaped, so when the child's own peak is lower
-// the figure is the wrapper's; otherwise the wrapper's VmHWM read while it
-// was still running is the best known value.
+// wrapperRSSKiB is the wrapper's own peak: its VmHWM, read while it was
+// still running with all data through. wait4's maxrss cannot serve: os/exec
+// starts the wrapper with vfork, and exec folds the high-water mark of the
+// parent's address space (this test process, hundreds of MiB after the
+// 1M-names test) into it.
 func (r streamResult) wrapperRSSKiB() int64 {
-	if r.childRSSKiB < r.waitRSSKiB {
-		return r.waitRSSKiB
+	if r.hwmKiB > 0 {
+		return r.hwmKiB
 	}
-	return r.hwmKiB
+	return r.waitRSSKiB
 }
 
 // runStream passes stream arg ("IDX" or "gib") through a wrapper with all

@@ -18,9 +18,8 @@ const memoryLimitKB = 32 << 10
 // memory measures the peak RSS of `cbc-otel run -- cat` (telemetry on) while
 // the harness streams, generated on the fly, a long mixed stream and a single
 // huge line into its stdin and reads them back from its stdout: nothing is
-// stored on disk. The figure is rusage Maxrss of the wrapper, which the
-// kernel takes as the largest of the wrapper and the children it waited for
-// (here cat, about 2 MiB), so it bounds the wrapper's own.
+// stored on disk. The figure is the wrapper's own VmHWM, polled while it
+// runs (see hwmWatcher).
 func memory(ctx context.Context, c *config, rep *report) error {
 	tdir := filepath.Join(c.work, "telemetry")
 	if err := os.MkdirAll(tdir, 0o755); err != nil {
@@ -74,6 +73,7 @@ func streamThrough(ctx context.Context, args []string, bin string, size int64, g
 	if err := cmd.Start(); err != nil {
 		return measured{}, fmt.Errorf("start: %w", err)
 	}
+	hwm := watchHWM(cmd.Process.Pid)
 	read := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(io.Discard, stdout)
@@ -84,6 +84,7 @@ func streamThrough(ctx context.Context, args []string, bin string, size int64, g
 		genErr = fmt.Errorf("close stdin: %w", err)
 	}
 	got := <-read
+	peak := hwm.peakKB()
 	waitErr := cmd.Wait()
 	if genErr != nil {
 		return measured{}, genErr
@@ -94,5 +95,7 @@ func streamThrough(ctx context.Context, args []string, bin string, size int64, g
 	if got != sent {
 		return measured{}, fmt.Errorf("sent %d bytes, got %d back", sent, got)
 	}
-	return measuredOf(cmd, time.Since(start)), nil
+	m := measuredOf(cmd, time.Since(start))
+	m.maxRSSKB = peak
+	return m, nil
 }
