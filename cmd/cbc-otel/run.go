@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -235,6 +236,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		}
 		go func() {
 			defer close(consumed)
+			yieldToPassthrough(log)
 			consume(stdoutTap, stdinTap, log)
 		}()
 	} else {
@@ -363,5 +365,21 @@ func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *ingest.Tap)
 		in, dropped, droppedChunks := t.tap.Stats()
 		log.Debug("tap totals", "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
 			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
+	}
+}
+
+// consumerNice is the nice value of the telemetry consumer's thread.
+const consumerNice = 10
+
+// yieldToPassthrough locks the calling goroutine (the telemetry consumer) to
+// its own OS thread and lowers that thread's priority. On a busy machine the
+// kernel then gives the CPU to the child and the pumps first: the consumer
+// takes what is left and, when it falls behind, the tap drops and counts
+// rather than the passthrough slowing down. The thread ends with the
+// goroutine (it stays locked), so no lowered thread returns to the pool.
+func yieldToPassthrough(log *slog.Logger) {
+	runtime.LockOSThread()
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), consumerNice); err != nil {
+		log.Debug("lowering the telemetry consumer's priority", "err", err)
 	}
 }
