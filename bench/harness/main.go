@@ -55,6 +55,9 @@ type config struct {
 var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory"}
 
 func main() {
+	if spec := os.Getenv(envLatGen); spec != "" {
+		os.Exit(latencyGenMain(spec))
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
