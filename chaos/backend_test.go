@@ -33,22 +33,48 @@ import (
 )
 
 // Section 2 of issue #10: the wrapper against telemetry backends that fail.
-// Every case runs the released binary on the same stream of workflows and
-// checks the same things: the pipe keeps its throughput, the wrapper exits
-// within the flush deadline after its child, the child's status is kept,
-// the metrics are exact, and every span is either delivered or counted as
-// dropped.
+// Every case runs the released binary on the same streams of workflows, in
+// two kinds of runs:
+//
+//   - blast runs copy a 256 MiB bulk at pipe speed: the pipe must keep its
+//     throughput whatever the backend does. At that speed the telemetry
+//     consumer may fall behind on a loaded or 2-core machine and the tap
+//     then drops bytes by design (--tap-queue: never slow the pipe), so
+//     these runs hold the metrics to one thing only: a run whose metrics
+//     are inexact has counted tap drops.
+//   - paced runs copy a smaller bulk at the rate of a brisk real CLI
+//     (backendPacedRate): nothing may be dropped by the tap, the metrics
+//     must be exact and every span delivered or counted as dropped.
+//
+// Both kinds check that the wrapper exits within the flush deadline after
+// its child and keeps the child's status.
 const (
 	// backendTurns workflows (simulate's "mixed" scenario: one workflow of
 	// 2 phases and 4 agents plus 2 plain tasks per turn) spread over about
-	// 256 MiB by backendNoise-byte assistant messages.
+	// 256 MiB by backendNoise-byte assistant messages: the blast bulk.
 	backendTurns = 32
 	backendNoise = 2 << 20
-	// backendRounds interleaved runs of every case.
+	// backendRounds interleaved blast runs of every case.
 	backendRounds = 4
+	// backendPacedTurns workflows over about 32 MiB (backendPacedNoise-byte
+	// messages): the paced bulk, written at backendPacedRate, so that a
+	// paced run takes about 1.5 s.
+	backendPacedTurns = 16
+	backendPacedNoise = 512 << 10
+	// backendPacedRate is the paced child's write rate, bytes per second:
+	// several times what a real CLI writes (a few MB/s at most), far below
+	// the pipe's speed.
+	backendPacedRate = 24 << 20
+	// backendPacedRounds paced runs of every case.
+	backendPacedRounds = 1
 	// backendFlush is --traces.flush-timeout: the most a dead backend may
-	// add to the exit.
+	// add to the exit. Long enough for the slow receiver to take the last
+	// batch (one request in flight, then the final one).
 	backendFlush = 3 * time.Second
+	// backendBlastFlush is --traces.flush-timeout in the blast runs, which
+	// count no spans: a shorter deadline (and exit bound with it) keeps
+	// the section short.
+	backendBlastFlush = 500 * time.Millisecond
 	// backendExitAllowance is what the exit may take beyond the flush
 	// deadline with no backend at all: process teardown, the final metrics
 	// file (fsync) on a shared, loaded machine. The no-backend run is held
@@ -69,31 +95,42 @@ const (
 	// beMetWait bounds the wait for the exporter to meet a fault: its
 	// first export comes one batch interval (1 s) after the first span.
 	beMetWait = 10 * time.Second
+	// bePushTimeout is --push.timeout in the Pushgateway black-hole run.
+	bePushTimeout = 2 * time.Second
 )
 
 func init() {
 	chaosChildren["backend-emit"] = backendEmit
 }
 
-// backendEmit is the fake CLI: args are STAMP PREFIX [BULK]. It copies the
-// stream file PREFIX to stdout, waits for the test's go-ahead (a line or
-// EOF on stdin), copies BULK if given, writes the time it exits (Unix ns)
-// to STAMP and exits with backendStatus.
+// backendEmit is the fake CLI: args are STAMP RATE PREFIX [BULK]. It
+// copies the stream file PREFIX to stdout, waits for the test's go-ahead (a
+// line or EOF on stdin), copies BULK if given (at RATE bytes/s, 0: as fast
+// as the pipe takes it), writes the time it exits (Unix ns) to STAMP and
+// exits with backendStatus.
 func backendEmit(args []string) int {
-	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "backend-emit: want STAMP PREFIX [BULK]")
+	if len(args) < 3 {
+		fmt.Fprintln(os.Stderr, "backend-emit: want STAMP RATE PREFIX [BULK]")
 		return 2
 	}
-	copyFile := func(path string) error {
+	rate, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil || rate < 0 {
+		fmt.Fprintln(os.Stderr, "backend-emit: bad RATE", args[1])
+		return 2
+	}
+	copyFile := func(path string, rate int64) error {
 		f, err := os.Open(path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = io.Copy(os.Stdout, f)
-		return err
+		if rate == 0 {
+			_, err = io.Copy(os.Stdout, f)
+			return err
+		}
+		return bePacedCopy(os.Stdout, f, rate)
 	}
-	if err := copyFile(args[1]); err != nil {
+	if err := copyFile(args[2], 0); err != nil {
 		fmt.Fprintln(os.Stderr, "backend-emit:", err)
 		return 1
 	}
@@ -101,8 +138,8 @@ func backendEmit(args []string) int {
 		fmt.Fprintln(os.Stderr, "backend-emit:", err)
 		return 1
 	}
-	if len(args) > 2 {
-		if err := copyFile(args[2]); err != nil {
+	if len(args) > 3 {
+		if err := copyFile(args[3], rate); err != nil {
 			fmt.Fprintln(os.Stderr, "backend-emit:", err)
 			return 1
 		}
@@ -112,6 +149,32 @@ func backendEmit(args []string) int {
 		return 1
 	}
 	return backendStatus
+}
+
+// bePacedCopy copies r to w in rate/100-byte writes, one per 10 ms tick: a
+// slow writer, not a synchronisation. Late ticks are not made up for (the
+// ticker keeps one and drops the rest), so the rate is a ceiling and a
+// descheduled child never catches up in a burst.
+func bePacedCopy(w io.Writer, r io.Reader, rate int64) error {
+	const tick = 10 * time.Millisecond
+	buf := make([]byte, max(rate/int64(time.Second/tick), 1))
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	for {
+		<-tk.C
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // backendStream is a generated stream file and what a correct wrapper must
@@ -360,28 +423,42 @@ type beWrapperRun struct {
 	code        int
 	bytes       int64
 	stderr      string
-	metrics     map[string]*dto.MetricFamily // nil without --metrics-file
+	metrics     map[string]*dto.MetricFamily // nil when the file could not be read
 	spans       int                          // distinct spans received, -1 without a receiver
 }
 
-// beRunWrapper runs the wrapper with flags over prefix then, if given,
-// bulk. Once the prefix is through, the child waits for release (nil: none)
-// to return; passthrough is then timed over bulk alone.
-func beRunWrapper(t *testing.T, prefix backendStream, bulk *backendStream, flags []string, metricsFile bool, rcv *beSpanReceiver, release func()) beWrapperRun {
+// beRunOpts is one run of the wrapper.
+type beRunOpts struct {
+	prefix backendStream
+	bulk   *backendStream // nil: the prefix alone
+	rate   int64          // the bulk's write rate, bytes/s; 0: pipe speed
+	flags  []string
+	rcv    *beSpanReceiver // nil: no receiver of ours to count spans
+	// release, if set, is called once the prefix is through; the child
+	// waits for it to return before the bulk.
+	release func()
+	// metricsFile, if set, is the --metrics-file path (default: one in a
+	// temporary directory).
+	metricsFile string
+}
+
+// beRunWrapper runs the wrapper with o.flags over the prefix then, if
+// given, the bulk; passthrough is timed over the bulk alone.
+func beRunWrapper(t *testing.T, o beRunOpts) beWrapperRun {
 	t.Helper()
 	dir := t.TempDir()
 	stamp := filepath.Join(dir, "child-exit")
-	mfile := filepath.Join(dir, "metrics.prom")
-	args := []string{"run", "--web.listen-address=", "--log.level=warn"}
-	if metricsFile {
-		args = append(args, "--metrics-file="+mfile)
+	mfile := o.metricsFile
+	if mfile == "" {
+		mfile = filepath.Join(dir, "metrics.prom")
 	}
-	args = append(args, flags...)
-	args = append(args, "--", testExe, stamp, prefix.path)
-	total := prefix.size
-	if bulk != nil {
-		args = append(args, bulk.path)
-		total += bulk.size
+	args := []string{"run", "--web.listen-address=", "--log.level=warn", "--metrics-file=" + mfile}
+	args = append(args, o.flags...)
+	args = append(args, "--", testExe, stamp, strconv.FormatInt(o.rate, 10), o.prefix.path)
+	total := o.prefix.size
+	if o.bulk != nil {
+		args = append(args, o.bulk.path)
+		total += o.bulk.size
 	}
 	cmd := exec.Command(wrapperBin, args...)
 	cmd.Env = backendEnv()
@@ -395,8 +472,8 @@ func beRunWrapper(t *testing.T, prefix backendStream, bulk *backendStream, flags
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rcv != nil {
-		rcv.reset()
+	if o.rcv != nil {
+		o.rcv.reset()
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -407,9 +484,9 @@ func beRunWrapper(t *testing.T, prefix backendStream, bulk *backendStream, flags
 	for {
 		n, err := stdout.Read(buf)
 		r.bytes += int64(n)
-		if start.IsZero() && r.bytes >= prefix.size {
-			if release != nil {
-				release()
+		if start.IsZero() && r.bytes >= o.prefix.size {
+			if o.release != nil {
+				o.release()
 			}
 			start = time.Now()
 			stdin.Close() // the go-ahead: EOF
@@ -440,15 +517,13 @@ func beRunWrapper(t *testing.T, prefix backendStream, bulk *backendStream, flags
 		t.Errorf("child left no exit stamp: %v\nwrapper stderr:\n%s", err, r.stderr)
 		r.exitLag = -1
 	}
-	if metricsFile {
-		r.metrics, err = beReadMetricsFile(mfile)
-		if err != nil {
-			t.Errorf("metrics file: %v\nwrapper stderr:\n%s", err, r.stderr)
-		}
+	r.metrics, err = beReadMetricsFile(mfile)
+	if err != nil {
+		t.Errorf("metrics file: %v\nwrapper stderr:\n%s", err, r.stderr)
 	}
 	r.spans = -1
-	if rcv != nil {
-		r.spans = rcv.count()
+	if o.rcv != nil {
+		r.spans = o.rcv.count()
 	}
 	return r
 }
@@ -565,30 +640,36 @@ type backendCase struct {
 	flags    []string
 	rcv      *beSpanReceiver // nil: no OTLP receiver of ours
 	otlp     bool            // spans are exported (and must be delivered or counted)
+	push     bool            // a Pushgateway that is down: its failure must be logged
 	// allSpans: the backend is merely slow, so every span must arrive.
 	allSpans bool
 	// noSpans: nothing can arrive (closed port, black hole), so every
 	// span must be counted as dropped.
 	noSpans bool
 	// met reports that the exporter has met the fault; the bulk of the
-	// stream is held back until it does, so that the throughput is
-	// measured with the fault active. nil: nothing to wait for.
-	met  func() bool
-	runs []beWrapperRun
+	// stream is held back until it does, so that the bulk is written with
+	// the fault active. nil: nothing to wait for.
+	met   func() bool
+	blast []beWrapperRun
+	paced []beWrapperRun
 }
 
 // TestBackendFaults is issue #10 item 2: OTLP endpoint refusing,
 // black-holing, slow, flapping, and a Pushgateway that is down, each
-// against the no-backend run of the same stream.
+// against the no-backend run of the same stream, in blast runs (the
+// throughput) then paced runs (exactness and spans).
 func TestBackendFaults(t *testing.T) {
 	// A small prefix of workflows whose spans meet the fault, then the
-	// bulk (more workflows in about 256 MiB) that is timed.
+	// bulk: about 256 MiB at pipe speed (blast, timed) or 32 MiB at
+	// backendPacedRate (paced).
 	dir := t.TempDir()
 	prefix := genBackendStream(t, dir, 8, 4<<10, 11)
 	bulk := genBackendStream(t, dir, backendTurns, backendNoise, 10)
-	st := beCombine(prefix, bulk)
-	t.Logf("stream: %d + %d bytes, %d spans expected", prefix.size, bulk.size, st.spans)
-	flush := "--traces.flush-timeout=" + backendFlush.String()
+	pacedBulk := genBackendStream(t, dir, backendPacedTurns, backendPacedNoise, 14)
+	blastSt := beCombine(prefix, bulk)
+	pacedSt := beCombine(prefix, pacedBulk)
+	t.Logf("blast stream: %d + %d bytes, %d spans expected; paced: %d + %d bytes at %d MiB/s, %d spans expected",
+		prefix.size, bulk.size, blastSt.spans, prefix.size, pacedBulk.size, backendPacedRate>>20, pacedSt.spans)
 
 	okRcv := &beSpanReceiver{}
 	_, okURL := beStartReceiver(t, okRcv, beGateServe)
@@ -633,28 +714,28 @@ func TestBackendFaults(t *testing.T) {
 		{name: "no backend", baseline: true},
 		// A healthy receiver: the cost of exporting itself, the control of
 		// the faults that deliver some spans (slow, flapping).
-		{name: "otlp healthy (control)", flags: []string{"--otlp.endpoint=" + okURL, flush}, rcv: okRcv, otlp: true, allSpans: true,
+		{name: "otlp healthy (control)", flags: []string{"--otlp.endpoint=" + okURL}, rcv: okRcv, otlp: true, allSpans: true,
 			met: func() bool { return okRcv.started.Load() > 0 }},
 		// Refusing: every connection closed as soon as it is accepted, so
-		// that the test sees the exporter meet the fault (TestBackendClosedPort
+		// that the test sees the exporter meet the fault (TestBackendOneRun
 		// has the closed port).
-		{name: "otlp refusing", flags: []string{"--otlp.endpoint=" + refuseURL, flush}, rcv: refuseRcv, otlp: true, noSpans: true,
+		{name: "otlp refusing", flags: []string{"--otlp.endpoint=" + refuseURL}, rcv: refuseRcv, otlp: true, noSpans: true,
 			met: func() bool { return refuseGate.turned.Load() > 0 }},
-		{name: "otlp black hole", flags: []string{"--otlp.endpoint=" + blackURL, flush}, rcv: blackRcv, otlp: true, noSpans: true,
+		{name: "otlp black hole", flags: []string{"--otlp.endpoint=" + blackURL}, rcv: blackRcv, otlp: true, noSpans: true,
 			met: func() bool { return blackGate.turned.Load() > 0 }},
 		// The HTTP exporter has its own client, timeouts and retries.
-		{name: "otlp/http black hole", flags: []string{"--otlp.endpoint=" + blackURL, "--otlp.protocol=http/protobuf", flush}, rcv: blackRcv, otlp: true, noSpans: true,
+		{name: "otlp/http black hole", flags: []string{"--otlp.endpoint=" + blackURL, "--otlp.protocol=http/protobuf"}, rcv: blackRcv, otlp: true, noSpans: true,
 			met: func() bool { return blackGate.turned.Load() > 0 }},
-		{name: "otlp slow (1 s/request)", flags: []string{"--otlp.endpoint=" + slowURL, flush}, rcv: slowRcv, otlp: true, allSpans: true,
+		{name: "otlp slow (1 s/request)", flags: []string{"--otlp.endpoint=" + slowURL}, rcv: slowRcv, otlp: true, allSpans: true,
 			met: func() bool { return slowRcv.started.Load() > 0 }},
-		{name: "otlp flapping", flags: []string{"--otlp.endpoint=" + flapURL, flush}, rcv: flapRcv, otlp: true,
+		{name: "otlp flapping", flags: []string{"--otlp.endpoint=" + flapURL}, rcv: flapRcv, otlp: true,
 			met: func() bool { return flapGate.accepted.Load() > 0 }},
 		// The push is made at exit: nothing to meet during the stream.
-		{name: "pushgateway down", flags: []string{"--push.gateway=http://" + beClosedAddr(t), flush}},
+		{name: "pushgateway down", flags: []string{"--push.gateway=http://" + beClosedAddr(t)}, push: true},
 	}
 	// CHAOS_BACKEND_CASES (a regexp) keeps only the matching cases beside
-	// the reference and CHAOS_BACKEND_ROUNDS sets the rounds: to look
-	// closer at one fault.
+	// the reference, CHAOS_BACKEND_ROUNDS and CHAOS_BACKEND_PACED_ROUNDS
+	// set the rounds: to look closer at one fault.
 	if re := os.Getenv("CHAOS_BACKEND_CASES"); re != "" {
 		keep, err := regexp.Compile(re)
 		if err != nil {
@@ -662,45 +743,73 @@ func TestBackendFaults(t *testing.T) {
 		}
 		cases = slices.DeleteFunc(cases, func(c *backendCase) bool { return !c.baseline && !keep.MatchString(c.name) })
 	}
-	rounds := backendRounds
-	if v := os.Getenv("CHAOS_BACKEND_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CHAOS_BACKEND_ROUNDS %q: want a positive number", v)
+	rounds := beEnvRounds(t, "CHAOS_BACKEND_ROUNDS", backendRounds)
+	pacedRounds := beEnvRounds(t, "CHAOS_BACKEND_PACED_ROUNDS", backendPacedRounds)
+
+	// flush is --traces.flush-timeout, given to every case alike.
+	run := func(c *backendCase, bulk *backendStream, rate int64, flush time.Duration) beWrapperRun {
+		var release func()
+		met := false
+		if c.met != nil {
+			// Counters from here on: the gates and receivers serve every
+			// run.
+			for _, g := range []*beGateListener{refuseGate, blackGate, flapGate} {
+				g.turned.Store(0)
+				g.accepted.Store(0)
+			}
+			slowRcv.started.Store(0)
+			okRcv.started.Store(0)
+			release = func() { met = bePollUntil(beMetWait, c.met) }
 		}
-		rounds = n
+		r := beRunWrapper(t, beRunOpts{prefix: prefix, bulk: bulk, rate: rate,
+			flags: append(slices.Clone(c.flags), "--traces.flush-timeout="+flush.String()), rcv: c.rcv, release: release})
+		r.faultMet = met
+		return r
 	}
 	for round := range rounds {
 		// Rotate the order so that no case always runs first or after the
 		// slowest one.
 		for i := range cases {
 			c := cases[(i+round)%len(cases)]
-			var release func()
-			met := false
-			if c.met != nil {
-				// Counters from here on: the gates and receivers serve
-				// every round.
-				for _, g := range []*beGateListener{refuseGate, blackGate, flapGate} {
-					g.turned.Store(0)
-					g.accepted.Store(0)
-				}
-				slowRcv.started.Store(0)
-				okRcv.started.Store(0)
-				release = func() { met = bePollUntil(beMetWait, c.met) }
-			}
-			r := beRunWrapper(t, prefix, &bulk, c.flags, true, c.rcv, release)
-			r.faultMet = met
-			t.Logf("round %d %s: passthrough %s, cpu %s, exit lag %s", round, c.name, beSecs(r.passthrough), beSecs(r.cpu), beSecs(r.exitLag))
-			c.runs = append(c.runs, r)
+			r := run(c, &bulk, 0, backendBlastFlush)
+			t.Logf("blast round %d %s: passthrough %s, cpu %s, exit lag %s, tap dropped %.0f bytes",
+				round, c.name, beSecs(r.passthrough), beSecs(r.cpu), beSecs(r.exitLag), beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total"))
+			c.blast = append(c.blast, r)
+		}
+	}
+	for round := range pacedRounds {
+		for i := range cases {
+			c := cases[(i+round)%len(cases)]
+			r := run(c, &pacedBulk, backendPacedRate, backendFlush)
+			t.Logf("paced round %d %s: bulk in %s, exit lag %s, spans received %d", round, c.name, beSecs(r.passthrough), beSecs(r.exitLag), r.spans)
+			c.paced = append(c.paced, r)
 		}
 	}
 
 	base := cases[0]
-	basePass := beDurations(base.runs, func(r beWrapperRun) time.Duration { return r.passthrough })
-	baseCPU := beDurations(base.runs, func(r beWrapperRun) time.Duration { return r.cpu })
+	basePass := beDurations(base.blast, func(r beWrapperRun) time.Duration { return r.passthrough })
+	baseCPU := beDurations(base.blast, func(r beWrapperRun) time.Duration { return r.cpu })
 	for _, c := range cases {
-		checkBackendCase(t, st, c, basePass, baseCPU)
+		checkBackendBlast(t, blastSt, c, basePass, baseCPU)
 	}
+	for _, c := range cases {
+		checkBackendPaced(t, pacedSt, c)
+	}
+}
+
+// beEnvRounds is the positive number in the environment variable name, or
+// def when it is unset.
+func beEnvRounds(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s %q: want a positive number", name, v)
+	}
+	return n
 }
 
 func beDurations(runs []beWrapperRun, f func(beWrapperRun) time.Duration) []time.Duration {
@@ -724,11 +833,12 @@ func beMedian(d []time.Duration) time.Duration {
 
 func beSecs(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
 
-func checkBackendCase(t *testing.T, st backendStream, c *backendCase, basePass, baseCPU []time.Duration) {
+// checkBackendBlast records the rows of the blast runs: throughput, tap
+// drops counted, exit and status.
+func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass, baseCPU []time.Duration) {
 	t.Helper()
-	n := len(c.runs)
-	pass := beDurations(c.runs, func(r beWrapperRun) time.Duration { return r.passthrough })
-	lag := beDurations(c.runs, func(r beWrapperRun) time.Duration { return r.exitLag })
+	n := len(c.blast)
+	pass := beDurations(c.blast, func(r beWrapperRun) time.Duration { return r.passthrough })
 
 	// (a) Throughput against the no-telemetry run. The bound is on the
 	// best of N: other tenants of the machine only ever add time, so the
@@ -737,45 +847,91 @@ func checkBackendCase(t *testing.T, st backendStream, c *backendCase, basePass, 
 	// CPU time (wrapper and child) is shown too: far less sensitive to
 	// the machine's other load than wall time, it tells contention from
 	// a cost of the fault (it includes the final flush, though).
-	cpu := beDurations(c.runs, func(r beWrapperRun) time.Duration { return r.cpu })
+	cpu := beDurations(c.blast, func(r beWrapperRun) time.Duration { return r.cpu })
 	if !c.baseline {
 		best := basePass[0].Seconds() / pass[0].Seconds()
 		med := beMedian(basePass).Seconds() / beMedian(pass).Seconds()
-		met, metText, bound := 0, "", fmt.Sprintf(">= %.2f", backendMinRatio)
-		for _, r := range c.runs {
-			if r.faultMet {
-				met++
-			}
-		}
+		bound := fmt.Sprintf(">= %.2f", backendMinRatio)
+		metText, metOK := beFaultMet(c, c.blast)
 		if c.met != nil {
-			metText = fmt.Sprintf("; fault met before the bulk in %d/%d", met, n)
 			bound += ", fault met first in every run"
 		}
 		record(t, SecBackend, "throughput vs no backend, "+c.name,
 			fmt.Sprintf("%.3f best of %d (%s vs %s; median %.3f), %d MiB; cpu median %s vs %s%s",
 				best, n, beSecs(pass[0]), beSecs(basePass[0]), med, st.size>>20, beSecs(beMedian(cpu)), beSecs(beMedian(baseCPU)), metText),
-			bound, best >= backendMinRatio && (c.met == nil || met == n))
+			bound, best >= backendMinRatio && metOK)
 	} else {
 		record(t, SecBackend, "passthrough, no backend (reference)",
 			fmt.Sprintf("%.0f MiB/s best of %d (%s; median %s); cpu median %s", float64(st.size)/(1<<20)/pass[0].Seconds(), n, beSecs(pass[0]), beSecs(beMedian(pass)), beSecs(beMedian(cpu))),
 			"reference", true)
 	}
 
-	// (b) Child exit → wrapper exit, against the flush deadline.
+	// (a') At pipe speed the tap may drop (by design: --tap-queue), but
+	// never silently: a run whose metrics are inexact must have counted
+	// its drops in cbc_otel_tap_dropped_bytes_total.
+	exact, tapDrops, inexactNoTap, unreadable := 0, 0, 0, 0
+	for _, r := range c.blast {
+		if r.metrics == nil {
+			unreadable++
+			continue
+		}
+		tap := beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total") > 0
+		if tap {
+			tapDrops++
+		}
+		if beMetricsExact(st, r.metrics) == "" {
+			exact++
+		} else if !tap {
+			inexactNoTap++
+		}
+	}
+	val := fmt.Sprintf("tap dropped (counted) in %d/%d runs; metrics exact in %d/%d; inexact with no counted drop: %d",
+		tapDrops, n, exact, n, inexactNoTap)
+	if unreadable > 0 {
+		val += fmt.Sprintf("; no metrics file in %d", unreadable)
+	}
+	record(t, SecBackend, "blast: tap drops counted, "+c.name, val,
+		"inexact with no counted drop = 0, metrics file in every run", inexactNoTap == 0 && unreadable == 0)
+
+	beCheckExitStatus(t, "blast", st, c, c.blast, backendBlastFlush)
+}
+
+// beFaultMet says in how many runs the exporter met the fault before the
+// bulk, and whether it did in all of them (always true without a fault to
+// meet).
+func beFaultMet(c *backendCase, runs []beWrapperRun) (string, bool) {
+	if c.met == nil {
+		return "", true
+	}
+	met := 0
+	for _, r := range runs {
+		if r.faultMet {
+			met++
+		}
+	}
+	return fmt.Sprintf("; fault met before the bulk in %d/%d", met, len(runs)), met == len(runs)
+}
+
+// beCheckExitStatus records (b), the exit after the child against the
+// flush deadline (--traces.flush-timeout flush), and (c), the child's
+// status and bytes, for runs of kind.
+func beCheckExitStatus(t *testing.T, kind string, st backendStream, c *backendCase, runs []beWrapperRun, flush time.Duration) {
+	t.Helper()
+	n := len(runs)
+	lag := beDurations(runs, func(r beWrapperRun) time.Duration { return r.exitLag })
 	bound := backendExitAllowance
 	boundText := fmt.Sprintf("<= %s (no backend to flush)", beSecs(bound))
 	if !c.baseline {
-		bound += backendFlush
-		boundText = fmt.Sprintf("<= %s (--traces.flush-timeout %s + %s)", beSecs(bound), backendFlush, backendExitAllowance)
+		bound += flush
+		boundText = fmt.Sprintf("<= %s (--traces.flush-timeout %s + %s)", beSecs(bound), flush, backendExitAllowance)
 	}
 	worst := lag[len(lag)-1]
-	record(t, SecBackend, "exit after child, "+c.name,
+	record(t, SecBackend, kind+": exit after child, "+c.name,
 		fmt.Sprintf("max %s, median %s over %d", beSecs(worst), beSecs(beMedian(lag)), n),
 		boundText, lag[0] >= 0 && worst <= bound)
 
-	// (c) The child's status.
 	kept, bytesOK := 0, 0
-	for _, r := range c.runs {
+	for _, r := range runs {
 		if r.code == backendStatus {
 			kept++
 		}
@@ -783,47 +939,55 @@ func checkBackendCase(t *testing.T, st backendStream, c *backendCase, basePass, 
 			bytesOK++
 		}
 	}
-	record(t, SecBackend, "child status kept, "+c.name,
+	record(t, SecBackend, kind+": child status kept, "+c.name,
 		fmt.Sprintf("%d in %d/%d runs; all %d bytes out in %d/%d", backendStatus, kept, n, st.size, bytesOK, n),
-		fmt.Sprintf("%d in every run", backendStatus), kept == n && bytesOK == n)
+		fmt.Sprintf("%d and every byte, in every run", backendStatus), kept == n && bytesOK == n)
+}
 
-	// (d) The metrics file is exact. The tap drops rather than slow the
-	// pipe when the consumer falls behind (--tap-queue), which loses
-	// events by design: its counter is shown so that a breach can be told
-	// apart from a backend effect (the no-backend control shows the same).
-	exact, tapDrops, inexactNoTap, firstDiff := 0, 0, 0, ""
-	for _, r := range c.runs {
-		tap := beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total") > 0
-		if tap {
+// checkBackendPaced records the rows of the paced runs: exit, status,
+// exact metrics with no tap drop, and spans delivered or counted (or the
+// push failure logged).
+func checkBackendPaced(t *testing.T, st backendStream, c *backendCase) {
+	t.Helper()
+	n := len(c.paced)
+	beCheckExitStatus(t, "paced", st, c, c.paced, backendFlush)
+
+	// (d) At a real CLI's rate nothing is lost: the metrics file is
+	// exact and the tap dropped nothing.
+	exact, tapDrops, firstDiff := 0, 0, ""
+	var slowest time.Duration
+	for _, r := range c.paced {
+		slowest = max(slowest, r.passthrough)
+		if beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total") > 0 {
 			tapDrops++
 		}
-		if d := beMetricsExact(st, r.metrics); d == "" {
+		d := "no metrics file"
+		if r.metrics != nil {
+			d = beMetricsExact(st, r.metrics)
+		}
+		if d == "" {
 			exact++
-		} else {
-			if !tap {
-				inexactNoTap++
-			}
-			if firstDiff == "" {
-				firstDiff = d
-			}
+		} else if firstDiff == "" {
+			firstDiff = d
 		}
 	}
-	val := fmt.Sprintf("exact in %d/%d runs (%v workflows, %v tasks); tap dropped bytes (counted) in %d/%d; inexact with no tap drop: %d",
-		exact, n, beSumValues(st.runs), beSumValues(st.tasks), tapDrops, n, inexactNoTap)
+	val := fmt.Sprintf("exact in %d/%d runs (%v workflows, %v tasks); tap drops in %d/%d; bulk %d MiB in <= %s (paced at %d MiB/s)",
+		exact, n, beSumValues(st.runs), beSumValues(st.tasks), tapDrops, n, (st.size)>>20, beSecs(slowest), backendPacedRate>>20)
 	if firstDiff != "" {
 		val += "; " + firstDiff
 	}
-	record(t, SecBackend, "metrics exact, "+c.name, val, "every run: runs, started, tasks, agents = ground truth", exact == n)
+	record(t, SecBackend, "paced: metrics exact, "+c.name, val,
+		"every run: runs, started, tasks, agents = ground truth; 0 tap drops", exact == n && tapDrops == 0)
 
-	// (e) Drops are counted: every span is delivered or counted as
-	// dropped (a batch whose answer was lost may be both), none is made
-	// up, and a loss is also said on stderr.
-	if c.otlp {
+	// (e) Every span is delivered or counted as dropped, none is made up,
+	// and a loss is also said on stderr.
+	switch {
+	case c.otlp:
 		ok := true
-		var worstRun string
+		var badRun string
 		minRecv, maxRecv, minDrop, maxDrop := st.spans, 0, float64(st.spans), 0.0
 		minErr, maxErr := -1.0, 0.0
-		for _, r := range c.runs {
+		for _, r := range c.paced {
 			dropped := beScalar(r.metrics, "cbc_otel_spans_dropped_total")
 			errs := beScalar(r.metrics, "cbc_otel_export_errors_total")
 			if minErr < 0 || errs < minErr {
@@ -833,51 +997,59 @@ func checkBackendCase(t *testing.T, st backendStream, c *backendCase, basePass, 
 			recv := max(r.spans, 0)
 			minRecv, maxRecv = min(minRecv, recv), max(maxRecv, recv)
 			minDrop, maxDrop = min(minDrop, dropped), max(maxDrop, dropped)
-			good := recv <= st.spans && dropped <= float64(st.spans) && float64(recv)+dropped >= float64(st.spans)
+			var good bool
 			switch {
 			case c.allSpans:
 				good = recv == st.spans && dropped == 0
 			case c.noSpans:
 				// Every span lost, in at least one failed export.
 				good = recv == 0 && dropped == float64(st.spans) && errs >= 1
+			default:
+				// Flapping: each span either arrived or was counted. (A
+				// batch received whose answer was then lost would be both
+				// and breach this: the receiver answers at once, so that
+				// window is a few microseconds of the 400 ms period.)
+				good = float64(recv)+dropped == float64(st.spans)
 			}
 			if dropped > 0 && !strings.Contains(r.stderr, "spans dropped") {
 				good = false
 			}
-			if !good && worstRun == "" {
-				worstRun = fmt.Sprintf("; a run: received %d, dropped %.0f, tap dropped %.0f bytes", recv, dropped, beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total"))
+			if r.metrics == nil {
+				good = false
+			}
+			if !good && badRun == "" {
+				badRun = fmt.Sprintf("; a run: received %d, dropped %.0f, export errors %.0f, tap dropped %.0f bytes",
+					recv, dropped, errs, beScalar(r.metrics, "cbc_otel_tap_dropped_bytes_total"))
 			}
 			ok = ok && good
 		}
-		bound := "received + dropped >= expected; received, dropped <= expected"
+		metText, metOK := beFaultMet(c, c.paced)
+		bound := "received + dropped = expected"
 		switch {
 		case c.allSpans:
 			bound = "all received, 0 dropped"
 		case c.noSpans:
-			bound = "dropped = expected, export errors >= 1"
+			bound = "0 received, dropped = expected, export errors >= 1"
 		}
-		bound += "; drops warned on stderr"
-		recv := fmt.Sprintf("received %d-%d", minRecv, maxRecv)
-		if c.rcv == nil {
-			recv = "no receiver"
-		}
-		record(t, SecBackend, "spans delivered or counted, "+c.name,
-			fmt.Sprintf("%d expected; %s, cbc_otel_spans_dropped_total %.0f-%.0f, cbc_otel_export_errors_total %.0f-%.0f over %d runs%s",
-				st.spans, recv, minDrop, maxDrop, minErr, maxErr, n, worstRun),
-			bound, ok)
-	} else if !c.baseline {
+		bound += "; drops warned on stderr; fault met first in every run"
+		record(t, SecBackend, "paced: spans delivered or counted, "+c.name,
+			fmt.Sprintf("%d expected; received %d-%d, cbc_otel_spans_dropped_total %.0f-%.0f, cbc_otel_export_errors_total %.0f-%.0f over %d runs%s%s",
+				st.spans, minRecv, maxRecv, minDrop, maxDrop, minErr, maxErr, n, metText, badRun),
+			bound, ok && metOK)
+	case c.push:
 		// A Pushgateway that is down: no counter can carry it (the push
 		// is the last thing the process does), so the loss must at least
-		// be said on stderr.
+		// be said on stderr. Blast and paced runs alike.
+		all := append(slices.Clone(c.blast), c.paced...)
 		said := 0
-		for _, r := range c.runs {
+		for _, r := range all {
 			if strings.Contains(r.stderr, "push") && strings.Contains(r.stderr, "flushing metrics") {
 				said++
 			}
 		}
 		record(t, SecBackend, "push failure reported, "+c.name,
-			fmt.Sprintf("error logged in %d/%d runs (no counter exists)", said, n),
-			"logged in every run", said == n)
+			fmt.Sprintf("error logged in %d/%d runs (blast and paced; no counter exists)", said, len(all)),
+			"logged in every run", said == len(all))
 	}
 }
 
@@ -923,7 +1095,7 @@ func TestBackendRecovery(t *testing.T) {
 			}
 			// The receiver is reset at start, so the count read in the run
 			// is what this run delivered.
-			r := beRunWrapper(t, st, nil, []string{"--otlp.endpoint=" + url, "--traces.flush-timeout=" + backendFlush.String()}, true, rcv, during)
+			r := beRunWrapper(t, beRunOpts{prefix: st, flags: []string{"--otlp.endpoint=" + url, "--traces.flush-timeout=" + backendFlush.String()}, rcv: rcv, release: during})
 			dropped := beScalar(r.metrics, "cbc_otel_spans_dropped_total")
 			errs := beScalar(r.metrics, "cbc_otel_export_errors_total")
 			record(t, SecBackend, "spans after backend returns, otlp "+tc.name,
@@ -958,9 +1130,9 @@ func bePollUntil(d time.Duration, cond func() bool) bool {
 // TestBackendOneRun holds single runs of faults that cost too much time to
 // be repeated: an OTLP endpoint on a closed port (the exporter retries
 // until the flush deadline) and a Pushgateway that accepts the connection
-// and never answers. The push runs under the metrics flush deadline, a
-// fixed 10 s (cmd/cbc-otel defaultFlushTimeout, no flag), after the traces
-// flush; the metrics file is written only after the push gives up.
+// and never answers. The push runs under --push.timeout, after the traces
+// flush and after the metrics file is written: the file must be complete
+// on disk while the gateway still holds the push.
 func TestBackendOneRun(t *testing.T) {
 	st := genBackendStream(t, t.TempDir(), 8, 4<<10, 13)
 	flush := "--traces.flush-timeout=" + backendFlush.String()
@@ -974,16 +1146,43 @@ func TestBackendOneRun(t *testing.T) {
 	}{
 		{"otlp closed port", []string{"--otlp.endpoint=http://" + beClosedAddr(t), flush}, backendFlush + backendExitAllowance,
 			fmt.Sprintf("--traces.flush-timeout %s + %s", backendFlush, backendExitAllowance), true},
-		{"pushgateway black hole", []string{"--push.gateway=" + pushURL, flush}, bePushDeadline + backendExitAllowance,
-			fmt.Sprintf("fixed 10 s push deadline + %s", backendExitAllowance), false},
+		{"pushgateway black hole", []string{"--push.gateway=" + pushURL, "--push.timeout=" + bePushTimeout.String(), flush}, bePushTimeout + backendExitAllowance,
+			fmt.Sprintf("--push.timeout %s + %s", bePushTimeout, backendExitAllowance), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := beRunWrapper(t, st, nil, tc.flags, true, nil, nil)
+			mfile := filepath.Join(t.TempDir(), "metrics.prom")
+			// For the push: once the gateway holds the connection, read
+			// the metrics file as it is on disk at that moment.
+			var atPush string
+			held := make(chan struct{})
+			if !tc.otlp {
+				gate.turned.Store(0)
+				go func() {
+					defer close(held)
+					if !bePollUntil(beMetWait+tc.bound, func() bool { return gate.turned.Load() > 0 }) {
+						atPush = "the gateway was never reached"
+						return
+					}
+					mfs, err := beReadMetricsFile(mfile)
+					if err != nil {
+						atPush = "no file while the push was held: " + err.Error()
+						return
+					}
+					atPush = beMetricsExact(st, mfs)
+				}()
+			} else {
+				close(held)
+			}
+			r := beRunWrapper(t, beRunOpts{prefix: st, flags: tc.flags, metricsFile: mfile})
+			<-held
 			record(t, SecBackend, "exit after child, "+tc.name,
 				fmt.Sprintf("%s; status %d", beSecs(r.exitLag), r.code),
 				fmt.Sprintf("<= %s (%s), status %d", beSecs(tc.bound), tc.why, backendStatus),
 				r.exitLag >= 0 && r.exitLag <= tc.bound && r.code == backendStatus)
-			d := beMetricsExact(st, r.metrics)
+			d := "no metrics file"
+			if r.metrics != nil {
+				d = beMetricsExact(st, r.metrics)
+			}
 			record(t, SecBackend, "metrics exact, "+tc.name,
 				map[bool]string{true: "exact", false: d}[d == ""], "= ground truth", d == "")
 			if tc.otlp {
@@ -995,6 +1194,9 @@ func TestBackendOneRun(t *testing.T) {
 					dropped == float64(st.spans) && errs >= 1 && strings.Contains(r.stderr, "spans dropped"))
 				return
 			}
+			record(t, SecBackend, "metrics file written before the push, "+tc.name,
+				map[bool]string{true: "exact on disk while the gateway held the push", false: atPush}[atPush == ""],
+				"file exact while the push hangs", atPush == "")
 			said := strings.Contains(r.stderr, "flushing metrics") && strings.Contains(r.stderr, "push")
 			record(t, SecBackend, "push failure reported, "+tc.name,
 				fmt.Sprintf("%s (connections held: %d)", map[bool]string{true: "error logged", false: "nothing logged"}[said], gate.turned.Load()),
@@ -1002,7 +1204,3 @@ func TestBackendOneRun(t *testing.T) {
 		})
 	}
 }
-
-// bePushDeadline is cmd/cbc-otel's defaultFlushTimeout, which bounds the
-// push at exit.
-const bePushDeadline = 10 * time.Second

@@ -22,8 +22,8 @@ import (
 	"github.com/cbc-otel/cbc-otel/metrics"
 )
 
-// defaultFlushTimeout bounds the push and file write at shutdown when the
-// caller's context has no earlier deadline.
+// defaultFlushTimeout is the --push.timeout default: it bounds the push at
+// shutdown when the caller's context has no earlier deadline.
 const defaultFlushTimeout = 10 * time.Second
 
 // metricsFlags holds the Prometheus-side flags shared by run, demo and
@@ -31,8 +31,8 @@ const defaultFlushTimeout = 10 * time.Second
 type metricsFlags struct {
 	listen, webConfig, file, pushURL, pushJob string
 	maxWorkflows                              int
-	flushTimeout                              time.Duration
-	serve                                     bool // the listen and push flags were registered
+	flushTimeout                              time.Duration // --push.timeout
+	serve                                     bool          // the listen and push flags were registered
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -49,6 +49,8 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 		fs.StringVar(&m.pushURL, "push.gateway", "",
 			"Pushgateway URL (http[s]://[user:pass@]host:port) to push the final metrics to on exit")
 		fs.StringVar(&m.pushJob, "push.job", "cbc-otel", "job label of the Pushgateway group")
+		fs.DurationVar(&m.flushTimeout, "push.timeout", defaultFlushTimeout,
+			"the most the push at exit may take (a gateway that never answers delays the exit by this much; the --metrics-file is written before)")
 	}
 	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
 	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
@@ -79,6 +81,9 @@ func (m *metricsFlags) validate() error {
 		if m.pushJob == "" {
 			errs = append(errs, errors.New("--push.job must not be empty"))
 		}
+	}
+	if m.flushTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--push.timeout %s: must be positive", m.flushTimeout))
 	}
 	if m.file != "" {
 		dir := filepath.Dir(m.file)
@@ -189,9 +194,9 @@ func (r *metricsRuntime) metrics() *metrics.Metrics { return r.m }
 // listenAddr is the bound address, or nil when no server runs.
 func (r *metricsRuntime) listenAddr() net.Addr { return r.addr }
 
-// shutdown pushes to the Pushgateway and writes the metrics file (if
-// configured), then stops the server, all within ctx (and at most the flush
-// timeout for the outputs). It is safe to call more than once and on a nil
+// shutdown writes the metrics file and then pushes to the Pushgateway (if
+// configured), then stops the server, all within ctx (and the push at most
+// --push.timeout). It is safe to call more than once and on a nil
 // runtime; errors are joined for the caller to log: they never change an
 // exit status.
 func (r *metricsRuntime) shutdown(ctx context.Context) error {
@@ -205,20 +210,22 @@ func (r *metricsRuntime) shutdown(ctx context.Context) error {
 func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 	r.ready.Store(false)
 	var errs []error
-	fctx, cancel := context.WithTimeout(ctx, r.flags.flushTimeout)
-	defer cancel()
+	// The file first: it is local and quick, and a gateway that never
+	// answers must not cost it (the process may be killed while it waits).
+	if r.flags.file != "" {
+		if err := metrics.WriteFile(r.flags.file, r.m.Registry()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if r.flags.pushURL != "" {
+		fctx, cancel := context.WithTimeout(ctx, r.flags.flushTimeout)
 		// The job's process is gone once pushed: go_* and process_* would
 		// describe nothing.
 		g := metrics.WithPrefix(r.m.Registry(), "cbc_")
 		if err := metrics.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if r.flags.file != "" {
-		if err := metrics.WriteFile(r.flags.file, r.m.Registry()); err != nil {
-			errs = append(errs, err)
-		}
+		cancel()
 	}
 	if r.stopServer != nil {
 		r.stopServer()

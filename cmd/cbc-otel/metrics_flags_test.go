@@ -36,18 +36,18 @@ func TestMetricsFlagsRegister(t *testing.T) {
 	if m.listen != ":9478" || m.pushJob != "cbc-otel" || m.maxWorkflows != 200 || m.file != "" || m.pushURL != "" || m.webConfig != "" {
 		t.Errorf("defaults = %+v", *m)
 	}
-	if m.flushTimeout <= 0 {
-		t.Errorf("flushTimeout default %v", m.flushTimeout)
+	if m.flushTimeout != defaultFlushTimeout {
+		t.Errorf("--push.timeout default %v, want %v", m.flushTimeout, defaultFlushTimeout)
 	}
 	if err := m.validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
 	}
 	m, err = parseMetricsFlags(t, true, "--web.listen-address", "", "--push.gateway", "http://pgw:9091", "--push.job", "nightly",
-		"--metrics-file", filepath.Join(t.TempDir(), "m.prom"), "--metrics.max-workflows", "7")
+		"--metrics-file", filepath.Join(t.TempDir(), "m.prom"), "--metrics.max-workflows", "7", "--push.timeout", "1500ms")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.listen != "" || m.pushURL != "http://pgw:9091" || m.pushJob != "nightly" || m.maxWorkflows != 7 {
+	if m.listen != "" || m.pushURL != "http://pgw:9091" || m.pushJob != "nightly" || m.maxWorkflows != 7 || m.flushTimeout != 1500*time.Millisecond {
 		t.Errorf("parsed = %+v", *m)
 	}
 	if m.enabled() != true {
@@ -61,7 +61,7 @@ func TestMetricsFlagsRegister(t *testing.T) {
 	if m.listen != "" || m.file != "x.prom" || m.maxWorkflows != 3 {
 		t.Errorf("replay flags = %+v", *m)
 	}
-	for _, f := range []string{"--web.listen-address=:1", "--web.config.file=x", "--push.gateway=http://x", "--push.job=j"} {
+	for _, f := range []string{"--web.listen-address=:1", "--web.config.file=x", "--push.gateway=http://x", "--push.job=j", "--push.timeout=1s"} {
 		if _, err := parseMetricsFlags(t, false, f); err == nil {
 			t.Errorf("replay accepted %s", f)
 		}
@@ -78,7 +78,7 @@ func TestMetricsFlagsValidate(t *testing.T) {
 	if err := os.WriteFile(badCfg, []byte("nonsense: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := metricsFlags{listen: ":9478", pushJob: "cbc-otel", maxWorkflows: 200}
+	ok := metricsFlags{listen: ":9478", pushJob: "cbc-otel", maxWorkflows: 200, flushTimeout: defaultFlushTimeout}
 	cases := []struct {
 		name   string
 		mod    func(*metricsFlags)
@@ -101,6 +101,9 @@ func TestMetricsFlagsValidate(t *testing.T) {
 		{"file", func(m *metricsFlags) { m.file = filepath.Join(dir, "m.prom") }, ""},
 		{"file dir missing", func(m *metricsFlags) { m.file = filepath.Join(dir, "no", "m.prom") }, "--metrics-file"},
 		{"cap zero", func(m *metricsFlags) { m.maxWorkflows = 0 }, "--metrics.max-workflows"},
+		{"push timeout short", func(m *metricsFlags) { m.pushURL, m.flushTimeout = "http://pgw:9091", time.Millisecond }, ""},
+		{"push timeout zero", func(m *metricsFlags) { m.flushTimeout = 0 }, "--push.timeout"},
+		{"push timeout negative", func(m *metricsFlags) { m.flushTimeout = -time.Second }, "--push.timeout"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -271,6 +274,63 @@ func TestMetricsRuntimeShutdownBounded(t *testing.T) {
 	}
 	if d := time.Since(began); d > 5*time.Second {
 		t.Errorf("shutdown took %v", d)
+	}
+}
+
+// TestMetricsRuntimePushTimeout: --push.timeout alone bounds a push to a
+// gateway that never answers, and the metrics file is already complete on
+// disk when the push begins, so a dead gateway cannot cost it.
+func TestMetricsRuntimePushTimeout(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "m.prom")
+	release := make(chan struct{})
+	fileAtPush := make(chan string, 1)
+	pgw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			b = []byte("no file: " + err.Error())
+		}
+		select {
+		case fileAtPush <- string(b):
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer pgw.Close()
+	defer close(release)
+	const timeout = 300 * time.Millisecond
+	m, err := parseMetricsFlags(t, true, "--web.listen-address", "", "--metrics-file", file,
+		"--push.gateway", pgw.URL, "--push.timeout", timeout.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.validate(); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	observeRun(rt.sink(), "wf")
+	began := time.Now()
+	// No deadline on the context: the flag is the only bound.
+	err = rt.shutdown(context.Background())
+	took := time.Since(began)
+	if err == nil || !strings.Contains(err.Error(), "push") {
+		t.Errorf("shutdown with a hanging gateway: %v, want a push error", err)
+	}
+	if took < timeout || took > timeout+5*time.Second {
+		t.Errorf("shutdown took %v with --push.timeout %v", took, timeout)
+	}
+	select {
+	case got := <-fileAtPush:
+		if !strings.Contains(got, `cbc_workflow_runs_total{status="completed",workflow="wf"} 1`) {
+			t.Errorf("metrics file when the push began:\n%s", got)
+		}
+	default:
+		t.Error("the gateway saw no push")
 	}
 }
 
