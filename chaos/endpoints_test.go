@@ -226,7 +226,7 @@ func TestEndpoints(t *testing.T) {
 				args := append([]string{"serve", "--follow", stream, "--web.listen-address=127.0.0.1:0", "--log.level=info"}, extra...)
 				cmd = exec.Command(wrapperBin, args...)
 			}
-			var stderr c5Buffer
+			var stderr syncBuffer
 			cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 			in, err := cmd.StdinPipe()
 			if err != nil {
@@ -307,7 +307,7 @@ func TestEndpointsServeBounds(t *testing.T) {
 		}
 		cmd := exec.Command(wrapperBin, "serve", "--follow", filepath.Join(dir, "*.ndjson"), "--web.listen-address=127.0.0.1:0",
 			"--idle-timeout=300ms", "--poll-interval=50ms", "--grace=0")
-		var stderr c5Buffer
+		var stderr syncBuffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
@@ -343,7 +343,7 @@ func TestEndpointsServeBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(wrapperBin, "serve", "--follow", path, "--web.listen-address=127.0.0.1:0", "--poll-interval=50ms", "--grace=0")
-		var stderr c5Buffer
+		var stderr syncBuffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -352,7 +352,7 @@ func TestEndpointsServeBounds(t *testing.T) {
 		body := c5PollScrape(t, "http://"+addr+"/metrics", 30*time.Second, func(b string) bool {
 			return c5SumSeries(b, "cbc_workflow_runs_total") >= 1
 		})
-		hwm := inputVmHWM(cmd.Process.Pid)
+		hwm := vmHWMKiB(cmd.Process.Pid) << 10
 		c5Stop(t, cmd, 15*time.Second)
 		tooLong := 0.0
 		for _, l := range strings.Split(body, "\n") {

@@ -76,7 +76,7 @@ func TestInputWorkflowCardinality(t *testing.T) {
 	// cost with a million runs inside it is a figure of its own to take).
 	cmd := exec.Command(wrapperBin, "serve", "--follow", path, "--web.listen-address=127.0.0.1:0", "--log.level=info",
 		"--grace=0", "--poll-interval=50ms")
-	var stderr c5Buffer
+	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -87,7 +87,7 @@ func TestInputWorkflowCardinality(t *testing.T) {
 		return c5SumSeries(b, "cbc_workflow_runs_total") >= inputWorkflows
 	})
 	elapsed := time.Since(start)
-	hwm := inputVmHWM(cmd.Process.Pid)
+	hwm := vmHWMKiB(cmd.Process.Pid) << 10
 	c5Stop(t, cmd, 15*time.Second)
 
 	fams, err := inputParse(body)
@@ -126,21 +126,6 @@ func TestInputWorkflowCardinality(t *testing.T) {
 		elapsed.Round(100*time.Millisecond).String(), "< 120s (noisy: shared machine)", elapsed < 120*time.Second)
 	record(t, SecInput, fmt.Sprintf("%d distinct workflow names: serve peak RSS", inputWorkflows),
 		fmt.Sprintf("%d MB", hwm>>20), "< 256 MB", hwm > 0 && hwm < 256<<20)
-}
-
-// inputVmHWM is the peak resident set of a live process, from /proc.
-func inputVmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // inputParse parses a text scrape.
@@ -242,7 +227,7 @@ func TestInputHostileStrings(t *testing.T) {
 		"--traces-file", tf, "--", testExe, stream)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer
-	var stderr c5Buffer
+	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

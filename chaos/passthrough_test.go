@@ -678,21 +678,6 @@ func runStream(ctx context.Context, dir, arg string, code int) (streamResult, er
 	return res, nil
 }
 
-// vmHWMKiB returns the peak resident set of a running pid, 0 if unknown.
-func vmHWMKiB(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // exitCodeFor is the child's exit code for stream idx: half 0, the rest
 // spread over 1..255 (the codes the wrapper itself uses included).
 func exitCodeFor(idx int) int {

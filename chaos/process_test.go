@@ -76,31 +76,13 @@ func init() {
 
 // ------------------------------------------------------------ helpers
 
-// pfLog collects a stream's lines for polling.
-type pfLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *pfLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *pfLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // pfProc is a started process with piped stdio.
 type pfProc struct {
 	cmd    *exec.Cmd
 	stdin  *os.File // write end; nil when stdin was given
 	out    *bufio.Reader
 	outR   *os.File
-	stderr *pfLog
+	stderr *syncBuffer
 	done   chan struct{}
 	end    time.Time
 }
@@ -109,7 +91,7 @@ type pfProc struct {
 // is nil. stdout is a pipe read through p.out, stderr is collected.
 func pfStart(t *testing.T, env []string, in *os.File, argv ...string) *pfProc {
 	t.Helper()
-	p := &pfProc{cmd: exec.Command(argv[0], argv[1:]...), stderr: new(pfLog), done: make(chan struct{})}
+	p := &pfProc{cmd: exec.Command(argv[0], argv[1:]...), stderr: new(syncBuffer), done: make(chan struct{})}
 	p.cmd.Env = env
 	var closeAfter []*os.File
 	if in == nil {
@@ -445,7 +427,7 @@ func pfHead(t *testing.T, first *exec.Cmd, n int) (code int, sum [32]byte, got i
 	var out bytes.Buffer
 	head.Stdin, head.Stdout = r, &out
 	first.Stdout = w
-	first.Stderr = new(pfLog)
+	first.Stderr = new(syncBuffer)
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}

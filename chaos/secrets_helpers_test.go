@@ -29,31 +29,11 @@ import (
 // they cannot collide with the helpers of the other sections' files in
 // this package.
 
-// c5Buffer is a bytes.Buffer safe for a process writing while the test
-// polls it (a child's stderr).
-type c5Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *c5Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// Bytes is a copy of what was written so far.
-func (b *c5Buffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.b.Bytes())
-}
-
 var c5ServingRE = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
 
 // c5WaitAddr polls a wrapper's stderr (info level or below) for the address
 // its metrics server bound: tests listen on 127.0.0.1:0.
-func c5WaitAddr(t testing.TB, stderr *c5Buffer, within time.Duration) string {
+func c5WaitAddr(t testing.TB, stderr *syncBuffer, within time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {

@@ -242,7 +242,7 @@ func secretsRun(t *testing.T, dir, stream string, rcv *c5OTLP, opt []string) []s
 	cmd := exec.Command(wrapperBin, append(args, "--", testExe, stream)...)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer
-	var stderr c5Buffer
+	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -302,7 +302,7 @@ func secretsSpoolServe(t *testing.T, dir, stream string, rcv *c5OTLP, opt []stri
 		"--log.level=debug", "--grace=200ms", "--poll-interval=50ms", "--metrics-file", mf, "--traces-file", tf,
 		"--otlp.endpoint", "http://" + rcv.HTTPAddr, "--otlp.protocol", "http/protobuf"}, opt...)
 	srv := exec.Command(wrapperBin, args...)
-	var stderr c5Buffer
+	var stderr syncBuffer
 	srv.Stdout, srv.Stderr = io.Discard, &stderr
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
