@@ -56,6 +56,9 @@ const (
 	backendNoise = 2 << 20
 	// backendRounds interleaved blast runs of every case.
 	backendRounds = 4
+	// backendConfirmRounds bounds the extra pairs that confirm a
+	// throughput ratio under the bound before it is a breach.
+	backendConfirmRounds = 3
 	// backendPacedTurns workflows over about 32 MiB (backendPacedNoise-byte
 	// messages): the paced bulk, written at backendPacedRate, so that a
 	// paced run takes about 1.5 s.
@@ -652,6 +655,9 @@ type backendCase struct {
 	met   func() bool
 	blast []beWrapperRun
 	paced []beWrapperRun
+	// confirmed counts the extra (reference, case) pairs run to confirm a
+	// ratio under the bound.
+	confirmed int
 }
 
 // TestBackendFaults is issue #10 item 2: OTLP endpoint refusing,
@@ -777,6 +783,24 @@ func TestBackendFaults(t *testing.T) {
 			c.blast = append(c.blast, r)
 		}
 	}
+	// A throughput ratio under the bound is confirmed before it counts:
+	// on a small shared machine a best of four can still be four unlucky
+	// runs. Pairs (reference, case) run again, up to backendConfirmRounds,
+	// and join both sides' samples; a fault that really costs throughput
+	// stays under the bound however many runs it gets.
+	best := func(runs []beWrapperRun) time.Duration {
+		return beDurations(runs, func(r beWrapperRun) time.Duration { return r.passthrough })[0]
+	}
+	for _, c := range cases[1:] {
+		for extra := 0; extra < backendConfirmRounds && best(cases[0].blast).Seconds()/best(c.blast).Seconds() < backendMinRatio; extra++ {
+			for _, cc := range []*backendCase{cases[0], c} {
+				r := run(cc, &bulk, 0, backendBlastFlush)
+				t.Logf("confirming %s, extra pair %d: %s passthrough %s", c.name, extra, cc.name, beSecs(r.passthrough))
+				cc.blast = append(cc.blast, r)
+			}
+			c.confirmed++
+		}
+	}
 	for round := range pacedRounds {
 		for i := range cases {
 			c := cases[(i+round)%len(cases)]
@@ -853,6 +877,9 @@ func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass,
 		med := beMedian(basePass).Seconds() / beMedian(pass).Seconds()
 		bound := fmt.Sprintf(">= %.2f", backendMinRatio)
 		metText, metOK := beFaultMet(c, c.blast)
+		if c.confirmed > 0 {
+			metText += fmt.Sprintf("; %d confirming pair(s) run", c.confirmed)
+		}
 		if c.met != nil {
 			bound += ", fault met first in every run"
 		}

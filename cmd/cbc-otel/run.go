@@ -363,7 +363,13 @@ func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *ingest.Tap)
 		tap *ingest.Tap
 	}{{ingest.SourceStdout, stdout}, {ingest.SourceStdin, stdin}} {
 		in, dropped, droppedChunks := t.tap.Stats()
-		log.Debug("tap totals", "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
+		// Drops are counted in the metrics too; a warning says at exit that
+		// the telemetry of this run is incomplete.
+		level, msg := slog.LevelDebug, "tap totals"
+		if dropped > 0 {
+			level, msg = slog.LevelWarn, "tap totals: telemetry fell behind and dropped bytes (the passthrough did not wait)"
+		}
+		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
 			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
 	}
 }
