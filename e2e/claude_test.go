@@ -65,7 +65,7 @@ func runClaude(t *testing.T, bin, cli string, api *mockAnthropic, o claudeOpts) 
 	var cmd *exec.Cmd
 	if o.wrapped {
 		run.summary, run.metrics, run.traces = filepath.Join(root, "summary.ndjson"), filepath.Join(root, "metrics.prom"), filepath.Join(root, "traces.jsonl")
-		args := []string{"run", "--web.listen-address=", "--grace=1s", "--summary-file", run.summary,
+		args := []string{"run", "--web.listen-address=", "--grace=1s", "--capture-errors", "--summary-file", run.summary,
 			"--metrics-file", run.metrics, "--traces-file", run.traces, "--", cli}
 		cmd = exec.Command(bin, append(args, cliArgs...)...)
 	} else {

@@ -400,7 +400,7 @@ func runSDK(t *testing.T, sdk, dialect string, sessions [][]string) {
 d=%[1]s
 k=${CBC_E2E_SESSION:?}
 printf '%%s\n' "$@" > "$d/args.$k"
-exec %[2]s run --web.listen-address= --grace=1s --summary-file "$d/summary.$k" --metrics-file "$d/metrics.$k" --traces-file "$d/traces.$k" -- \
+exec %[2]s run --web.listen-address= --grace=1s --capture-errors --summary-file "$d/summary.$k" --metrics-file "$d/metrics.$k" --traces-file "$d/traces.$k" -- \
 	%[2]s simulate --dialect %[3]s --speed 0.05 --noise 2000 --seed "$((k + 1))" --record "$d/record.$k" --expect "$d/expect.$k"
 `, sdkShq(tmp), sdkShq(bin), dialect)
 	if err := os.WriteFile(f("cli.sh"), []byte(script), 0o755); err != nil {
