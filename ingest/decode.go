@@ -253,10 +253,10 @@ type Decoder struct {
 	// plainOnly turns the fast path (fastdecode.go) off: tests compare
 	// the two.
 	plainOnly bool
-	scan      fastScan // the line's scanner
-	elemScan  fastScan // a workflow_progress element's scanner
-	snapPrev  *snapshotCache
-	memo      stringMemo // recent strings, shared by both scanners
+	scan      fastScan       // the line's scanner
+	elemScan  fastScan       // a workflow_progress element's scanner
+	snapPrev  *snapshotCache // the cache the line's snapshot was compared with
+	memo      stringMemo     // recent strings, shared by both scanners
 	// fast is the snapshot the fast path decoded the line's
 	// workflow_progress into (see snapshot.go), nil on the plain path.
 	fast *snapshotCache
