@@ -250,8 +250,13 @@ type Decoder struct {
 	ev      Event
 	own     []Entry // the plain path's Entries buffer
 	snap    snapshotState
-	// plainOnly turns the snapshot fast path off: tests compare the two.
+	// plainOnly turns the fast path (fastdecode.go) off: tests compare
+	// the two.
 	plainOnly bool
+	scan      fastScan       // the line's scanner
+	elemScan  fastScan       // a workflow_progress element's scanner
+	snapPrev  *snapshotCache // the cache the line's snapshot was compared with
+	memo      stringMemo     // recent strings, shared by both scanners
 	// fast is the snapshot the fast path decoded the line's
 	// workflow_progress into (see snapshot.go), nil on the plain path.
 	fast *snapshotCache
@@ -279,14 +284,8 @@ func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 	if !Interesting(line) {
 		return nil, ReasonNone
 	}
-	if !d.plainOnly && bytes.Contains(line, markerProgress) {
-		if cur, reason, ok := d.decodeSnapshot(line); ok {
-			if reason != ReasonNone {
-				return nil, reason
-			}
-			d.fast = cur
-			ev, reason := d.convert(src)
-			d.fast = nil
+	if !d.plainOnly {
+		if ev, reason, ok := d.decodeFast(src, line); ok {
 			return ev, reason
 		}
 	}

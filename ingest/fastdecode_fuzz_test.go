@@ -1,0 +1,288 @@
+// Differential tests of the scanner (fastscan.go, fastdecode.go) against
+// the encoding/json path, which is the reference: same Events, same
+// reasons, for any input.
+package ingest
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// decodeOptionSets are the option combinations the comparisons run with:
+// previews and error texts change which strings are read.
+var decodeOptionSets = []DecodeOptions{{}, {KeepPreviews: true, KeepErrors: true}, {KeepErrors: true}}
+
+// compareFastPlain decodes lines in order with the fast path and with
+// encoding/json alone, and fails on the first line where they differ.
+func compareFastPlain(t *testing.T, lines [][]byte, opts DecodeOptions) {
+	t.Helper()
+	fast, plain := NewDecoder(opts), NewDecoder(opts)
+	plain.plainOnly = true
+	for i, l := range lines {
+		ev1, r1 := fast.Decode(SourceStdout, l)
+		got := copyEvent(ev1)
+		ev2, r2 := plain.Decode(SourceStdout, l)
+		want := copyEvent(ev2)
+		if r1 != r2 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("options %+v, line %d %q:\nfast:  %v %+v\nplain: %v %+v", opts, i, l, r1, got, r2, want)
+		}
+	}
+}
+
+// trickyLines are lines where the scanner must agree with encoding/json on
+// a detail: escapes, numbers, literals, types, keys, nesting, garbage.
+var trickyLines = []string{
+	// Strings: every escape, surrogate pairs and lone halves, invalid
+	// escapes, raw control characters, invalid UTF-8, U+FFFD itself.
+	`{"type":"system","subtype":"task_started","task_id":"a\"\\\/\b\f\n\r\tz","description":"\u00e9\u4e2d\ud83d\ude00"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"lone \ud83d and \ude00 and \ud83d\u0041 and \ud83d\ud83d\ude00"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"bad \x escape"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"bad \u12 escape"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"bad \u12G4 escape"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"quote \' escape"}`,
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"t\",\"description\":\"raw \x01 control\"}",
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"t\",\"description\":\"raw \x7f del\"}",
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"t\xff\xfe\",\"description\":\"\xed\xa0\x80 \xc3\"}",
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"t\",\"description\":\"\xef\xbf\xbd kept\"}",
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"ends in backslash\"}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","description":"\\\\"}`,
+	`{"type":"sys\u0074em","subtype":"task_\u0073tarted","task_id":"\u0074"}`,
+	// Numbers: grammar, range, exactness, negative zero, huge integers.
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":1e400}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":-1e400}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":1e-400,"tool_uses":-0,"duration_ms":-0.0}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":9007199254740993,"tool_uses":123456789012345678901234567890,"duration_ms":999999999999999}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":1.5,"tool_uses":2E3,"duration_ms":4e+1}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":01}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":1.}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":.5}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":-}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":1e}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":+1}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":0x10}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":Infinity}}`,
+	// Types: each field given each wrong type, and null.
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":"5"}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":true}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":null}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":null}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":[]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":"u"}`,
+	`{"type":"system","subtype":"task_progress","task_id":5}`,
+	`{"type":"system","subtype":"task_progress","task_id":null}`,
+	`{"type":"system","subtype":"task_progress","task_id":{"a":[1,{"b":null}]}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","session_id":null}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","session_id":""}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","session_id":7}`,
+	`{"type":"user","task_id":5}`,
+	`{"type":7,"subtype":"task_progress","task_id":"t"}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{"status":"failed","end_time":12,"error":"boom"}}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{"status":"failed","error":""}}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{"error":"\u0000"}}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{"error":null}}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{"end_time":"x"}}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":null}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":true}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{}}`,
+	`{"type":"system","subtype":"task_notification","task_id":"t","status":"completed","summary":"s \n  x","reason":"r"}`,
+	`{"type":"system","subtype":"task_notification","task_id":"t","status":["completed"]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":"x"}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":null}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":{}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[null,5]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","cached":1}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","cached":null,"index":null,"error":null}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","cached":true,"index":3.7,"error":"x","resultPreview":"r","promptPreview":"\u0070"}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":1,"index":2}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","Index":2}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","agentid":"a"}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","\u0069ndex":2}]}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{},"workflow_progress":[{"index":"x"}]}`,
+	`{"type":"system","subtype":"task_updated","task_id":"t","patch":{},"workflow_progress":"anything"}`,
+	`{"type":"control_request","request_id":"r","request":{"subtype":"interrupt","session_id":"s","task_id":"t"}}`,
+	`{"type":"control_request","request_id":"r","request":null}`,
+	`{"type":"control_request","request_id":"r","request":{"subtype":1}}`,
+	`{"type":"control_response","response":{"subtype":"success","request_id":"r"}}`,
+	`{"type":"control_response","response":{"subtype":"success","request_id":"r","Request_ID":"x"}}`,
+	`{"type":"system","subtype":"init","session_id":"s","tools":["a",{"b":[true,false,null]}]}`,
+	// Keys: duplicates, case folding (ASCII, Kelvin sign, long s), escapes.
+	`{"type":"system","subtype":"task_started","task_id":"a","task_id":"b"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","Task_ID":"b"}`,
+	`{"type":"system","subtype":"task_started","TASK_ID":"b"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","usage":{"total_tokens":1},"usage":{"tool_uses":2}}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","usage":{"total_tokens":1,"Total_Tokens":2}}`,
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"a\",\"\u212aey\":1,\"tas\u212a_id\":\"k\"}",
+	"{\"type\":\"system\",\"\u017fubtype\":\"task_started\",\"task_id\":\"a\"}",
+	`{"type":"system","subtype":"task_started","task_\u0069d":"a"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","":1,"unknown":{"x":[[[]]]}}`,
+	// Structure: trailing commas, garbage, missing pieces, whitespace.
+	`{"type":"system","subtype":"task_started","task_id":"a",}`,
+	`{"type":"system","subtype":"task_started","task_id":"a"}}`,
+	`{"type":"system","subtype":"task_started","task_id":"a"} {}`,
+	`{"type":"system","subtype":"task_started","task_id":"a" "x":1}`,
+	`{"type":"system","subtype":"task_started","task_id":}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":[1,]}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":[1 2]}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":{"a" 1}}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":tru}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":nul}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":True}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":'s'}`,
+	`{"type":"system","subtype":"task_started","task_id":"a",1:2}`,
+	"{ \"type\" :\t\"system\" ,\r\n\"subtype\": \"task_started\" , \"task_id\" : \"a\" }",
+	"{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"a\"\v}",
+	"\u00a0{\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"a\"}\u0085",
+	`{"type":"system","subtype":"task_started","task_id":"a","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+	`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","x":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}]}`,
+}
+
+// corpusLines returns every line of the recordings and simulated streams.
+func corpusLines(t testing.TB) [][]byte {
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "corpus", "*", "*.ndjson"))
+	sim, _ := filepath.Glob(filepath.Join("..", "testdata", "simulate", "*.ndjson"))
+	files = append(files, sim...)
+	if len(files) < 2 {
+		t.Fatalf("no recordings found (%d)", len(files))
+	}
+	var lines [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, bytes.Split(b, []byte("\n"))...)
+	}
+	return lines
+}
+
+func TestFastDecodeMatchesPlain(t *testing.T) {
+	var lines [][]byte
+	for _, l := range trickyLines {
+		lines = append(lines, []byte(l))
+	}
+	for _, opts := range decodeOptionSets {
+		for i := range lines {
+			// One decoder per line: a failure names its line.
+			compareFastPlain(t, lines[i:i+1], opts)
+		}
+		// And in sequence: the snapshot caches see them all.
+		compareFastPlain(t, lines, opts)
+		compareFastPlain(t, corpusLines(t), opts)
+	}
+}
+
+// TestFastDecodeHandlesRealLines: the comparison above would pass if the
+// scanner gave every line to encoding/json, so check that it decodes every
+// line of interest of the recordings by itself, and that the tricky lines
+// it must leave to encoding/json are left.
+func TestFastDecodeHandlesRealLines(t *testing.T) {
+	d := NewDecoder(DecodeOptions{})
+	n := 0
+	for _, l := range corpusLines(t) {
+		l = bytes.TrimSpace(l)
+		if len(l) == 0 || !Interesting(l) || l[0] != '{' || l[len(l)-1] != '}' {
+			continue
+		}
+		n++
+		if _, _, ok := d.decodeFast(SourceStdout, l); !ok {
+			t.Errorf("the scanner left a recorded line to encoding/json: %.200q", l)
+		}
+	}
+	if n < 100 {
+		t.Fatalf("only %d lines of interest in the recordings", n)
+	}
+	unsure := map[string]string{
+		"duplicate key":      `{"type":"system","subtype":"task_started","task_id":"a","task_id":"b"}`,
+		"folded key":         `{"type":"system","subtype":"task_started","Task_Id":"a"}`,
+		"escaped key":        `{"type":"system","subtype":"task_started","task_\u0069d":"a"}`,
+		"non-ASCII key":      "{\"type\":\"system\",\"\u017fubtype\":\"task_started\",\"task_id\":\"a\"}",
+		"deep nesting":       `{"type":"system","x":` + strings.Repeat("[", maxScanDepth) + strings.Repeat("]", maxScanDepth) + `}`,
+		"duplicate in agent": `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"index":1,"index":2}]}`,
+	}
+	for name, l := range unsure {
+		if _, _, ok := d.decodeFast(SourceStdout, []byte(l)); ok {
+			t.Errorf("%s: the scanner decoded %q itself", name, l)
+		}
+	}
+	sure := map[string]Reason{
+		`{"type":"system","subtype":"task_started","task_id":"a",}`:                                ReasonInvalidJSON,
+		`{"type":"system","subtype":"task_started","task_id":"a"} x`:                               ReasonInvalidJSON,
+		`{"type":"system","subtype":"task_started","task_id":"a\x"}`:                               ReasonInvalidJSON,
+		`{"type":"system","subtype":"task_started","task_id":5}`:                                   ReasonBadShape,
+		`{"type":"system","subtype":"task_started","task_id":"a","x":nul}`:                         ReasonInvalidJSON,
+		`{"type":"system","subtype":"task_progress","task_id":"a","usage":{"total_tokens":1e999}}`: ReasonBadShape,
+		`{"type":"system","subtype":"task_started","task_id":"a","Key":1}`:                         ReasonNone,
+	}
+	for l, want := range sure {
+		_, r, ok := d.decodeFast(SourceStdout, []byte(l))
+		if !ok || r != want {
+			t.Errorf("%q: handled %v, reason %v; want handled, %v", l, ok, r, want)
+		}
+	}
+}
+
+// TestFastFieldNamesMatchTags: the scanner's key lists are the json tags of
+// the wire structs, which decodePlain reads.
+func TestFastFieldNamesMatchTags(t *testing.T) {
+	cases := []struct {
+		typ   any
+		names []string
+	}{
+		{wire{}, wireFields}, {wireUsage{}, usageFields}, {wirePatch{}, patchFields},
+		{wireRequest{}, requestFields}, {wireResponse{}, responseFields}, {wireEntry{}, entryFields},
+	}
+	for _, c := range cases {
+		rt := reflect.TypeOf(c.typ)
+		var tags []string
+		for i := range rt.NumField() {
+			tags = append(tags, rt.Field(i).Tag.Get("json"))
+		}
+		if !reflect.DeepEqual(tags, c.names) {
+			t.Errorf("%s: tags %q, scanner's names %q", rt.Name(), tags, c.names)
+		}
+	}
+}
+
+// TestFastDecodeAllocations: decoding a repeated snapshot allocates no more
+// with the scanner than a handful of strings per line.
+func TestFastDecodeAllocations(t *testing.T) {
+	lines := growingSnapshots(50)
+	last := lines[len(lines)-1]
+	d := NewDecoder(DecodeOptions{})
+	d.Decode(SourceStdout, last)
+	if a := testing.AllocsPerRun(50, func() { d.Decode(SourceStdout, last) }); a > 4 {
+		t.Errorf("a repeated 50-agent snapshot costs %v allocations", a)
+	}
+}
+
+// FuzzFastDecode decodes a sequence of lines (the input split at newlines)
+// with the scanner and with encoding/json alone, with every option set, and
+// fails on any difference of Event or reason. The seeds are every line of
+// the recordings, the tricky lines and the snapshot sequences.
+func FuzzFastDecode(f *testing.F) {
+	seen := map[string]bool{}
+	for _, l := range corpusLines(f) {
+		if !seen[string(l)] {
+			seen[string(l)] = true
+			f.Add(l)
+		}
+	}
+	for _, l := range trickyLines {
+		f.Add([]byte(l))
+	}
+	for _, seq := range snapshotSequences {
+		f.Add([]byte(strings.Join(seq, "\n")))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lines := bytes.Split(data, []byte("\n"))
+		for _, opts := range decodeOptionSets {
+			compareFastPlain(t, lines, opts)
+		}
+	})
+}
