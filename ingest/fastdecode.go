@@ -1,5 +1,7 @@
 package ingest
 
+import "slices"
+
 // The fields the scanner reads, for its case-folding check: they are the
 // json tags of wire, wireUsage, wirePatch, wireRequest, wireResponse and
 // wireEntry (TestFastFieldNamesMatchTags keeps them so).
@@ -217,59 +219,37 @@ func (d *Decoder) scanPatch(i int) (int, scanStatus) {
 }
 
 func (d *Decoder) scanRequest(i int) (int, scanStatus) {
-	s, r := &d.scan, &d.scan.request
-	var seen uint8
-	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
-		var sp span
-		var dst *string
-		var f uint8
-		switch string(key) {
-		case "subtype":
-			f, dst = 1, &r.Subtype
-		case "session_id":
-			f, dst = 2, &r.SessionID
-		case "task_id":
-			f, dst = 4, &r.TaskID
-		default:
-			return 0, false, scanOK
-		}
-		if seen&f != 0 {
-			return 0, false, scanUnsure
-		}
-		seen |= f
-		end, st := s.strField(i, &sp)
-		if sp.set {
-			*dst = s.text(sp)
-		}
-		return end, true, st
-	}, requestFields...)
+	r := &d.scan.request
+	return d.scanStrings(i, requestFields, []*string{&r.Subtype, &r.SessionID, &r.TaskID})
 }
 
 func (d *Decoder) scanResponse(i int) (int, scanStatus) {
-	s, r := &d.scan, &d.scan.resp
+	r := &d.scan.resp
+	return d.scanStrings(i, responseFields, []*string{&r.Subtype, &r.RequestID})
+}
+
+// scanStrings scans an object whose fields of interest are all strings:
+// names[k] goes to dsts[k] (at most 8 fields); a duplicate is unsure.
+func (d *Decoder) scanStrings(i int, names []string, dsts []*string) (int, scanStatus) {
+	s := &d.scan
 	var seen uint8
 	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
-		var sp span
-		var dst *string
-		var f uint8
-		switch string(key) {
-		case "subtype":
-			f, dst = 1, &r.Subtype
-		case "request_id":
-			f, dst = 2, &r.RequestID
-		default:
+		k := slices.Index(names, string(key))
+		if k < 0 {
 			return 0, false, scanOK
 		}
+		f := uint8(1) << k
 		if seen&f != 0 {
 			return 0, false, scanUnsure
 		}
 		seen |= f
+		var sp span
 		end, st := s.strField(i, &sp)
 		if sp.set {
-			*dst = s.text(sp)
+			*dsts[k] = s.text(sp)
 		}
 		return end, true, st
-	}, responseFields...)
+	}, names...)
 }
 
 // errorSpan is errorText of a scanned string. Without KeepErrors only
