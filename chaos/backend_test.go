@@ -58,7 +58,7 @@ const (
 	backendRounds = 4
 	// backendConfirmRounds bounds the extra pairs that confirm a
 	// throughput ratio under the bound before it is a breach.
-	backendConfirmRounds = 3
+	backendConfirmRounds = 4
 	// backendPacedTurns workflows over about 32 MiB (backendPacedNoise-byte
 	// messages): the paced bulk, written at backendPacedRate, so that a
 	// paced run takes about 1.5 s.
@@ -658,6 +658,12 @@ type backendCase struct {
 	// confirmed counts the extra (reference, case) pairs run to confirm a
 	// ratio under the bound.
 	confirmed int
+	// refExtra are the reference runs of this case's confirming pairs: a
+	// case is judged against the rounds' reference runs plus its own, so
+	// both sides of its ratio are a best of the same number of runs (a
+	// reference best taken over every case's extra pairs would be biased
+	// low).
+	refExtra []beWrapperRun
 }
 
 // TestBackendFaults is issue #10 item 2: OTLP endpoint refusing,
@@ -786,18 +792,20 @@ func TestBackendFaults(t *testing.T) {
 	// A throughput ratio under the bound is confirmed before it counts:
 	// on a small shared machine a best of four can still be four unlucky
 	// runs. Pairs (reference, case) run again, up to backendConfirmRounds,
-	// and join both sides' samples; a fault that really costs throughput
-	// stays under the bound however many runs it gets.
-	best := func(runs []beWrapperRun) time.Duration {
-		return beDurations(runs, func(r beWrapperRun) time.Duration { return r.passthrough })[0]
+	// and join both sides' samples (the reference's only for this case);
+	// a fault that really costs throughput stays under the bound however
+	// many runs it gets.
+	refOf := func(c *backendCase) []beWrapperRun { return append(slices.Clone(cases[0].blast), c.refExtra...) }
+	pass := func(runs []beWrapperRun) []time.Duration {
+		return beDurations(runs, func(r beWrapperRun) time.Duration { return r.passthrough })
 	}
 	for _, c := range cases[1:] {
-		for extra := 0; extra < backendConfirmRounds && best(cases[0].blast).Seconds()/best(c.blast).Seconds() < backendMinRatio; extra++ {
-			for _, cc := range []*backendCase{cases[0], c} {
-				r := run(cc, &bulk, 0, backendBlastFlush)
-				t.Logf("confirming %s, extra pair %d: %s passthrough %s", c.name, extra, cc.name, beSecs(r.passthrough))
-				cc.blast = append(cc.blast, r)
-			}
+		for extra := 0; extra < backendConfirmRounds && !beRatioOK(pass(refOf(c)), pass(c.blast)); extra++ {
+			ref := run(cases[0], &bulk, 0, backendBlastFlush)
+			r := run(c, &bulk, 0, backendBlastFlush)
+			t.Logf("confirming %s, extra pair %d: reference %s, case %s", c.name, extra, beSecs(ref.passthrough), beSecs(r.passthrough))
+			c.refExtra = append(c.refExtra, ref)
+			c.blast = append(c.blast, r)
 			c.confirmed++
 		}
 	}
@@ -810,10 +818,10 @@ func TestBackendFaults(t *testing.T) {
 		}
 	}
 
-	base := cases[0]
-	basePass := beDurations(base.blast, func(r beWrapperRun) time.Duration { return r.passthrough })
-	baseCPU := beDurations(base.blast, func(r beWrapperRun) time.Duration { return r.cpu })
 	for _, c := range cases {
+		ref := refOf(c)
+		basePass := beDurations(ref, func(r beWrapperRun) time.Duration { return r.passthrough })
+		baseCPU := beDurations(ref, func(r beWrapperRun) time.Duration { return r.cpu })
 		checkBackendBlast(t, blastSt, c, basePass, baseCPU)
 	}
 	for _, c := range cases {
@@ -857,6 +865,13 @@ func beMedian(d []time.Duration) time.Duration {
 
 func beSecs(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
 
+// beRatioOK reports whether the case's throughput is within the bound of
+// the reference's by the best of N or by the median (sorted durations).
+func beRatioOK(ref, c []time.Duration) bool {
+	return ref[0].Seconds()/c[0].Seconds() >= backendMinRatio ||
+		beMedian(ref).Seconds()/beMedian(c).Seconds() >= backendMinRatio
+}
+
 // checkBackendBlast records the rows of the blast runs: throughput, tap
 // drops counted, exit and status.
 func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass, baseCPU []time.Duration) {
@@ -864,10 +879,12 @@ func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass,
 	n := len(c.blast)
 	pass := beDurations(c.blast, func(r beWrapperRun) time.Duration { return r.passthrough })
 
-	// (a) Throughput against the no-telemetry run. The bound is on the
-	// best of N: other tenants of the machine only ever add time, so the
-	// fastest run of each is the least disturbed estimate of its cost;
-	// the median is shown beside it.
+	// (a) Throughput against the no-telemetry run, as the best of N (other
+	// tenants only ever add time, so the fastest run of each is the least
+	// disturbed) and as the median. A run here is a quarter of a second
+	// and single runs of one binary vary by 20 % on a 2-vCPU machine, so a
+	// breach needs both estimators under the bound: a fault that costs
+	// throughput moves both, noise rarely moves both the same way.
 	// CPU time (wrapper and child) is shown too: far less sensitive to
 	// the machine's other load than wall time, it tells contention from
 	// a cost of the fault (it includes the final flush, though).
@@ -886,7 +903,7 @@ func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass,
 		record(t, SecBackend, "throughput vs no backend, "+c.name,
 			fmt.Sprintf("%.3f best of %d (%s vs %s; median %.3f), %d MiB; cpu median %s vs %s%s",
 				best, n, beSecs(pass[0]), beSecs(basePass[0]), med, st.size>>20, beSecs(beMedian(cpu)), beSecs(beMedian(baseCPU)), metText),
-			bound, best >= backendMinRatio && metOK)
+			bound+" (best of N or median)", beRatioOK(basePass, pass) && metOK)
 	} else {
 		record(t, SecBackend, "passthrough, no backend (reference)",
 			fmt.Sprintf("%.0f MiB/s best of %d (%s; median %s); cpu median %s", float64(st.size)/(1<<20)/pass[0].Seconds(), n, beSecs(pass[0]), beSecs(beMedian(pass)), beSecs(beMedian(cpu))),
