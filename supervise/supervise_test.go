@@ -40,15 +40,35 @@ func helper(t *testing.T, mode string) Config {
 		Env:          supervisetest.Env(mode),
 		KillTimeout:  30 * time.Second,
 		DrainTimeout: 5 * time.Second,
-		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:       slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 
-// testWriter sends the supervisor's logs to t.Log.
-type testWriter struct{ t *testing.T }
+// testWriter sends the supervisor's logs to t.Log until the test ends: a
+// pump that Run abandoned may still log afterwards, and t.Log after the end
+// is a race (and a panic).
+type testWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+func newTestWriter(t *testing.T) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
 }
 
