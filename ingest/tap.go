@@ -106,6 +106,12 @@ type Tap struct {
 
 	gapPending, gapPendingAtEOL atomic.Bool // set by Close from gap and gapAtEOL, read by the consumer
 
+	// passing is Begin's instant while the bytes it announced are not
+	// queued (or dropped) yet; zero otherwise. Guarded by mu. settled
+	// wakes a MergeTaps waiting on it when it is cleared.
+	passing time.Time
+	settled chan struct{}
+
 	bytesIn, bytesDropped, chunksDropped atomic.Int64
 }
 
@@ -120,7 +126,8 @@ func NewTap(queueBytes int) *Tap {
 	// slots can never be the binding limit: the byte budget is.
 	slots := queueBytes/tapClasses[0] + 1
 	base := time.Now()
-	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano()}
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano(),
+		settled: make(chan struct{}, 1)}
 	for i, size := range tapClasses {
 		if size <= queueBytes {
 			t.maxClass = i
@@ -147,11 +154,12 @@ func (t *Tap) Write(p []byte) (int, error) {
 	t.bytesIn.Add(int64(n))
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.settleLocked()
 	if t.closed {
 		t.drop(p)
 		return n, nil
 	}
-	now := time.Now()
+	now := t.stampLocked()
 	at := t.baseNs + int64(now.Sub(t.base)) // monotonic: see Chunk.At
 	for len(p) > 0 {
 		class := min(classFor(len(p)), t.maxClass)
@@ -216,6 +224,7 @@ func (t *Tap) Commit(p []byte) (int, error) {
 		return t.Write(p)
 	}
 	defer t.mu.Unlock()
+	defer t.settleLocked()
 	t.bytesIn.Add(int64(n))
 	if t.closed {
 		t.drop(p)
@@ -226,7 +235,7 @@ func (t *Tap) Commit(p []byte) (int, error) {
 		t.drop(p)
 		return n, nil
 	}
-	now := time.Now()
+	now := t.stampLocked()
 	c := Chunk{Data: p, Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: t.baseNs + int64(now.Sub(t.base)), when: now, buf: lent}
 	t.queued.Add(size)
 	select {
@@ -239,6 +248,63 @@ func (t *Tap) Commit(p []byte) (int, error) {
 		t.drop(p)
 	}
 	return n, nil
+}
+
+// Begin says that the bytes of the next Write or Commit are being passed on
+// now, before that call (tee(2) hands them to the consumer before they are
+// read for the tap). They are stamped with this instant, and until they are
+// queued or dropped, MergeTaps holds back chunks of the other tap that
+// passed later: a consumer may answer them at once, and its answer must
+// never be taken as earlier than what it answers. Cancel, when no bytes
+// came after all. The writer's goroutine calls it, like Write.
+func (t *Tap) Begin() {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.passing = now
+}
+
+// Cancel withdraws a Begin that no bytes followed.
+func (t *Tap) Cancel() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.settleLocked()
+}
+
+// stampLocked is the instant of the bytes being tapped: Begin's if one is
+// pending, else now. mu held.
+func (t *Tap) stampLocked() time.Time {
+	if !t.passing.IsZero() {
+		return t.passing
+	}
+	return time.Now()
+}
+
+// settleLocked clears a pending Begin, once its bytes are queued or
+// dropped, and wakes a MergeTaps waiting for them. mu held.
+func (t *Tap) settleLocked() {
+	if t.passing.IsZero() {
+		return
+	}
+	t.passing = time.Time{}
+	select {
+	case t.settled <- struct{}{}:
+	default: // a wake-up is already pending: one is enough
+	}
+}
+
+// passingBefore reports whether bytes announced by Begin, not queued yet,
+// passed before chunk c of another tap.
+func (t *Tap) passingBefore(c *Chunk) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.passing.IsZero() {
+		return false
+	}
+	if c.when.IsZero() {
+		return t.baseNs+int64(t.passing.Sub(t.base)) <= c.At
+	}
+	return t.passing.Compare(c.when) <= 0
 }
 
 // drop counts the dropped bytes p and remembers to flag the next chunk, and
@@ -311,6 +377,7 @@ func (t *Tap) Close() {
 		return
 	}
 	t.closed = true
+	t.settleLocked()
 	t.gapPendingAtEOL.Store(t.gap && t.gapAtEOL)
 	t.gapPending.Store(t.gap)
 	close(t.ch)

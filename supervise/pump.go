@@ -52,6 +52,14 @@ type lendingTap interface {
 	Commit(p []byte) (int, error)
 }
 
+// beginningTap is a tap told when bytes pass on ahead of being tapped (by
+// tee(2)): Begin just before they may reach the consumer, then the Write
+// or Commit that taps them, or Cancel if none came (ingest.Tap is one).
+type beginningTap interface {
+	Begin()
+	Cancel()
+}
+
 // pumpOut copies the child's stdout (or stderr) from r to w, and to tap,
 // until EOF. Each read is written out as it is, at once, through a fixed
 // buffer: no line is ever held whole and nothing waits for a newline.
@@ -101,8 +109,28 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		buf = make([]byte, s.cfg.BufSize)
 		lender = nil
 	}
-	// emit passes p on (unless tee already did) and taps it.
+	// emit taps p, then passes it on (unless tee already did).
 	emit := func(p []byte, teed bool) bool {
+		st.mu.Lock()
+		if st.detached {
+			st.mu.Unlock()
+			return false // Run has returned: no call on the tap any more
+		}
+		// Tap and count what the child did write, delivered or not. The
+		// tap comes first, stamping the bytes' passage: the consumer may
+		// answer them on stdin at once, and its answer must not be
+		// stamped earlier than what it answers.
+		st.n += int64(len(p))
+		switch {
+		case lender != nil:
+			// p is queued in the lent buffer itself. The consumer only
+			// reads it, and it comes back to be lent again only through
+			// lend below, after the Write: p stays ours to write out.
+			lender.Commit(p)
+		case tap != nil:
+			tap.Write(p)
+		}
+		st.mu.Unlock()
 		var err error
 		if !teed {
 			_, err = w.Write(p)
@@ -110,16 +138,10 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		if st.detached {
-			return false // Run has returned: no call on the tap any more
+			return false
 		}
-		// Tap and count what the child did write, delivered or not.
-		st.n += int64(len(p))
-		switch {
-		case lender != nil:
-			lender.Commit(p)
-			lend() // p may be the consumer's now
-		case tap != nil:
-			tap.Write(p)
+		if lender != nil {
+			lend()
 		}
 		if err != nil {
 			// The consumer is gone (EPIPE) or broken. Closing our read end
@@ -137,6 +159,26 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	var tee *teeReader
 	if tap != nil {
 		tee = newTeeReader(r, w, s.log)
+	}
+	if tee != nil {
+		// The bytes tee passes on reach the consumer before emit taps
+		// them: the tap is told when they pass (see ingest.Tap.Begin).
+		if b, ok := tap.(beginningTap); ok {
+			tee.begin = func() {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				if !st.detached {
+					b.Begin()
+				}
+			}
+			tee.cancel = func() {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				if !st.detached {
+					b.Cancel()
+				}
+			}
+		}
 	}
 	last := 0 // bytes of the last read
 	for {
@@ -227,6 +269,9 @@ type teeReader struct {
 	rc  syscall.RawConn // src's
 	out syscall.RawConn // the destination pipe; nil once tee is given up
 	log *slog.Logger
+	// begin and cancel, if set, frame each tee call: begin before it,
+	// cancel after it when it passed nothing on.
+	begin, cancel func()
 }
 
 // newTeeReader returns a teeReader when w is a pipe, else nil.
@@ -261,6 +306,9 @@ func (t *teeReader) read(buf []byte) (n int, teed bool, err error) {
 		if t.out != nil {
 			var m int
 			var terr error
+			if t.begin != nil {
+				t.begin()
+			}
 			if cerr := t.out.Control(func(out uintptr) {
 				m, terr = ignoringEINTR(func() (int, error) {
 					k, err := unix.Tee(int(fd), int(out), len(buf), unix.SPLICE_F_NONBLOCK)
@@ -268,6 +316,9 @@ func (t *teeReader) read(buf []byte) (n int, teed bool, err error) {
 				})
 			}); cerr != nil {
 				terr = cerr // closed: let Write say so
+			}
+			if t.cancel != nil && (terr != nil || m == 0) {
+				t.cancel()
 			}
 			switch {
 			case terr == nil && m == 0:

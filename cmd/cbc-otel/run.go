@@ -336,8 +336,25 @@ func tapWriters(pipe *ingest.Tap, sp *spooling, stdout bool) io.Writer {
 	case 1:
 		return ws[0]
 	}
+	if pipe != nil {
+		return spooledTap{Writer: io.MultiWriter(ws...), pipe: pipe}
+	}
 	return io.MultiWriter(ws...)
 }
+
+// spooledTap writes to the pipeline's tap and the spool's, and passes
+// Begin and Cancel (bytes passed on before they are tapped) to the
+// pipeline's, whose chunks carry the stamps.
+type spooledTap struct {
+	io.Writer
+	pipe *ingest.Tap
+}
+
+// Begin tells the pipeline's tap that bytes are passing on now.
+func (s spooledTap) Begin() { s.pipe.Begin() }
+
+// Cancel withdraws a Begin that no bytes followed.
+func (s spooledTap) Cancel() { s.pipe.Cancel() }
 
 // stopWithParent asks the kernel to send us SIGTERM when our parent dies,
 // which the supervisor forwards to the child (then SIGKILL after the kill
