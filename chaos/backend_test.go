@@ -51,11 +51,13 @@ import (
 const (
 	// backendTurns workflows (simulate's "mixed" scenario: one workflow of
 	// 2 phases and 4 agents plus 2 plain tasks per turn) spread over about
-	// 256 MiB by backendNoise-byte assistant messages: the blast bulk.
-	backendTurns = 32
+	// 384 MiB by backendNoise-byte assistant messages: the blast bulk,
+	// about a second per run pinned, long enough that a stray wakeup of
+	// another process is a small part of it.
+	backendTurns = 48
 	backendNoise = 2 << 20
 	// backendRounds interleaved blast runs of every case.
-	backendRounds = 4
+	backendRounds = 6
 	// backendConfirmRounds bounds the extra pairs that confirm a
 	// throughput ratio under the bound before it is a breach.
 	backendConfirmRounds = 4
@@ -85,14 +87,18 @@ const (
 	backendExitAllowance = time.Second
 	// backendStatus is the fake child's exit status, to be passed through.
 	backendStatus = 7
-	// backendMinRatio is the throughput ratio that fails the suite. The
-	// issue's target is 0.95, but on a 2-vCPU runner, with the OTLP
-	// receiver in this test process competing for the same cores, even
-	// the healthy-backend control measured 0.79-0.90 in a clean CI run:
-	// 5 % is not resolvable here. 0.75 still catches a fault that blocks
-	// or slows the passthrough; the ratios are printed against 0.95 in
-	// docs/reliability.md.
-	backendMinRatio = 0.75
+	// backendMinRatio is the throughput ratio of the issue: "within 5 % of
+	// the no-telemetry run". Single runs on a 2-vCPU VM spread by ±10 %
+	// even pinned (bePin), so a case breaches it when its runs are slower
+	// than the reference's stretched by 1/backendMinRatio with a one-sided
+	// rank-test p under backendBreachP (beSlowerP): evidence, not one
+	// unlucky best of N. Under backendConfirmP, confirming pairs are run
+	// first.
+	backendMinRatio = 0.95
+	backendBreachP  = 0.01
+	backendConfirmP = 0.05
+	// backendControlRounds runs of the positive control.
+	backendControlRounds = 5
 	// beSlowDelay is how long the slow receiver takes per request.
 	beSlowDelay = time.Second
 	// beFlapPeriod is how long the flapping receiver stays up, then down.
@@ -449,6 +455,9 @@ type beRunOpts struct {
 	// metricsFile, if set, is the --metrics-file path (default: one in a
 	// temporary directory).
 	metricsFile string
+	// pinned: the wrapper (and so its child) runs on CPU cpu alone.
+	pinned bool
+	cpu    int
 }
 
 // beRunWrapper runs the wrapper with o.flags over the prefix then, if
@@ -484,7 +493,11 @@ func beRunWrapper(t *testing.T, o beRunOpts) beWrapperRun {
 	if o.rcv != nil {
 		o.rcv.reset()
 	}
-	if err := cmd.Start(); err != nil {
+	cpu := -1
+	if o.pinned {
+		cpu = o.cpu
+	}
+	if err := beStartOn(cmd, cpu); err != nil {
 		t.Fatal(err)
 	}
 	var r beWrapperRun
@@ -762,6 +775,8 @@ func TestBackendFaults(t *testing.T) {
 		cases = slices.DeleteFunc(cases, func(c *backendCase) bool { return !c.baseline && !keep.MatchString(c.name) })
 	}
 	rounds := beEnvRounds(t, "CHAOS_BACKEND_ROUNDS", backendRounds)
+	place := bePin(t)
+	t.Logf("placement of the blast runs: %s", place.note)
 	pacedRounds := beEnvRounds(t, "CHAOS_BACKEND_PACED_ROUNDS", backendPacedRounds)
 
 	// flush is --traces.flush-timeout, given to every case alike.
@@ -780,7 +795,8 @@ func TestBackendFaults(t *testing.T) {
 			release = func() { met = bePollUntil(beMetWait, c.met) }
 		}
 		r := beRunWrapper(t, beRunOpts{prefix: prefix, bulk: bulk, rate: rate,
-			flags: append(slices.Clone(c.flags), "--traces.flush-timeout="+flush.String()), rcv: c.rcv, release: release})
+			flags: append(slices.Clone(c.flags), "--traces.flush-timeout="+flush.String()), rcv: c.rcv, release: release,
+			pinned: place.wrapperCPU >= 0, cpu: place.wrapperCPU})
 		r.faultMet = met
 		return r
 	}
@@ -806,7 +822,7 @@ func TestBackendFaults(t *testing.T) {
 		return beDurations(runs, func(r beWrapperRun) time.Duration { return r.passthrough })
 	}
 	for _, c := range cases[1:] {
-		for extra := 0; extra < backendConfirmRounds && !beRatioOK(pass(refOf(c)), pass(c.blast)); extra++ {
+		for extra := 0; extra < backendConfirmRounds && beSlowerPOf(pass(refOf(c)), pass(c.blast)) < backendConfirmP; extra++ {
 			ref := run(cases[0], &bulk, 0, backendBlastFlush)
 			r := run(c, &bulk, 0, backendBlastFlush)
 			t.Logf("confirming %s, extra pair %d: reference %s, case %s", c.name, extra, beSecs(ref.passthrough), beSecs(r.passthrough))
@@ -815,6 +831,23 @@ func TestBackendFaults(t *testing.T) {
 			c.confirmed++
 		}
 	}
+	// The positive control: the reference again, its child paced at half
+	// the reference's best throughput, must breach. It shows that the
+	// verdict can fail, on this machine's noise, for a fault that costs
+	// half the throughput (one that blocks the pipe costs more).
+	refPass := pass(cases[0].blast)
+	ctlRate := int64(float64(bulk.size) / refPass[0].Seconds() / 2)
+	var ctl []beWrapperRun
+	for range backendControlRounds {
+		ctl = append(ctl, run(cases[0], &bulk, ctlRate, backendBlastFlush))
+	}
+	ctlPass := pass(ctl)
+	ctlU, ctlP := beSlowerP(refPass, ctlPass, backendMinRatio)
+	record(t, SecBackend, "throughput verdict's power: the reference's child at half its speed (positive control)",
+		fmt.Sprintf("%.3f best of %d (median %.3f; U %.1f/%d, p %.4f)", refPass[0].Seconds()/ctlPass[0].Seconds(), len(ctl),
+			beMedian(refPass).Seconds()/beMedian(ctlPass).Seconds(), ctlU, len(ctl)*len(refPass), ctlP),
+		fmt.Sprintf("a breach: p < %.2g", backendBreachP), ctlP < backendBreachP)
+
 	for round := range pacedRounds {
 		for i := range cases {
 			c := cases[(i+round)%len(cases)]
@@ -828,7 +861,7 @@ func TestBackendFaults(t *testing.T) {
 		ref := refOf(c)
 		basePass := beDurations(ref, func(r beWrapperRun) time.Duration { return r.passthrough })
 		baseCPU := beDurations(ref, func(r beWrapperRun) time.Duration { return r.cpu })
-		checkBackendBlast(t, blastSt, c, basePass, baseCPU)
+		checkBackendBlast(t, blastSt, c, basePass, baseCPU, place.note)
 	}
 	for _, c := range cases {
 		checkBackendPaced(t, pacedSt, c)
@@ -871,34 +904,32 @@ func beMedian(d []time.Duration) time.Duration {
 
 func beSecs(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
 
-// beRatioOK reports whether the case's throughput is within the bound of
-// the reference's by the best of N or by the median (sorted durations).
-func beRatioOK(ref, c []time.Duration) bool {
-	return ref[0].Seconds()/c[0].Seconds() >= backendMinRatio ||
-		beMedian(ref).Seconds()/beMedian(c).Seconds() >= backendMinRatio
+// beSlowerPOf is the p-value that the case's runs c are slower than
+// backendMinRatio allows against the reference's runs ref.
+func beSlowerPOf(ref, c []time.Duration) float64 {
+	_, p := beSlowerP(ref, c, backendMinRatio)
+	return p
 }
 
 // checkBackendBlast records the rows of the blast runs: throughput, tap
 // drops counted, exit and status.
-func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass, baseCPU []time.Duration) {
+func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass, baseCPU []time.Duration, placement string) {
 	t.Helper()
 	n := len(c.blast)
 	pass := beDurations(c.blast, func(r beWrapperRun) time.Duration { return r.passthrough })
 
-	// (a) Throughput against the no-telemetry run, as the best of N (other
+	// (a) Throughput against the no-telemetry run: the best of N (other
 	// tenants only ever add time, so the fastest run of each is the least
-	// disturbed) and as the median. A run here is a quarter of a second
-	// and single runs of one binary vary by 20 % on a 2-vCPU machine, so a
-	// breach needs both estimators under the bound: a fault that costs
-	// throughput moves both, noise rarely moves both the same way.
-	// CPU time (wrapper and child) is shown too: far less sensitive to
-	// the machine's other load than wall time, it tells contention from
-	// a cost of the fault (it includes the final flush, though).
+	// disturbed) and the median are shown; the verdict is the rank test's
+	// (see backendMinRatio), which weighs every run. CPU time (wrapper and
+	// child) is shown too: it tells contention from a cost of the fault
+	// (it includes the final flush, though).
 	cpu := beDurations(c.blast, func(r beWrapperRun) time.Duration { return r.cpu })
 	if !c.baseline {
 		best := basePass[0].Seconds() / pass[0].Seconds()
 		med := beMedian(basePass).Seconds() / beMedian(pass).Seconds()
-		bound := fmt.Sprintf(">= %.2f", backendMinRatio)
+		u, p := beSlowerP(basePass, pass, backendMinRatio)
+		bound := fmt.Sprintf(">= %.2f: breach when slower than that with p < %.2g (one-sided Mann-Whitney)", backendMinRatio, backendBreachP)
 		metText, metOK := beFaultMet(c, c.blast)
 		if c.confirmed > 0 {
 			metText += fmt.Sprintf("; %d confirming pair(s) run", c.confirmed)
@@ -907,12 +938,12 @@ func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass,
 			bound += ", fault met first in every run"
 		}
 		record(t, SecBackend, "throughput vs no backend, "+c.name,
-			fmt.Sprintf("%.3f best of %d (%s vs %s; median %.3f), %d MiB; cpu median %s vs %s%s",
-				best, n, beSecs(pass[0]), beSecs(basePass[0]), med, st.size>>20, beSecs(beMedian(cpu)), beSecs(beMedian(baseCPU)), metText),
-			bound+" (best of N or median)", beRatioOK(basePass, pass) && metOK)
+			fmt.Sprintf("%.3f best of %d (%s vs %s; median %.3f; U %.1f/%d, p %.3f), %d MiB; cpu median %s vs %s%s",
+				best, n, beSecs(pass[0]), beSecs(basePass[0]), med, u, n*len(basePass), p, st.size>>20, beSecs(beMedian(cpu)), beSecs(beMedian(baseCPU)), metText),
+			bound, p >= backendBreachP && metOK)
 	} else {
 		record(t, SecBackend, "passthrough, no backend (reference)",
-			fmt.Sprintf("%.0f MiB/s best of %d (%s; median %s); cpu median %s", float64(st.size)/(1<<20)/pass[0].Seconds(), n, beSecs(pass[0]), beSecs(beMedian(pass)), beSecs(beMedian(cpu))),
+			fmt.Sprintf("%.0f MiB/s best of %d (%s; median %s); cpu median %s; %s", float64(st.size)/(1<<20)/pass[0].Seconds(), n, beSecs(pass[0]), beSecs(beMedian(pass)), beSecs(beMedian(cpu)), placement),
 			"reference", true)
 	}
 
