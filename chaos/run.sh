@@ -33,31 +33,41 @@ $GO test -c -tags chaos -o "$work/chaos.test" ./chaos/
 chaos() { (cd chaos && "$work/chaos.test" -test.count=1 -test.timeout=20m -test.v "$@"); }
 
 # 1. Fuzzing, in the background.
+# shellcheck source=chaos/fuzzlib.sh
+. chaos/fuzzlib.sh
 fuzz() {
-	local targets n fuzztime total=0
+	local targets n fuzztime total=0 tolerated=0
 	targets=$($GO test -list 'Fuzz.*' ./ingest/ | grep ^Fuzz)
 	n=$(echo "$targets" | wc -l)
 	fuzztime="$(( (fuzz_total + n - 1) / n ))s"
 	for t in $targets; do
-		local log="$work/$t.log" result=ok s
+		local log="$work/$t.log" result s verdict
 		s=$(date +%s)
-		if ! $GO test -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -parallel 1 ./ingest/ >"$log" 2>&1; then
-			result=BREACH
-		fi
+		verdict=$(fuzz_target "$t" "$fuzztime" "$log")
 		s=$(( $(date +%s) - s ))
 		total=$(( total + s ))
 		# The last progress line: "fuzz: elapsed: 1m0s, execs: 123456 (2057/sec), ..."
-		local execs
+		local execs value
 		execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | awk '{print $2}')
-		printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzz $t ($fuzztime, 1 worker)" \
-			"${execs:-0} execs in ${s}s, $( [ $result = ok ] && echo 'no crash, invariants held' || echo 'FAILED: see the log above')" \
+		case $verdict in
+		ok) result=ok value="${execs:-0} execs in ${s}s, no crash, invariants held" ;;
+		ok-deadline)
+			result=ok tolerated=$((tolerated + 1))
+			value="${execs:-0} execs in ${s}s, no crash, invariants held; Go's fuzzing coordinator then failed the run on its own -fuzztime deadline (bare 'context deadline exceeded', no input written, seeds replayed clean)"
+			;;
+		*) result=BREACH value="${execs:-0} execs in ${s}s, FAILED: see the log above" ;;
+		esac
+		printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzz $t ($fuzztime, 1 worker)" "$value" \
 			"no crash, no invariant broken" "$result" >>"$work/fuzz.tsv"
 		if [ $result != ok ]; then
 			echo "== fuzz $t FAILED:"
 			cat "$log"
+		elif [ "$verdict" = ok-deadline ]; then
+			echo "== fuzz $t: the coordinator's deadline race, tolerated:"
+			tail -20 "$log"
 		fi
 	done
-	printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzzing, all targets" "${total}s over $n targets" ">= 300s" \
+	printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzzing, all targets" "${total}s over $n targets (the coordinator's deadline race tolerated in $tolerated)" ">= 300s" \
 		"$( [ "$total" -ge 300 ] && echo ok || echo BREACH)" >>"$work/fuzz.tsv"
 }
 echo "== fuzzing ($fuzz_total s over the ingest targets) beside the correctness tests"
