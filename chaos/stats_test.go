@@ -92,6 +92,15 @@ func TestBackendSlowerP(t *testing.T) {
 		// 3 % slower is within 0.95: the stretched reference is slower.
 		{name: "3% slower is within the bound", ref: ms(1000, 1010, 1020), c: ms(1030, 1040, 1050), ratio: 0.95, wantU: 0, wantP: 1},
 		{name: "ties count half", ref: ms(100), c: ms(100), ratio: 1, wantU: 0.5, wantP: 1.0 / 2},
+		// The positive control of a CI run: one reference run of 6 stalled
+		// past every one of 5 runs at half speed. Arrangements with U >= 25
+		// mirror those with U <= 5: the partitions of 0..5 into at most 5
+		// parts of at most 6, 19 of C(11,5) = 462.
+		{name: "6+5 one stalled reference run", ref: ms(800, 810, 820, 830, 840, 1700), c: ms(1600, 1610, 1620, 1630, 1640), ratio: 0.95, wantU: 25, wantP: 19.0 / 462},
+		// With 4 confirming pairs: U <= 9 of 10x9, the partitions of
+		// 0..9 (97) of C(19,9) = 92378.
+		{name: "10+9 one stalled reference run", ref: ms(800, 810, 820, 830, 840, 850, 860, 870, 880, 1700),
+			c: ms(1600, 1610, 1620, 1630, 1640, 1650, 1660, 1670, 1680), ratio: 0.95, wantU: 81, wantP: 97.0 / 92378},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, p := beSlowerP(tc.ref, tc.c, tc.ratio)
