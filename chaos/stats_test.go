@@ -92,15 +92,23 @@ func TestBackendSlowerP(t *testing.T) {
 		// 3 % slower is within 0.95: the stretched reference is slower.
 		{name: "3% slower is within the bound", ref: ms(1000, 1010, 1020), c: ms(1030, 1040, 1050), ratio: 0.95, wantU: 0, wantP: 1},
 		{name: "ties count half", ref: ms(100), c: ms(100), ratio: 1, wantU: 0.5, wantP: 1.0 / 2},
-		// The positive control of a CI run: one reference run of 6 stalled
-		// past every one of 5 runs at half speed. Arrangements with U >= 25
-		// mirror those with U <= 5: the partitions of 0..5 into at most 5
-		// parts of at most 6, 19 of C(11,5) = 462.
-		{name: "6+5 one stalled reference run", ref: ms(800, 810, 820, 830, 840, 1700), c: ms(1600, 1610, 1620, 1630, 1640), ratio: 0.95, wantU: 25, wantP: 19.0 / 462},
-		// With 4 confirming pairs: U <= 9 of 10x9, the partitions of
-		// 0..9 (97) of C(19,9) = 92378.
-		{name: "10+9 one stalled reference run", ref: ms(800, 810, 820, 830, 840, 850, 860, 870, 880, 1700),
-			c: ms(1600, 1610, 1620, 1630, 1640, 1650, 1660, 1670, 1680), ratio: 0.95, wantU: 81, wantP: 97.0 / 92378},
+		// The positive control, interleaved pairs with one pair in a slow
+		// phase of the machine (both runs at about twice their time): the
+		// slow reference run beats the 4 control runs outside the phase.
+		// U >= 21 mirrors U <= 4: the partitions of 0..4 in a 5x5 box, 12
+		// of C(10,5) = 252. Not yet a breach: confirming pairs run.
+		{name: "5+5 one slow pair", ref: ms(800, 810, 820, 830, 1700), c: ms(1600, 1610, 1620, 1630, 3300), ratio: 0.95, wantU: 21, wantP: 12.0 / 252},
+		// After 4 confirming pairs: U <= 8 in a 9x9 box, 67 of
+		// C(18,9) = 48620, a breach.
+		{name: "9+9 one slow pair", ref: ms(800, 810, 820, 830, 840, 850, 860, 870, 1700),
+			c: ms(1600, 1610, 1620, 1630, 1640, 1650, 1660, 1670, 3300), ratio: 0.95, wantU: 73, wantP: 67.0 / 48620},
+		// Two slow pairs: U <= 14, 456 of 48620 (counted by brute force
+		// over the 48620 splits), just a breach. What a clean CI run
+		// once had (6 rounds' reference runs against 5 control runs made
+		// later, one of the former stalled: 19/462 = 0.041) is why the
+		// control is interleaved.
+		{name: "9+9 two slow pairs", ref: ms(800, 810, 820, 830, 840, 850, 860, 1700, 1710),
+			c: ms(1600, 1610, 1620, 1630, 1640, 1650, 1660, 3300, 3310), ratio: 0.95, wantU: 67, wantP: 456.0 / 48620},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, p := beSlowerP(tc.ref, tc.c, tc.ratio)
