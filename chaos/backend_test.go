@@ -821,18 +821,29 @@ func TestBackendFaults(t *testing.T) {
 	}
 	// A throughput ratio under the bound is confirmed before it counts:
 	// on a small shared machine a best of four can still be four unlucky
-	// runs. Pairs (reference, case) run again, up to backendConfirmRounds,
-	// and join both sides' samples (the reference's only for this case);
-	// a fault that really costs throughput stays under the bound however
-	// many runs it gets.
+	// runs. Pairs (reference, case) run again, up to backendConfirmRounds
+	// and alternating which side runs first, and join both sides' samples
+	// (the reference's only for this case); a fault that really costs
+	// throughput stays under the bound however many runs it gets.
 	refOf := func(c *backendCase) []beWrapperRun { return append(slices.Clone(cases[0].blast), c.refExtra...) }
 	pass := func(runs []beWrapperRun) []time.Duration {
 		return beDurations(runs, func(r beWrapperRun) time.Duration { return r.passthrough })
 	}
+	// pair runs the reference and then c at rate, or the other way round
+	// for odd i: neither side always runs first.
+	pair := func(i int, c *backendCase, rate int64) (ref, r beWrapperRun) {
+		if i%2 == 0 {
+			ref = run(cases[0], &bulk, 0, backendBlastFlush)
+			r = run(c, &bulk, rate, backendBlastFlush)
+		} else {
+			r = run(c, &bulk, rate, backendBlastFlush)
+			ref = run(cases[0], &bulk, 0, backendBlastFlush)
+		}
+		return ref, r
+	}
 	for _, c := range cases[1:] {
 		for extra := 0; extra < backendConfirmRounds && beSlowerPOf(pass(refOf(c)), pass(c.blast)) < backendConfirmP; extra++ {
-			ref := run(cases[0], &bulk, 0, backendBlastFlush)
-			r := run(c, &bulk, 0, backendBlastFlush)
+			ref, r := pair(extra, c, 0)
 			t.Logf("confirming %s, extra pair %d: reference %s, case %s", c.name, extra, beSecs(ref.passthrough), beSecs(r.passthrough))
 			c.refExtra = append(c.refExtra, ref)
 			c.blast = append(c.blast, r)
@@ -851,20 +862,12 @@ func TestBackendFaults(t *testing.T) {
 	// other tenants). One that fell on the rounds' reference runs alone
 	// lifted p to 0.041 in a clean CI run, and to 0.029 even after four
 	// confirming pairs here; interleaved, a phase slows both sides alike.
-	// Pairs alternate which side runs first. It gets the confirming pairs
-	// a case would, while p >= backendBreachP.
+	// It gets the confirming pairs a case would, while p >= backendBreachP.
 	refPass := pass(cases[0].blast)
 	ctlRate := int64(float64(bulk.size) / refPass[0].Seconds() / 2)
 	var ctl, ctlRef []beWrapperRun
 	ctlPair := func(i int) {
-		var ref, r beWrapperRun
-		if i%2 == 0 {
-			ref = run(cases[0], &bulk, 0, backendBlastFlush)
-			r = run(cases[0], &bulk, ctlRate, backendBlastFlush)
-		} else {
-			r = run(cases[0], &bulk, ctlRate, backendBlastFlush)
-			ref = run(cases[0], &bulk, 0, backendBlastFlush)
-		}
+		ref, r := pair(i, cases[0], ctlRate)
 		t.Logf("positive control, pair %d: reference %s, control %s", i, beSecs(ref.passthrough), beSecs(r.passthrough))
 		ctlRef = append(ctlRef, ref)
 		ctl = append(ctl, r)
