@@ -23,6 +23,9 @@ import (
 
 func TestMain(m *testing.M) {
 	if mode := supervisetest.Mode(); mode != "" {
+		if how, ok := strings.CutPrefix(mode, "watch-parent:"); ok {
+			os.Exit(watchParentChild(how))
+		}
 		os.Exit(supervisetest.RunChild(mode, os.Args[1:]))
 	}
 	os.Exit(m.Run())

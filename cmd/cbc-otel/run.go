@@ -187,9 +187,9 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 	sigs, stopSignals := r.signals()
 	defer stopSignals()
 	if r.watchParent {
-		if err := stopWithParent(); err != nil {
-			log.Warn("cannot watch the parent process", "err", err)
-		}
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		stopWithParent(wctx, log)
 	}
 
 	// Telemetry starts before the child so that /metrics is up for its
@@ -356,21 +356,24 @@ func (s spooledTap) Begin() { s.pipe.Begin() }
 // Cancel withdraws a Begin that no bytes followed.
 func (s spooledTap) Cancel() { s.pipe.Cancel() }
 
-// stopWithParent asks the kernel to send us SIGTERM when our parent dies,
-// which the supervisor forwards to the child (then SIGKILL after the kill
-// timeout). If the parent died before the request took effect, the signal
-// would never come, so we send it ourselves.
-func stopWithParent() error {
-	ppid := os.Getppid()
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %w", err)
-	}
-	if os.Getppid() != ppid {
-		if err := unix.Kill(os.Getpid(), unix.SIGTERM); err != nil {
-			return fmt.Errorf("parent gone, signal self: %w", err)
+// stopWithParent sends us SIGTERM when our parent process exits, which the
+// supervisor forwards to the child (then SIGKILL after the kill timeout),
+// until ctx ends. It watches the process, not the thread that forked us
+// (supervise.WatchParent): a caller's short-lived thread ending must not
+// stop the run.
+func stopWithParent(ctx context.Context, log *slog.Logger) {
+	gone, how := supervise.WatchParent(ctx, 0)
+	log.Debug("watching the parent process", "how", how)
+	go func() {
+		select {
+		case <-gone:
+			log.Info("parent process exited: stopping as on SIGTERM")
+			if err := unix.Kill(os.Getpid(), unix.SIGTERM); err != nil {
+				log.Error("parent process exited, cannot signal self", "err", err)
+			}
+		case <-ctx.Done():
 		}
-	}
-	return nil
+	}()
 }
 
 // logTapTotals logs at debug level what the pipeline and the taps saw.

@@ -77,8 +77,8 @@ func TestRunConfigValidate(t *testing.T) {
 	}
 }
 
-// testRunner returns a runner that touches neither the test process's
-// signals nor its parent-death setting.
+// testRunner returns a runner that neither touches the test process's
+// signals nor watches its parent.
 func testRunner(sigs <-chan os.Signal) runner {
 	return runner{
 		signals:      func() (<-chan os.Signal, func()) { return sigs, func() {} },
@@ -509,8 +509,8 @@ func TestE2EWrapperKilled(t *testing.T) {
 	}
 }
 
-// The wrapper's parent dies: the wrapper gets SIGTERM (PR_SET_PDEATHSIG),
-// stops the child and exits.
+// The wrapper's parent dies: the wrapper sees it (supervise.WatchParent),
+// stops the child as on SIGTERM and exits.
 func TestE2EParentDies(t *testing.T) {
 	parent := exec.Command(testExe, wrapperBin, "run", "--", testExe)
 	parent.Env = supervisetest.Env("spawn-wrapper:sleeper")
@@ -530,6 +530,61 @@ func TestE2EParentDies(t *testing.T) {
 		if !supervisetest.WaitGone(pid, 20*time.Second) {
 			t.Errorf("%s %d survived the death of the wrapper's parent", what, pid)
 		}
+	}
+}
+
+// The wrapper is started from a thread that exits while its process lives
+// on (a Python or Java worker thread, a locked Go thread): the run goes on
+// to the child's own end. Under PR_SET_PDEATHSIG the kernel took that
+// thread's exit for the parent's death, and the wrapper stopped its child
+// with SIGTERM (exit 143); the chaos suite's pinned starts found it.
+func TestE2EStarterThreadExits(t *testing.T) {
+	cmd := wrapper("pingpong")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out := readLines(t, stdout)
+	// The child's first line means the wrapper has set itself up: the
+	// thread exits after whatever watch of its parent the wrapper makes.
+	first := make(chan string, 1)
+	err = supervisetest.StartFromExitingThread(cmd, func() error {
+		// Not out.next: t.Fatal belongs to the test's goroutine.
+		select {
+		case l, ok := <-out.c:
+			if !ok {
+				return errors.New("the wrapper's stdout ended before its first line")
+			}
+			first <- l
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("no first line within 30 s")
+		}
+	}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	if got := <-first; got != "line 1" {
+		t.Fatalf("first line %q", got)
+	}
+	for i := 1; i <= 3; i++ {
+		if i > 1 {
+			if got := out.next(); got != fmt.Sprintf("line %d", i) {
+				t.Fatalf("got %q, want line %d; stderr %q", got, i, errb.String())
+			}
+		}
+		fmt.Fprintf(stdin, "ack %d\n", i)
+	}
+	stdin.Close()
+	if code := exitCode(t, cmd); code != 0 {
+		t.Fatalf("exit %d, want 0 (the child's); stderr %q", code, errb.String())
 	}
 }
 
