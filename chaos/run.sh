@@ -5,9 +5,11 @@
 #      CHAOS_FUZZ_TOTAL seconds (default 300) shared evenly by every ingest
 #      fuzz target, one fuzzing worker, in the background while
 #   2. the chaos tests that judge correctness, not time (passthrough,
-#      process faults, bad input, secrets, endpoints) run on the other core;
-#   3. then, alone on the machine, the backend-fault section, whose
-#      throughput ratios need it quiet.
+#      process faults, bad input, secrets, endpoints, and the backend
+#      faults met by a single run: recovery, closed port, black-holed
+#      Pushgateway) run on the other core, inside the fuzzing's time;
+#   3. then, alone on the machine, the backend-fault runs whose
+#      throughput ratios need it quiet (TestBackendFaults).
 #
 # Every figure lands in one table, printed at the end and written as
 # Markdown to CHAOS_REPORT (default: in a temp dir; CHAOS_KEEP=FILE keeps a
@@ -77,7 +79,7 @@ fuzz_pid=$!
 status=0
 # 2. Correctness tests.
 set +e
-CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^Test(Passthrough|Process|Input|Secrets|Endpoints)' \
+CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^Test(Passthrough|Process|Input|Secrets|Endpoints|BackendRecovery|BackendOneRun|BackendSlowerP)' \
 	>"$work/tests.log" 2>&1
 s=$?
 set -e
@@ -88,9 +90,9 @@ fuzz_pid=
 cat "$work/fuzz.out"
 
 # 3. The backend faults, alone.
-echo "== backend faults (alone on the machine)"
+echo "== backend faults, throughput (alone on the machine)"
 set +e
-CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^TestBackend' >"$work/backend.log" 2>&1
+CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^TestBackendFaults$' >"$work/backend.log" 2>&1
 s=$?
 set -e
 grep -E '^(=== RUN|--- |\s+--- )' "$work/backend.log" | grep -v '=== RUN.*/' || true
