@@ -24,8 +24,10 @@ const DefaultParentPoll = time.Second
 // parent becomes readable only when the whole process has exited; without
 // pidfds the parent's pid is polled every poll (0: DefaultParentPoll).
 //
-// The channel is closed at once if the parent is already gone (we were
-// reparented before the watch began). The watch ends, without closing the
+// The channel is closed at once if the parent exits while the watch
+// begins. A process whose parent is init (pid 1, or 0 for the first
+// process of a container) is not watched: a parent that died before we
+// looked cannot be told from init. The watch ends, without closing the
 // channel, when ctx is done.
 func WatchParent(ctx context.Context, poll time.Duration) (<-chan struct{}, string) {
 	return watchParent(ctx, poll, true)
