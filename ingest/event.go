@@ -68,6 +68,22 @@ type Event struct {
 	Kind   Kind
 	Source Source
 
+	// WrittenAt is the line's written_at (ISO-8601, Claude Code 2.1.334+)
+	// in epoch ms, 0 when absent. At is the event's own time: WrittenAt,
+	// else the arrival time a live pipeline stamps, else 0 (unknown, e.g.
+	// a replay of a recording without written_at).
+	WrittenAt int64
+	At        int64
+
+	// BadFields counts the fields of this line (entries' fields included)
+	// that were present but unusable: a value of the wrong type, out of
+	// range, or unparseable. Each cost only itself: the field reads as
+	// absent. BadEntries counts workflow_progress elements skipped whole:
+	// not an object, no readable type, or an invalid index. The Tracker
+	// counts both as protocol violations (bad_field, bad_entry).
+	BadFields  int
+	BadEntries int
+
 	SessionID string
 	TaskID    string
 	RunID     string
@@ -104,7 +120,7 @@ type Event struct {
 // replay clock advances with it so that replay sees the same grace windows
 // as a live run.
 func (e *Event) Times() int64 {
-	var t int64
+	t := e.WrittenAt
 	if e.PatchEndTime > t {
 		t = e.PatchEndTime
 	}
