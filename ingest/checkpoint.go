@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,6 +40,9 @@ type RunSnapshot struct {
 	// AgentStarted and AgentEnded events were emitted already.
 	AgentsStarted []int `json:"agents_started,omitempty"`
 	AgentsEnded   []int `json:"agents_ended,omitempty"`
+	// AnnounceBy is set while an adopted run's RunStarted is held back
+	// (see Tracker.adopt), on the Tracker's clock.
+	AnnounceBy int64 `json:"announce_by,omitempty"`
 }
 
 // Snapshot returns a deep copy of the Tracker's state. It must be called
@@ -53,6 +57,7 @@ func (t *Tracker) Snapshot() TrackerState {
 		if r.Finished {
 			rs.GraceEnd = r.graceEnd
 		}
+		rs.AnnounceBy = r.announceBy
 		for i := range r.Agents {
 			a := &r.Agents[i]
 			if a.startSent {
@@ -106,8 +111,20 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		t.open = append(t.open, r)
 		if r.Finished {
 			t.graceQ = append(t.graceQ, r)
+		} else {
+			kind := 0
+			if r.Workflow {
+				kind = 1
+			}
+			t.unfinished[kind].push(r)
+			t.counts[kind]++
+		}
+		if rs.AnnounceBy != 0 && !r.Finished {
+			r.announceBy = rs.AnnounceBy + shift
+			t.pendingQ = append(t.pendingQ, r)
 		}
 	}
+	slices.SortStableFunc(t.pendingQ, func(a, b *Run) int { return cmp.Compare(a.announceBy, b.announceBy) })
 	// Runs finish in clock order, so deadlines were ascending; keep the
 	// queue sorted whatever the snapshot said.
 	slices.SortStableFunc(t.graceQ, func(a, b *Run) int {

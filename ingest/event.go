@@ -69,9 +69,9 @@ type Event struct {
 	Source Source
 
 	// WrittenAt is the line's written_at (ISO-8601, Claude Code 2.1.334+)
-	// in epoch ms, 0 when absent. At is the event's own time: WrittenAt,
-	// else the arrival time a live pipeline stamps, else 0 (unknown, e.g.
-	// a replay of a recording without written_at).
+	// in epoch ms, 0 when absent. At is when a live pipeline received the
+	// line, epoch ms; 0 in a replay, where arrival means nothing. The
+	// Tracker takes an event's time from WrittenAt, else At.
 	WrittenAt int64
 	At        int64
 
@@ -116,23 +116,27 @@ type Event struct {
 	RequestSubtype string // interrupt, stop_task, initialize, ... / success, error
 }
 
-// Times returns the largest epoch-ms timestamp the event carries, or 0. The
+// Times returns the largest plausible epoch-ms timestamp the event
+// carries, or 0. The
 // replay clock advances with it so that replay sees the same grace windows
 // as a live run.
 func (e *Event) Times() int64 {
-	t := e.WrittenAt
-	if e.PatchEndTime > t {
-		t = e.PatchEndTime
+	var t int64
+	up := func(v int64) {
+		if v > t && Plausible(v) {
+			t = v
+		}
 	}
+	up(e.WrittenAt)
+	up(e.PatchEndTime)
 	for i := range e.Entries {
 		en := &e.Entries[i]
-		for _, v := range [...]int64{en.QueuedAt, en.StartedAt, en.EndedAt, en.LastProgressAt} {
-			if v > t {
-				t = v
-			}
-		}
-		if en.StartedAt > 0 && en.DurationMs > 0 && en.StartedAt+en.DurationMs > t {
-			t = en.StartedAt + en.DurationMs
+		up(en.QueuedAt)
+		up(en.StartedAt)
+		up(en.EndedAt)
+		up(en.LastProgressAt)
+		if en.StartedAt > 0 && en.DurationMs > 0 {
+			up(en.StartedAt + en.DurationMs)
 		}
 	}
 	return t

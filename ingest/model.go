@@ -1,5 +1,22 @@
 package ingest
 
+import (
+	"cmp"
+	"slices"
+)
+
+// Plausible bounds of an epoch-ms time: from 2001-09-09 (1e12 ms) to
+// 2100-01-01. A time outside them is not a time of this stream: most often
+// seconds written where milliseconds belong (which would make a span of
+// decades), or garbage. Such a time is counted as bad_time and not used.
+const (
+	minPlausibleMs = 1_000_000_000_000
+	maxPlausibleMs = 4_102_444_800_000
+)
+
+// Plausible reports whether v can be an epoch-ms time of a stream.
+func Plausible(v int64) bool { return v >= minPlausibleMs && v < maxPlausibleMs }
+
 // RunStatus is the state of a run (workflow or plain task).
 type RunStatus uint8
 
@@ -108,12 +125,20 @@ type Agent struct {
 	State      AgentState
 	Cached     bool
 	QueuedAt   int64
-	Start      int64 // startedAt, epoch ms, 0 if never started
-	End        int64 // endedAt, or startedAt+durationMs, or the run's end for abandoned agents
-	DurationMs int64
-	Tokens     int64
-	ToolCalls  int64
-	Error      string
+	// Start and End are the agent's times on the run's one clock, epoch ms.
+	// While the run is open they are what the stream said (startedAt;
+	// endedAt, else startedAt+durationMs), 0 when unknown. Once the run is
+	// finalized both are set for every agent and lie within the run's
+	// Start and End: an agent that never got an end (stopped, abandoned)
+	// ends at the run's end with EndInferred set; one that never ran
+	// (not_started, cached without times) is a zero-length interval.
+	Start       int64
+	End         int64
+	EndInferred bool
+	DurationMs  int64
+	Tokens      int64
+	ToolCalls   int64
+	Error       string
 	// Opt-in content (DecodeOptions.KeepPreviews).
 	ResultPreview string
 	PromptPreview string
@@ -141,10 +166,30 @@ type Run struct {
 	Error       string // task_updated patch.error
 	Summary     string // opt-in
 
-	FirstSeen int64 // arrival time of the first event, epoch ms
-	Start     int64 // derived: see finalize
-	End       int64 // task_updated end_time, else arrival of the notification
-	Usage     Usage // final usage (notification's, else the last progress)
+	FirstSeen int64 // the Tracker's clock at the run's first event, epoch ms
+	// StartedAt is the time of the run's task_started (its written_at, else
+	// when a live pipeline received it), 0 when unknown.
+	StartedAt int64
+	// ArrivedAt is when a live pipeline received the run's task_started,
+	// when it carried no written_at; 0 otherwise.
+	ArrivedAt int64
+	// LastSeen is the latest time the run itself showed: its events' own
+	// times and its agents' times. An abandoned run ends there.
+	LastSeen int64
+	// Start and End are set when the terminal status is known and final
+	// when the run is finalized (see fixTimes): Start is StartedAt (else
+	// the earliest of ArrivedAt, end − usage.duration_ms and the agents'
+	// times, else FirstSeen); End is task_updated's end_time, else the
+	// notification's time (an abandoned run's: LastSeen); the pair is
+	// widened to enclose every agent. Every output reads these.
+	Start int64
+	End   int64
+	Usage Usage // final usage (notification's, else the last progress)
+
+	// Adopted is set while a run known only from its task_progress (no
+	// task_started yet: a follower that joined mid-stream, or a reordered
+	// stream) lacks its identity. A late task_started completes it.
+	Adopted bool
 
 	Phases []Phase // by index
 	Agents []Agent // by index
@@ -158,7 +203,15 @@ type Run struct {
 	Finished  bool  // task_notification seen (or abandoned at stream end)
 	Finalized bool  // grace window closed: nothing changes any more
 	graceEnd  int64 // when the grace window closes
+	// announceBy is set while an adopted run's RunStarted is held back
+	// (see Tracker.adopt): it is emitted when the task_started comes, when
+	// the run finishes, or at this time, whichever is first.
+	announceBy int64
 }
+
+// pending reports whether r's RunStarted is held back: no lifecycle event
+// of r reaches the sinks before it.
+func (r *Run) pending() bool { return r.announceBy != 0 }
 
 // DurationMs is End − Start when both are known.
 func (r *Run) DurationMs() int64 {
@@ -168,25 +221,33 @@ func (r *Run) DurationMs() int64 {
 	return 0
 }
 
+// agent returns the agent of index, or nil. Agents are kept sorted by
+// index.
 func (r *Run) agent(index int) *Agent {
-	// Snapshots list agents in index order, so the common case is an append
-	// or a hit at the same position.
+	// Snapshots list agents in index order, so the common case is a hit at
+	// the same position or an append.
 	if index-1 >= 0 && index-1 < len(r.Agents) && r.Agents[index-1].Index == index {
 		return &r.Agents[index-1]
 	}
-	for i := range r.Agents {
-		if r.Agents[i].Index == index {
-			return &r.Agents[i]
-		}
+	if i, ok := slices.BinarySearchFunc(r.Agents, index, cmpAgent); ok {
+		return &r.Agents[i]
 	}
 	return nil
 }
 
+// insertAgent adds a queued agent of index, which must be new, in index
+// order: an append for snapshots in order, one move for any other.
+func (r *Run) insertAgent(index int) *Agent {
+	i, _ := slices.BinarySearchFunc(r.Agents, index, cmpAgent)
+	r.Agents = slices.Insert(r.Agents, i, Agent{Index: index, State: AgentQueued})
+	return &r.Agents[i]
+}
+
+func cmpAgent(a Agent, index int) int { return cmp.Compare(a.Index, index) }
+
 func (r *Run) phase(index int) *Phase {
-	for i := range r.Phases {
-		if r.Phases[i].Index == index {
-			return &r.Phases[i]
-		}
+	if i, ok := slices.BinarySearchFunc(r.Phases, index, func(p Phase, idx int) int { return cmp.Compare(p.Index, idx) }); ok {
+		return &r.Phases[i]
 	}
 	return nil
 }

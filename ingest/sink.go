@@ -65,10 +65,15 @@ const (
 	ViolationStatusConflict                    // task_updated's terminal status contradicts the notification
 	ViolationUpdateAfterNotification           // task_updated after the task_notification
 	ViolationUnknownStatus                     // a status spelling the protocol does not define
+	ViolationBadField                          // a field of the wrong type or out of range: that field was ignored
+	ViolationBadEntry                          // a workflow_progress element skipped: not an object, no type, or an invalid index
+	ViolationBadTime                           // an implausible time (out of range, an end before its start) was not used
+	ViolationStartAfterProgress                // task_started after the run's first task_progress: it completed the run's identity
+	ViolationOverCapacity                      // a cap on the Tracker's state was reached: something old was given up, or something new refused
 	numViolations
 )
 
-var violationNames = [...]string{"none", "duplicate_notification", "duplicate_start", "unknown_task", "late_event", "missing_terminal_agent_state", "agent_state_regression", "status_conflict", "update_after_notification", "unknown_status"}
+var violationNames = [...]string{"none", "duplicate_notification", "duplicate_start", "unknown_task", "late_event", "missing_terminal_agent_state", "agent_state_regression", "status_conflict", "update_after_notification", "unknown_status", "bad_field", "bad_entry", "bad_time", "start_after_progress", "over_capacity"}
 
 func (v Violation) String() string { return violationNames[v] }
 

@@ -23,9 +23,76 @@ type TrackerOptions struct {
 	// Tombstones bounds how many finalized runs are remembered to tell a
 	// late event from an unknown task. 0 means 4096.
 	Tombstones int
+	// Caps bounds the state input can make the Tracker hold.
+	Caps Caps
+}
+
+// Caps bounds what the Tracker holds, so that no stream (a CLI that never
+// closes its runs, a hostile one) grows the process without bound. A zero
+// field takes its default. Reaching a cap is counted as an over_capacity
+// violation:
+//   - Runs, Tasks: beyond them the oldest unfinished workflow run (plain
+//     task) is given up: it ends abandoned at its last seen time and is
+//     finalized at once, so that the new run, the likelier to be live, is
+//     tracked;
+//   - Agents, Phases: entries of a snapshot that would add more to a run
+//     are ignored (one count per snapshot);
+//   - Grace: beyond it the finished run that has waited longest for late
+//     snapshots is finalized early.
+type Caps struct {
+	Runs   int // unfinished workflow runs; default DefaultCaps.Runs
+	Tasks  int // unfinished plain tasks
+	Agents int // agents per run
+	Phases int // phases per run
+	Grace  int // finished runs inside their grace window
+}
+
+// DefaultCaps returns the caps a zero Caps field takes. A workflow has
+// dozens of agents and a session a handful of runs at once; these are
+// orders of magnitude above that and keep the Tracker's state within a few
+// MiB.
+func DefaultCaps() Caps {
+	return Caps{Runs: 4096, Tasks: 4096, Agents: 10000, Phases: 1000, Grace: 4096}
+}
+
+func (c Caps) withDefaults() Caps {
+	d := DefaultCaps()
+	for _, f := range []struct{ v, d *int }{{&c.Runs, &d.Runs}, {&c.Tasks, &d.Tasks}, {&c.Agents, &d.Agents}, {&c.Phases, &d.Phases}, {&c.Grace, &d.Grace}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	return c
 }
 
 type runKey struct{ task, run string }
+
+// runQueue is a FIFO of runs with a moving head, so that finding the
+// oldest unfinished run costs amortized O(1) however many were given up.
+type runQueue struct {
+	runs []*Run
+	head int
+}
+
+func (q *runQueue) push(r *Run) { q.runs = append(q.runs, r) }
+
+// oldest returns the oldest run still unfinished, dropping finished ones
+// from the front.
+func (q *runQueue) oldest() *Run {
+	for q.head < len(q.runs) && q.runs[q.head].Finished {
+		q.runs[q.head] = nil
+		q.head++
+	}
+	if q.head > 64 && q.head > len(q.runs)/2 {
+		n := copy(q.runs, q.runs[q.head:])
+		clear(q.runs[n:])
+		q.runs, q.head = q.runs[:n], 0
+	}
+	if q.head < len(q.runs) {
+		return q.runs[q.head]
+	}
+	return nil
+}
 
 // Tracker reconstructs workflow runs from decoded events. It is not safe for
 // concurrent use: one goroutine feeds it (see Pipeline).
@@ -33,14 +100,19 @@ type runKey struct{ task, run string }
 // Clock: every call takes now, the caller's notion of the current time in
 // epoch ms. A live pipeline passes the wall clock; a replay passes the
 // largest timestamp seen in the stream, so that grace windows close at the
-// same points in both.
+// same points in both. Times of runs, phases and agents are decided here,
+// once, and every output reads them (see Run.Start and Agent.Start).
 type Tracker struct {
 	grace      int64
+	caps       Caps
 	sinks      []Sink
 	stats      *Stats
 	byTask     map[string][]*Run // unfinalized runs per task id, oldest first
 	open       []*Run            // unfinalized runs in order of appearance
 	graceQ     []*Run            // finished runs by grace deadline
+	pendingQ   []*Run            // adopted runs whose RunStarted is held back
+	unfinished [2]runQueue       // unfinished plain tasks [0] and workflow runs [1], oldest first
+	counts     [2]int            // how many of each are unfinished
 	tombs      map[runKey]struct{}
 	tombOrder  []runKey
 	maxTombs   int
@@ -67,6 +139,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	}
 	return &Tracker{
 		grace:    g.Milliseconds(),
+		caps:     opts.Caps.withDefaults(),
 		sinks:    opts.Sinks,
 		stats:    st,
 		byTask:   make(map[string][]*Run),
@@ -91,6 +164,9 @@ func (t *Tracker) Open() []*Run {
 }
 
 func (t *Tracker) emit(l Lifecycle) {
+	if l.Run != nil && l.Run.pending() && l.Kind != ViolationSeen {
+		return // announce replays what the sinks need
+	}
 	l.At = t.now
 	for _, s := range t.sinks {
 		s.Observe(l)
@@ -98,8 +174,14 @@ func (t *Tracker) emit(l Lifecycle) {
 }
 
 func (t *Tracker) violation(v Violation, r *Run) {
-	t.stats.violations[v].Add(1)
-	t.emit(Lifecycle{Kind: ViolationSeen, Violation: v, Run: r})
+	t.violations(v, r, 1)
+}
+
+func (t *Tracker) violations(v Violation, r *Run, n int) {
+	for range n {
+		t.stats.violations[v].Add(1)
+		t.emit(Lifecycle{Kind: ViolationSeen, Violation: v, Run: r})
+	}
 }
 
 func (t *Tracker) tick(now int64) {
@@ -108,10 +190,26 @@ func (t *Tracker) tick(now int64) {
 	}
 }
 
-// Advance moves the clock to now and finalizes the runs whose grace window
-// has closed.
+// Advance moves the clock to now, announces the adopted runs whose wait for
+// their task_started is over, and finalizes the runs whose grace window has
+// closed.
 func (t *Tracker) Advance(now int64) {
 	t.tick(now)
+	if len(t.pendingQ) > 0 {
+		n := 0
+		for _, r := range t.pendingQ {
+			if !r.pending() {
+				n++
+				continue
+			}
+			if r.announceBy > t.now {
+				break
+			}
+			t.announce(r)
+			n++
+		}
+		t.pendingQ = append(t.pendingQ[:0], t.pendingQ[n:]...)
+	}
 	n := 0
 	for _, r := range t.graceQ {
 		if r.Finalized {
@@ -133,20 +231,38 @@ func (t *Tracker) Advance(now int64) {
 func (t *Tracker) Handle(ev *Event, now int64) {
 	t.Advance(now)
 	t.stats.events.Add(1)
+	at, own := t.eventTime(ev)
+	t.violations(ViolationBadField, nil, ev.BadFields)
+	t.violations(ViolationBadEntry, nil, ev.BadEntries)
 	switch ev.Kind {
 	case KindTaskStarted:
-		t.started(ev)
+		t.started(ev, at, own)
 	case KindTaskProgress:
-		t.progress(ev)
+		t.progress(ev, at)
 	case KindTaskUpdated:
-		t.updated(ev)
+		t.updated(ev, at)
 	case KindTaskNotification:
-		t.notified(ev)
+		t.notified(ev, at)
 	case KindControlRequest:
 		if ev.Source == SourceStdin { // requests only travel to the CLI
 			t.control(ev)
 		}
 	}
+}
+
+// eventTime is the event's time: its own written_at (own true), else its
+// arrival (ev.At, set by a live pipeline), else 0 (unknown).
+func (t *Tracker) eventTime(ev *Event) (at int64, own bool) {
+	if ev.WrittenAt != 0 {
+		if Plausible(ev.WrittenAt) {
+			return ev.WrittenAt, true
+		}
+		t.violation(ViolationBadTime, nil)
+	}
+	if Plausible(ev.At) {
+		return ev.At, false
+	}
+	return 0, false
 }
 
 // Close ends the stream at time now: runs without a notification are
@@ -159,11 +275,7 @@ func (t *Tracker) Close(now int64) {
 		if r.Finished || r.Finalized {
 			continue
 		}
-		r.Status = StatusAbandoned
-		if r.End == 0 {
-			r.End = t.lastTime(r)
-		}
-		t.finish(r)
+		t.abandon(r)
 	}
 	for _, r := range open {
 		if !r.Finalized {
@@ -172,17 +284,27 @@ func (t *Tracker) Close(now int64) {
 	}
 	t.open = t.open[:0]
 	t.graceQ = t.graceQ[:0]
+	t.pendingQ = t.pendingQ[:0]
 }
 
-// lastTime is the best end time for a run that never ended: the tracker's
-// clock, or the latest time the run itself carries.
-func (t *Tracker) lastTime(r *Run) int64 {
-	end := t.now
-	for i := range r.Agents {
-		a := &r.Agents[i]
-		end = max(end, a.Start, a.End, a.QueuedAt)
+// abandon ends a run whose notification will never come: it lasted until
+// the last time it showed. The caller finalizes it at once.
+func (t *Tracker) abandon(r *Run) {
+	r.Status = StatusAbandoned
+	if r.End == 0 {
+		r.End = r.LastSeen
 	}
-	return end
+	if r.End == 0 {
+		r.End = t.now
+	}
+	t.finish(r, false)
+}
+
+// seen advances r.LastSeen to at.
+func seen(r *Run, at int64) {
+	if at > r.LastSeen {
+		r.LastSeen = at
+	}
 }
 
 // lookup finds the unfinalized run an event is about. late reports that the
@@ -202,25 +324,27 @@ func (t *Tracker) lookup(ev *Event) (r *Run, late bool) {
 	return nil, late
 }
 
-func (t *Tracker) started(ev *Event) {
+func (t *Tracker) started(ev *Event, at int64, own bool) {
 	if r, late := t.lookup(ev); r != nil && (ev.RunID == "" || r.RunID == ev.RunID) {
+		if r.Adopted {
+			// The run was adopted from a snapshot that came first: this is
+			// its identity, not a second start.
+			t.violation(ViolationStartAfterProgress, r)
+			t.identify(r, ev, at, own)
+			if r.pending() {
+				t.announce(r)
+			}
+			return
+		}
 		t.violation(ViolationDuplicateStart, r)
 		return
 	} else if late {
 		t.violation(ViolationLateEvent, nil)
 		return
 	}
-	r := t.newRun(ev)
-	r.TaskType = ev.TaskType
-	r.Workflow = ev.TaskType == "local_workflow"
-	r.Name = ev.WorkflowName
-	r.Description = ev.Description
-	if p := ev.ParentTaskID; p != "" {
-		// A parent we never saw is treated as no parent (PROTOCOL.md).
-		if _, ok := t.byTask[p]; ok {
-			r.ParentTaskID = p
-		}
-	}
+	workflow := ev.TaskType == "local_workflow"
+	r := t.newRun(ev, workflow)
+	t.identify(r, ev, at, own)
 	if r.Workflow {
 		t.emit(Lifecycle{Kind: RunStarted, Run: r})
 	} else {
@@ -228,21 +352,101 @@ func (t *Tracker) started(ev *Event) {
 	}
 }
 
-func (t *Tracker) newRun(ev *Event) *Run {
+// identify sets what a task_started says of its run; at is its time, own
+// when the line carried it.
+func (t *Tracker) identify(r *Run, ev *Event, at int64, own bool) {
+	r.Adopted = false
+	r.TaskType = ev.TaskType
+	r.Name = ev.WorkflowName
+	r.Description = ev.Description
+	if r.SessionID == "" {
+		r.SessionID = ev.SessionID
+	}
+	if r.ToolUseID == "" {
+		r.ToolUseID = ev.ToolUseID
+	}
+	if own {
+		r.StartedAt = at
+	} else {
+		r.ArrivedAt = at
+	}
+	seen(r, at)
+	if p := ev.ParentTaskID; p != "" {
+		// A parent we never saw is treated as no parent (PROTOCOL.md).
+		if _, ok := t.byTask[p]; ok {
+			r.ParentTaskID = p
+		}
+	}
+}
+
+func (t *Tracker) newRun(ev *Event, workflow bool) *Run {
+	kind := 0
+	if workflow {
+		kind = 1
+	}
+	limit := t.caps.Tasks
+	if workflow {
+		limit = t.caps.Runs
+	}
+	for t.counts[kind] >= limit {
+		old := t.unfinished[kind].oldest()
+		if old == nil {
+			break
+		}
+		// Give up the oldest: it is the likeliest never to end.
+		t.violation(ViolationOverCapacity, old)
+		t.abandon(old)
+		t.finalize(old)
+	}
 	r := &Run{
 		TaskID:             ev.TaskID,
 		RunID:              ev.RunID,
 		SessionID:          ev.SessionID,
 		ToolUseID:          ev.ToolUseID,
+		Workflow:           workflow,
 		FirstSeen:          t.now,
 		InterruptLatencyMs: -1,
 	}
 	t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
 	t.open = append(t.open, r)
+	t.unfinished[kind].push(r)
+	t.counts[kind]++
 	return r
 }
 
-func (t *Tracker) progress(ev *Event) {
+// adopt makes a run of a workflow snapshot for a task never seen starting
+// (a follower that joined mid-stream, or a task_started written after its
+// first progress). Its RunStarted waits for the task_started, the run's
+// end or one grace window, whichever comes first, so that a late
+// task_started still names the run before any sink labels it.
+func (t *Tracker) adopt(ev *Event) *Run {
+	r := t.newRun(ev, true)
+	r.TaskType = "local_workflow"
+	r.Adopted = true
+	r.announceBy = t.now + max(t.grace, 1)
+	t.pendingQ = append(t.pendingQ, r)
+	return r
+}
+
+// announce emits an adopted run's RunStarted and what its agents did
+// meanwhile.
+func (t *Tracker) announce(r *Run) {
+	r.announceBy = 0
+	t.emit(Lifecycle{Kind: RunStarted, Run: r})
+	for i := range r.Agents {
+		a := &r.Agents[i]
+		if a.Start > 0 && !a.startSent {
+			a.startSent = true
+			t.emit(Lifecycle{Kind: AgentStarted, Run: r, Agent: a})
+		}
+		if a.State.Final() && !a.endSent {
+			a.endSent = true
+			t.emit(Lifecycle{Kind: AgentEnded, Run: r, Agent: a})
+		}
+	}
+}
+
+func (t *Tracker) progress(ev *Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		if late {
@@ -253,13 +457,11 @@ func (t *Tracker) progress(ev *Event) {
 		if !ev.HasProgress {
 			return
 		}
-		// A workflow snapshot for a task we never saw start (a follower that
-		// joined mid-stream): adopt it rather than lose the run.
-		r = t.newRun(ev)
-		r.Workflow = true
-		r.TaskType = "local_workflow"
-		t.emit(Lifecycle{Kind: RunStarted, Run: r})
+		// A workflow snapshot for a task we never saw start: adopt it
+		// rather than lose the run.
+		r = t.adopt(ev)
 	}
+	seen(r, at)
 	if r.SessionID == "" {
 		r.SessionID = ev.SessionID
 	}
@@ -271,28 +473,52 @@ func (t *Tracker) progress(ev *Event) {
 		// no phases or agents of its own.
 		return
 	}
+	capped := false
 	for i := range ev.Entries {
 		e := &ev.Entries[i]
+		var ok bool
 		if e.Phase {
-			t.mergePhase(r, e)
+			ok = t.mergePhase(r, e)
 		} else {
-			t.mergeAgent(r, e)
+			ok = t.mergeAgent(r, e)
 		}
+		capped = capped || !ok
+	}
+	if capped {
+		t.violation(ViolationOverCapacity, r)
 	}
 }
 
-func (t *Tracker) mergePhase(r *Run, e *Entry) {
-	if p := r.phase(e.Index); p != nil {
+// mergePhase merges a phase entry; false when the run's phase cap refused
+// it.
+func (t *Tracker) mergePhase(r *Run, e *Entry) bool {
+	i, found := slices.BinarySearchFunc(r.Phases, e.Index, func(p Phase, idx int) int { return p.Index - idx })
+	if found {
 		if e.Title != "" {
-			p.Title = e.Title
+			r.Phases[i].Title = e.Title
 		}
-		return
+		return true
 	}
-	r.Phases = append(r.Phases, Phase{Index: e.Index, Title: e.Title})
-	slices.SortStableFunc(r.Phases, func(a, b Phase) int { return a.Index - b.Index })
+	if len(r.Phases) >= t.caps.Phases {
+		return false
+	}
+	r.Phases = slices.Insert(r.Phases, i, Phase{Index: e.Index, Title: e.Title})
+	return true
 }
 
-func (t *Tracker) mergeAgent(r *Run, e *Entry) {
+// entryTime returns v when it is a plausible epoch-ms time; an implausible
+// one is counted and reads as unknown.
+func (t *Tracker) entryTime(v int64, r *Run) int64 {
+	if v == 0 || Plausible(v) {
+		return v
+	}
+	t.violation(ViolationBadTime, r)
+	return 0
+}
+
+// mergeAgent merges an agent entry; false when the run's agent cap refused
+// it.
+func (t *Tracker) mergeAgent(r *Run, e *Entry) bool {
 	st, ok := parseAgentState(e)
 	if !ok {
 		// A spelling the protocol does not define: counted, and read as
@@ -305,11 +531,10 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) {
 	}
 	a := r.agent(e.Index)
 	if a == nil {
-		r.Agents = append(r.Agents, Agent{Index: e.Index, State: AgentQueued})
-		if n := len(r.Agents); n > 1 && r.Agents[n-2].Index > e.Index {
-			slices.SortStableFunc(r.Agents, func(x, y Agent) int { return x.Index - y.Index })
+		if len(r.Agents) >= t.caps.Agents {
+			return false
 		}
-		a = r.agent(e.Index)
+		a = r.insertAgent(e.Index)
 	}
 	// Identity fills in as it appears (agentId arrives when a queued agent
 	// starts); it never becomes empty again.
@@ -331,18 +556,20 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) {
 		if st != a.State {
 			t.violation(ViolationAgentRegression, r)
 		}
-		return
+		return true
 	}
 	if st < a.State { // running → queued
 		t.violation(ViolationAgentRegression, r)
 		st = a.State
 	}
-	if e.QueuedAt > 0 {
-		a.QueuedAt = e.QueuedAt
+	queued, started := t.entryTime(e.QueuedAt, r), t.entryTime(e.StartedAt, r)
+	if queued > 0 {
+		a.QueuedAt = queued
 	}
-	if e.StartedAt > 0 {
-		a.Start = e.StartedAt
+	if started > 0 {
+		a.Start = started
 	}
+	seen(r, max(a.QueuedAt, a.Start))
 	a.DurationMs = e.DurationMs
 	a.Tokens = e.Tokens
 	a.ToolCalls = e.ToolCalls
@@ -351,23 +578,38 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) {
 	a.PromptPreview = e.PromptPreview
 	a.State = st
 	a.Cached = st == AgentCached
-	if a.Start > 0 && !a.startSent {
+	if st.Final() {
+		a.End = t.agentEnd(r, a, e)
+		seen(r, a.End)
+	}
+	if a.Start > 0 && !a.startSent && !r.pending() {
 		a.startSent = true
 		t.emit(Lifecycle{Kind: AgentStarted, Run: r, Agent: a})
 	}
-	if st.Final() {
-		switch {
-		case e.EndedAt > 0:
-			a.End = e.EndedAt
-		case a.Start > 0 && e.DurationMs > 0:
-			a.End = a.Start + e.DurationMs
-		}
+	if st.Final() && !r.pending() {
 		a.endSent = true
 		t.emit(Lifecycle{Kind: AgentEnded, Run: r, Agent: a})
 	}
+	return true
 }
 
-func (t *Tracker) updated(ev *Event) {
+// agentEnd is an ended agent's end: endedAt, else startedAt + durationMs;
+// an implausible end or one before the start is counted and not used (0:
+// the run's end stands in at finalize).
+func (t *Tracker) agentEnd(r *Run, a *Agent, e *Entry) int64 {
+	if end := t.entryTime(e.EndedAt, r); end > 0 {
+		if a.Start == 0 || end >= a.Start {
+			return end
+		}
+		t.violation(ViolationBadTime, r)
+	}
+	if a.Start > 0 && e.DurationMs > 0 && Plausible(a.Start+e.DurationMs) {
+		return a.Start + e.DurationMs
+	}
+	return 0
+}
+
+func (t *Tracker) updated(ev *Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		if late {
@@ -377,22 +619,23 @@ func (t *Tracker) updated(ev *Event) {
 		}
 		return
 	}
+	seen(r, at)
 	if ev.PatchStatus != "" {
 		if _, ok := MapStatus(ev.PatchStatus); !ok {
 			t.violation(ViolationUnknownStatus, r)
 		}
 	}
 	if r.Finished {
-		// The notification is authoritative; a later patch may still fill
-		// in an end time it lacked.
+		// The notification is authoritative and the run's times are fixed.
 		t.violation(ViolationUpdateAfterNotification, r)
 		return
 	}
 	if ev.PatchStatus != "" {
 		r.PatchStatus = ev.PatchStatus
 	}
-	if ev.PatchEndTime > 0 {
-		r.End = ev.PatchEndTime
+	if end := t.entryTime(ev.PatchEndTime, r); end > 0 {
+		r.End = end
+		seen(r, end)
 	}
 	if ev.PatchError != "" {
 		r.Error = ev.PatchError
@@ -400,7 +643,7 @@ func (t *Tracker) updated(ev *Event) {
 	t.emit(Lifecycle{Kind: RunUpdated, Run: r})
 }
 
-func (t *Tracker) notified(ev *Event) {
+func (t *Tracker) notified(ev *Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		if late {
@@ -415,6 +658,7 @@ func (t *Tracker) notified(ev *Event) {
 		t.violation(ViolationDuplicateNotify, r)
 		return
 	}
+	seen(r, at)
 	st, ok := MapStatus(ev.Status)
 	if !ok || st == StatusRunning {
 		t.violation(ViolationUnknownStatus, r)
@@ -432,6 +676,9 @@ func (t *Tracker) notified(ev *Event) {
 		r.Usage = ev.Usage
 	}
 	if r.End == 0 {
+		r.End = at
+	}
+	if r.End == 0 {
 		r.End = t.now
 	}
 	if r.Workflow && (st == StatusCompleted || st == StatusFailed) {
@@ -443,29 +690,103 @@ func (t *Tracker) notified(ev *Event) {
 			}
 		}
 	}
-	t.finish(r)
+	t.finish(r, true)
 	if st == StatusStopped && r.InterruptAt > 0 {
 		r.InterruptLatencyMs = max(0, t.now-r.InterruptAt)
 		t.emit(Lifecycle{Kind: InterruptMatched, Run: r, LatencyMs: r.InterruptLatencyMs})
 	}
 }
 
-// finish records the terminal status and opens the grace window.
-func (t *Tracker) finish(r *Run) {
+// finish records the terminal status, fixes the run's times and, with
+// grace, opens the grace window (else the caller finalizes the run).
+func (t *Tracker) finish(r *Run, grace bool) {
 	r.Finished = true
-	r.Start = runStart(r)
+	kind := 0
+	if r.Workflow {
+		kind = 1
+	}
+	t.counts[kind]--
+	fixTimes(r)
+	if r.pending() {
+		t.announce(r)
+	}
 	if r.Workflow {
 		t.emit(Lifecycle{Kind: RunFinished, Run: r})
 	} else {
 		t.emit(Lifecycle{Kind: TaskEnded, Run: r})
 	}
+	if !grace {
+		return
+	}
 	r.graceEnd = t.now + t.grace
 	t.graceQ = append(t.graceQ, r)
+	for len(t.graceQ) > t.caps.Grace {
+		old := t.graceQ[0]
+		t.graceQ = t.graceQ[1:]
+		if !old.Finalized {
+			t.violation(ViolationOverCapacity, old)
+			t.finalize(old)
+		}
+	}
+}
+
+// fixTimes decides a finished run's Start and End. The run starts when its
+// task_started was written; without that, at the smallest of its live
+// arrival, end − usage.duration_ms and the earliest agent time (the latter
+// two are lower bounds of the truth: the CLI's duration counts from when
+// the script starts), else when it was first seen. Then the pair is
+// widened to enclose every agent time seen, so no agent lies outside its
+// run. It runs at finish and again at finalize, where it can only widen
+// the pair for what the grace window brought.
+func fixTimes(r *Run) {
+	s := r.StartedAt
+	if s == 0 {
+		s = r.ArrivedAt
+		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) && (s == 0 || d < s) {
+			s = d
+		}
+		for i := range r.Agents {
+			a := &r.Agents[i]
+			for _, v := range [...]int64{a.QueuedAt, a.Start} {
+				if v > 0 && (s == 0 || v < s) {
+					s = v
+				}
+			}
+		}
+	}
+	if s == 0 {
+		s = r.FirstSeen
+	}
+	e := r.End
+	for i := range r.Agents {
+		a := &r.Agents[i]
+		for _, v := range [...]int64{a.QueuedAt, a.Start} {
+			if v > 0 && v < s {
+				s = v
+			}
+		}
+		e = max(e, a.Start, a.End)
+	}
+	if s == 0 {
+		s = e
+	}
+	r.Start, r.End = s, max(e, s)
+}
+
+// clampAgent keeps an agent that ended after its run's times were fixed
+// (a late snapshot in the grace window) inside the run.
+func clampAgent(r *Run, a *Agent) {
+	if a.Start != 0 {
+		a.Start = min(max(a.Start, r.Start), r.End)
+	}
+	if a.End != 0 {
+		a.End = min(max(a.End, a.Start, r.Start), r.End)
+	}
 }
 
 // finalize closes a run: agents that never ended become abandoned (started)
-// or not_started (queued), phases get their times, and the run is forgotten
-// but for a tombstone.
+// or not_started (queued), every agent and phase gets its times on the run's
+// clock, and the run is forgotten but for a tombstone.
 func (t *Tracker) finalize(r *Run) {
 	for i := range r.Agents {
 		a := &r.Agents[i]
@@ -474,18 +795,50 @@ func (t *Tracker) finalize(r *Run) {
 		}
 		if a.State == AgentRunning {
 			a.State = AgentAbandoned
-			a.End = max(r.End, a.Start)
 		} else {
 			a.State = AgentNotStarted
 		}
+		settleAgent(r, a)
 		a.endSent = true
 		t.emit(Lifecycle{Kind: AgentEnded, Run: r, Agent: a})
 	}
+	fixTimes(r) // the grace window may have brought agent times beyond the run's
+	for i := range r.Agents {
+		settleAgent(r, &r.Agents[i])
+	}
 	derivePhases(r)
-	r.Start = runStart(r)
 	r.Finalized = true
 	t.emit(Lifecycle{Kind: RunFinalized, Run: r})
 	t.forget(r)
+}
+
+// settleAgent gives an agent of a finished run both its times. One that
+// never ran (not_started, cached without times) is a zero-length interval
+// at its queue time, else at the run's start (cached) or end (not_started:
+// when it was given up). One that started and has no end (abandoned, or
+// flipped to error by a stop without endedAt) ends with the run, marked
+// EndInferred.
+func settleAgent(r *Run, a *Agent) {
+	never := a.State == AgentNotStarted || (a.State == AgentCached && a.Start == 0)
+	if a.Start == 0 {
+		switch {
+		case never && a.QueuedAt > 0:
+			a.Start = a.QueuedAt
+		case a.State == AgentNotStarted:
+			a.Start = r.End
+		default:
+			a.Start = r.Start
+		}
+	}
+	if a.End == 0 {
+		if never {
+			a.End = a.Start
+		} else {
+			a.End = r.End
+			a.EndInferred = true
+		}
+	}
+	clampAgent(r, a)
 }
 
 func (t *Tracker) forget(r *Run) {
@@ -526,38 +879,20 @@ func (t *Tracker) forget(r *Run) {
 	}
 }
 
-// runStart derives a run's start: end − duration_ms and the earliest agent
-// time are both lower bounds of the truth, so the smaller one wins; the
-// arrival of the first event is the fallback when neither is known.
-func runStart(r *Run) int64 {
-	var s int64
-	if r.End > 0 && r.Usage.DurationMs > 0 && r.End > r.Usage.DurationMs {
-		s = r.End - r.Usage.DurationMs
-	}
-	for i := range r.Agents {
-		a := &r.Agents[i]
-		for _, v := range [...]int64{a.QueuedAt, a.Start} {
-			if v > 0 && (s == 0 || v < s) {
-				s = v
-			}
-		}
-	}
-	if s == 0 {
-		s = r.FirstSeen
-	}
-	return s
-}
-
-// derivePhases makes sure every phase an agent names exists and gives each
-// phase the span of its agents.
+// derivePhases makes sure every phase an agent names exists (within the
+// cap) and gives each phase the span of its agents, as settled; a phase no
+// agent reached is a zero-length interval at the run's end.
 func derivePhases(r *Run) {
 	for i := range r.Agents {
 		a := &r.Agents[i]
-		if a.PhaseIndex != 0 && r.phase(a.PhaseIndex) == nil {
-			r.Phases = append(r.Phases, Phase{Index: a.PhaseIndex, Title: a.PhaseTitle})
+		if a.PhaseIndex == 0 {
+			continue
+		}
+		j, found := slices.BinarySearchFunc(r.Phases, a.PhaseIndex, func(p Phase, idx int) int { return p.Index - idx })
+		if !found {
+			r.Phases = slices.Insert(r.Phases, j, Phase{Index: a.PhaseIndex, Title: a.PhaseTitle})
 		}
 	}
-	slices.SortStableFunc(r.Phases, func(a, b Phase) int { return a.Index - b.Index })
 	for i := range r.Phases {
 		p := &r.Phases[i]
 		p.Start, p.End = 0, 0
@@ -566,12 +901,13 @@ func derivePhases(r *Run) {
 			if a.PhaseIndex != p.Index {
 				continue
 			}
-			if a.Start > 0 && (p.Start == 0 || a.Start < p.Start) {
+			if p.Start == 0 || a.Start < p.Start {
 				p.Start = a.Start
 			}
-			if a.End > p.End {
-				p.End = a.End
-			}
+			p.End = max(p.End, a.End)
+		}
+		if p.Start == 0 {
+			p.Start, p.End = r.End, r.End
 		}
 	}
 }

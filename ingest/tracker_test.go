@@ -253,7 +253,7 @@ func TestTrackerAgentAndPhaseIdentity(t *testing.T) {
 			want := []ingest.Phase{
 				{Index: 1, Title: "Gather", Start: T0 + 100, End: T0 + 300},
 				{Index: 2, Title: "Sum", Start: T0 + 400, End: T0 + 410},
-				{Index: 3, Title: "Empty"},
+				{Index: 3, Title: "Empty", Start: T0 + 500, End: T0 + 500}, // no agent: zero length at the run's end
 			}
 			if fmt.Sprint(r.Phases) != fmt.Sprint(want) {
 				t.Errorf("phases = %+v\n want %+v", r.Phases, want)
@@ -339,8 +339,12 @@ func TestTrackerNotStartedAndAbandoned(t *testing.T) {
 			eq(t, "a1 state", a1.State, ingest.AgentAbandoned)
 			eq(t, "a1 start", a1.Start, T0+10)
 			eq(t, "a1 end = run end", a1.End, T0+900)
+			eq(t, "a1 end inferred", a1.EndInferred, true)
 			eq(t, "a2 state", a2.State, ingest.AgentNotStarted)
-			eq(t, "a2 start", a2.Start, 0)
+			// Never ran: a zero-length interval at its queue time.
+			eq(t, "a2 start", a2.Start, T0+2)
+			eq(t, "a2 end", a2.End, T0+2)
+			eq(t, "a2 end inferred", a2.EndInferred, false)
 			eq(t, "a1 ended", countAgent(rec, ingest.AgentEnded, "w1", 1), 1)
 			eq(t, "a2 ended", countAgent(rec, ingest.AgentEnded, "w1", 2), 1)
 		},
@@ -781,7 +785,10 @@ func TestTrackerReplayEqualsLive(t *testing.T) {
 	}
 	for _, clk := range []*fakeClock{
 		{cur: time.UnixMilli(T0 + 50_000_000), step: time.Millisecond},
-		{cur: time.UnixMilli(T0 - 3_000_000), step: 37 * time.Millisecond},
+		// A live clock never runs behind the stream: a line cannot arrive
+		// before it was written. (Ahead, its arrival is not a run's start:
+		// the events' own times are earlier.)
+		{cur: time.UnixMilli(T0 + 3_000_000), step: 37 * time.Millisecond},
 	} {
 		live := collect(true, clk)
 		if fmt.Sprint(live) != fmt.Sprint(replay) {
@@ -1003,7 +1010,8 @@ func TestTrackerSnapshotFieldsDoNotLeakBetweenLines(t *testing.T) {
 			eq(t, "y1 error", a1.Error, "")
 			eq(t, "y1 end", a1.End, T0+35)
 			eq(t, "queued agent state", a2.State, ingest.AgentNotStarted)
-			eq(t, "queued agent start", a2.Start, 0)
+			eq(t, "queued agent start = its queue time", a2.Start, T0+31)
+			eq(t, "queued agent zero length", a2.End, T0+31)
 			eq(t, "queued agent id", a2.AgentID, "")
 			eq(t, "AgentStarted for w2 agent 2", countAgent(rec, ingest.AgentStarted, "w2", 2), 0)
 		},

@@ -56,6 +56,7 @@ func finishedMetrics(t *testing.T) *Metrics {
 	r := &ingest.Run{Workflow: true, Name: "batch", Status: ingest.StatusFailed, Start: t0, End: t0 + 3000}
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
 	return m
 }
 

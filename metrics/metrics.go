@@ -119,6 +119,7 @@ type runState struct {
 	label    string // workflow or task_type label, fixed at first sight
 	active   bool   // counted in cbc_workflow_runs_active
 	finished bool   // counted in runs_total / tasks_total
+	timed    bool   // its duration observed
 	agents   map[int]struct{}
 }
 
@@ -301,6 +302,7 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 			return
 		}
 		if st, ok := m.runs[l.Run]; ok {
+			m.runTimed(l.Run, st)
 			if st.active { // finalized without a terminal status: never leak a gauge
 				st.active = false
 				m.runsActive.WithLabelValues(st.label).Dec()
@@ -383,16 +385,26 @@ func (m *Metrics) runFinished(r *ingest.Run) {
 		m.runsActive.WithLabelValues(st.label).Dec()
 	}
 	status := r.Status.String()
-	ex := m.exemplarFor(r)
-	addWithExemplar(m.runsTotal.WithLabelValues(st.label, status), 1, ex)
-	if r.Start > 0 && r.End >= r.Start {
-		observeWithExemplar(m.duration.WithLabelValues(st.label, status), float64(r.End-r.Start)/1000, ex)
-	}
+	addWithExemplar(m.runsTotal.WithLabelValues(st.label, status), 1, m.exemplarFor(r))
 	if r.Usage.TotalTokens > 0 {
 		m.tokens.WithLabelValues(st.label).Add(float64(r.Usage.TotalTokens))
 	}
 	if r.Usage.ToolUses > 0 {
 		m.toolUses.WithLabelValues(st.label).Add(float64(r.Usage.ToolUses))
+	}
+}
+
+// runTimed observes a finished workflow run's duration once, when it is
+// finalized: snapshots of the grace window can still widen the run to
+// enclose its agents, and the histogram must read the times every other
+// output reads.
+func (m *Metrics) runTimed(r *ingest.Run, st *runState) {
+	if !r.Workflow || !st.finished || st.timed {
+		return
+	}
+	st.timed = true
+	if r.Start > 0 && r.End >= r.Start {
+		observeWithExemplar(m.duration.WithLabelValues(st.label, r.Status.String()), float64(r.End-r.Start)/1000, m.exemplarFor(r))
 	}
 }
 
@@ -410,7 +422,9 @@ func (m *Metrics) agentEnded(r *ingest.Run, a *ingest.Agent) {
 	st.agents[a.Index] = struct{}{}
 	state := a.State.String()
 	m.agentsTotal.WithLabelValues(st.label, state).Inc()
-	if a.Start > 0 && a.End >= a.Start {
+	if a.Start > 0 && a.End >= a.Start && a.State != ingest.AgentNotStarted {
+		// A not_started agent never ran: its zero-length interval is no
+		// duration.
 		m.agentDuration.WithLabelValues(st.label, state).Observe(float64(a.End-a.Start) / 1000)
 	}
 }

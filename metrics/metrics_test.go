@@ -229,6 +229,11 @@ func TestActiveNeverNegative(t *testing.T) {
 func TestAdoptedRun(t *testing.T) {
 	d := newDriver(t, time.Second, Options{})
 	d.progress(t0+100, "late", ingest.Usage{TotalTokens: 4}, agent(1, "done", t0+10, t0+90))
+	// Held back one grace window for a late task_started to name it.
+	if got := d.value("cbc_workflow_runs_active", "workflow=unknown"); got != 0 {
+		t.Fatalf("runs_active{unknown} = %v before the wait, want 0", got)
+	}
+	d.tr.Advance(t0 + 1100)
 	if got := d.value("cbc_workflow_runs_active", "workflow=unknown"); got != 1 {
 		t.Fatalf("runs_active{unknown} = %v, want 1", got)
 	}
@@ -368,9 +373,11 @@ func TestExemplars(t *testing.T) {
 		r := &ingest.Run{TaskID: id, Workflow: true, Name: "flow-" + id, Status: ingest.StatusCompleted, Start: t0, End: t0 + 42_000}
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
+		// The duration is observed when the run's times are final.
+		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
 	}
-	if calls != 2 {
-		t.Errorf("exemplar func called %d times, want once per run", calls)
+	if calls != 4 {
+		t.Errorf("exemplar func called %d times, want twice per run (runs_total, duration)", calls)
 	}
 	srv := httptest.NewServer(Handler(m.Registry(), nil, nil))
 	defer srv.Close()

@@ -31,7 +31,10 @@ type RunMark struct {
 	Workflow bool   `json:"workflow,omitempty"`
 	Active   bool   `json:"active,omitempty"`
 	Finished bool   `json:"finished,omitempty"`
-	Agents   []int  `json:"agents,omitempty"`
+	// Timed is set once the run's duration was observed (at RunFinalized,
+	// when its times are final).
+	Timed  bool  `json:"timed,omitempty"`
+	Agents []int `json:"agents,omitempty"`
 }
 
 // MarkOf returns what m remembers of r; ok is false when m never saw it.
@@ -43,7 +46,7 @@ func (m *Metrics) MarkOf(r *ingest.Run) (mk RunMark, ok bool) {
 	if !ok {
 		return RunMark{}, false
 	}
-	mk = RunMark{Label: st.label, Workflow: r.Workflow, Active: st.active, Finished: st.finished}
+	mk = RunMark{Label: st.label, Workflow: r.Workflow, Active: st.active, Finished: st.finished, Timed: st.timed}
 	for i := range st.agents {
 		mk.Agents = append(mk.Agents, i)
 	}
@@ -71,7 +74,7 @@ func (m *Metrics) RestoreRun(r *ingest.Run, mk RunMark) {
 	if _, ok := lc.seen[mk.Label]; !ok {
 		lc.seen[mk.Label] = struct{}{}
 	}
-	st := &runState{label: mk.Label, active: mk.Active, finished: mk.Finished}
+	st := &runState{label: mk.Label, active: mk.Active, finished: mk.Finished, timed: mk.Timed}
 	if len(mk.Agents) > 0 {
 		st.agents = make(map[int]struct{}, len(mk.Agents))
 		for _, i := range mk.Agents {

@@ -32,19 +32,23 @@ func (c *Collector) Observe(l ingest.Lifecycle) {
 // Workflow is the JSON form of a workflow run (kind "workflow"). Times are
 // epoch milliseconds, 0 when unknown.
 type Workflow struct {
-	Kind       string  `json:"kind"` // "workflow"
-	TaskID     string  `json:"task_id"`
-	RunID      string  `json:"run_id"`
-	SessionID  string  `json:"session_id"`
-	Workflow   string  `json:"workflow"`
-	Status     string  `json:"status"` // completed | failed | stopped | abandoned
-	Start      int64   `json:"start"`
-	End        int64   `json:"end"`
-	DurationMs int64   `json:"duration_ms"` // the CLI's usage.duration_ms, else end − start
-	Tokens     int64   `json:"tokens"`
-	ToolUses   int64   `json:"tool_uses"`
-	Phases     []Phase `json:"phases"`
-	Agents     []Agent `json:"agents"`
+	Kind       string `json:"kind"` // "workflow"
+	TaskID     string `json:"task_id"`
+	RunID      string `json:"run_id"`
+	SessionID  string `json:"session_id"`
+	Workflow   string `json:"workflow"`
+	Status     string `json:"status"` // completed | failed | stopped | abandoned
+	Start      int64  `json:"start"`
+	End        int64  `json:"end"`
+	DurationMs int64  `json:"duration_ms"` // end − start: the one clock every output reads
+	// CLIDurationMs is the CLI's own usage.duration_ms, 0 if none. It is
+	// not the run's duration: the CLI counts from when the script starts,
+	// after the task did.
+	CLIDurationMs int64   `json:"cli_duration_ms,omitempty"`
+	Tokens        int64   `json:"tokens"`
+	ToolUses      int64   `json:"tool_uses"`
+	Phases        []Phase `json:"phases"`
+	Agents        []Agent `json:"agents"`
 }
 
 // Phase is the JSON form of a phase: its agents' earliest start and latest end.
@@ -67,8 +71,11 @@ type Agent struct {
 	Cached     bool   `json:"cached"`
 	Start      int64  `json:"start"`
 	End        int64  `json:"end"`
-	Tokens     int64  `json:"tokens"`
-	Error      string `json:"error"`
+	// EndInferred is set when the stream gave no end (a stopped or
+	// abandoned agent): End is then the run's end.
+	EndInferred bool   `json:"end_inferred,omitempty"`
+	Tokens      int64  `json:"tokens"`
+	Error       string `json:"error"`
 }
 
 // Task is the JSON form of a non-workflow background task (kind "task").
@@ -93,11 +100,8 @@ func WorkflowOf(r *ingest.Run) Workflow {
 	w := Workflow{
 		Kind: "workflow", TaskID: r.TaskID, RunID: r.RunID, SessionID: r.SessionID,
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
-		DurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
+		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)),
-	}
-	if w.DurationMs == 0 {
-		w.DurationMs = r.DurationMs()
 	}
 	for _, p := range r.Phases {
 		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})
@@ -106,7 +110,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		w.Agents = append(w.Agents, Agent{
 			Index: a.Index, AgentID: a.AgentID, Label: a.Label, PhaseIndex: a.PhaseIndex,
 			State: a.State.String(), Cached: a.Cached, Start: a.Start, End: a.End,
-			Tokens: a.Tokens, Error: a.Error,
+			EndInferred: a.EndInferred, Tokens: a.Tokens, Error: a.Error,
 		})
 	}
 	return w

@@ -84,14 +84,8 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if r.InterruptLatencyMs >= 0 {
 		fmt.Fprintf(b, "  interrupt → stopped in %s\n", msText(r.InterruptLatencyMs))
 	}
-	t0, t1 := r.Start, r.End
-	for _, a := range r.Agents {
-		if a.Start > 0 && (t0 == 0 || a.Start < t0) {
-			t0 = a.Start
-		}
-		t1 = max(t1, a.End)
-	}
-	axis := axis{t0: t0, t1: t1, cols: barCols}
+	// The Tracker's run encloses its phases and agents: one clock.
+	axis := axis{t0: r.Start, t1: r.End, cols: barCols}
 	printed := map[int]bool{}
 	for _, p := range r.Phases {
 		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(fmt.Sprintf("phase %d %s", p.Index, p.Title), nameCols), axis.bar(p.Start, p.End, '▒'), msText(span(p.Start, p.End)))
@@ -117,6 +111,9 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 	line := fmt.Sprintf("    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), msText(span(a.Start, a.End)), a.State)
 	if a.Tokens > 0 {
 		line += fmt.Sprintf(" %d tok", a.Tokens)
+	}
+	if a.EndInferred {
+		line += "  (no end given: the run's)"
 	}
 	if a.Error != "" {
 		line += "  " + cut(a.Error, 60)

@@ -43,14 +43,18 @@ type ExpectedRun struct {
 	// Status is the task_notification status: completed, failed or stopped;
 	// "abandoned" when the stream ended without a notification.
 	Status string `json:"status"`
-	// Start is the run's start in epoch ms: end_time minus the final usage's
-	// duration_ms when both are known, else the earliest agent
+	// Start is the run's start in epoch ms: the smaller of end_time minus
+	// the final usage's duration_ms and the earliest agent
 	// queuedAt/startedAt, else 0.
 	Start int64 `json:"start"`
-	// End is the terminal task_updated patch.end_time in epoch ms, 0 if none.
+	// End is the terminal task_updated patch.end_time in epoch ms, widened
+	// to the latest agent time; 0 if there is no end_time.
 	End int64 `json:"end"`
 	// DurationMS is End-Start when both are known, else 0.
 	DurationMS int64 `json:"duration_ms"`
+	// CLIDurationMS is the final usage's duration_ms (the CLI's own clock,
+	// from when the script starts), 0 if none.
+	CLIDurationMS int64 `json:"cli_duration_ms,omitempty"`
 	// Tokens is the final usage.total_tokens: the notification's usage if it
 	// has one, else the last task_progress usage.
 	Tokens int64 `json:"tokens"`
@@ -98,6 +102,9 @@ type ExpectedAgent struct {
 	// End is endedAt if present, else startedAt+durationMs if both are
 	// present, else 0.
 	End int64 `json:"end"`
+	// EndInferred is set when End is the run's end because the stream
+	// gave the agent none.
+	EndInferred bool `json:"end_inferred,omitempty"`
 	// Tokens is the last row's tokens, 0 if absent.
 	Tokens int64 `json:"tokens"`
 	// Error is the last row's error, "" if none.
@@ -119,12 +126,15 @@ func (r ExpectedRun) MarshalJSON() ([]byte, error) {
 	if agents == nil {
 		agents = []ExpectedAgent{}
 	}
-	return marshalOrdered(obj{
+	o := obj{
 		{"kind", r.Kind}, {"task_id", r.TaskID}, {"run_id", r.RunID}, {"session_id", r.SessionID},
 		{"workflow", r.Workflow}, {"status", r.Status}, {"start", r.Start}, {"end", r.End},
-		{"duration_ms", r.DurationMS}, {"tokens", r.Tokens}, {"tool_uses", r.ToolUses},
-		{"phases", phases}, {"agents", agents},
-	})
+		{"duration_ms", r.DurationMS}}
+	if r.CLIDurationMS != 0 {
+		o = append(o, kv{"cli_duration_ms", r.CLIDurationMS})
+	}
+	o = append(o, obj{{"tokens", r.Tokens}, {"tool_uses", r.ToolUses}, {"phases", phases}, {"agents", agents}}...)
+	return marshalOrdered(o)
 }
 
 func marshalOrdered(o obj) ([]byte, error) {
@@ -186,7 +196,7 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 		final = t.lastUsage
 	}
 	if final != nil {
-		r.Tokens, r.ToolUses = final.tokens, final.tools
+		r.Tokens, r.ToolUses, r.CLIDurationMS = final.tokens, final.tools, final.durMS
 	}
 	if t.status != "" {
 		r.End = t.endTime
@@ -228,14 +238,23 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 		}
 		r.Agents = append(r.Agents, ea)
 	}
-	if final != nil && r.End != 0 {
+	// The smaller of two lower bounds of the truth: the CLI's duration
+	// counts from when the script starts, after the task did.
+	r.Start = earliest
+	if final != nil && r.End != 0 && (r.Start == 0 || r.End-final.durMS < r.Start) {
 		r.Start = r.End - final.durMS
-	} else {
-		r.Start = earliest
+	}
+	if r.End != 0 {
+		// One clock: a run encloses its agents (late flips after a stop
+		// end after the run's end_time).
+		for _, a := range r.Agents {
+			r.End = max(r.End, a.Start, a.End)
+		}
 	}
 	if r.Start != 0 && r.End != 0 {
 		r.DurationMS = r.End - r.Start
 	}
+	settleAgents(&r, t, s)
 	for i, title := range t.plan.phases {
 		ph := ExpectedPhase{Index: i + 1, Title: title}
 		for _, a := range r.Agents {
@@ -249,7 +268,48 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 				ph.End = a.End
 			}
 		}
+		if ph.Start == 0 && r.End != 0 {
+			ph.Start, ph.End = r.End, r.End // no agent: zero length at the run's end
+		}
 		r.Phases = append(r.Phases, ph)
 	}
 	return r
+}
+
+// settleAgents gives every agent of a run that has both times its times on
+// the run's clock: one that never ran (not_started, cached without times)
+// is a zero-length interval at its queue time, else at the run's start
+// (cached) or end (not_started); one that ran without an end ends with the
+// run.
+func settleAgents(r *ExpectedRun, t *task, s *session) {
+	if r.Start == 0 || r.End == 0 {
+		return
+	}
+	for i := range r.Agents {
+		a := &r.Agents[i]
+		never := a.State == "not_started" || (a.State == "cached" && a.Start == 0)
+		if a.Start == 0 {
+			queued := int64(0)
+			for _, ag := range t.agents {
+				if ag.index == a.Index {
+					queued, _ = s.row(t, ag).int64Of("queuedAt")
+				}
+			}
+			switch {
+			case never && queued > 0:
+				a.Start = queued
+			case a.State == "not_started":
+				a.Start = r.End
+			default:
+				a.Start = r.Start
+			}
+		}
+		if a.End == 0 {
+			if never {
+				a.End = a.Start
+			} else {
+				a.End, a.EndInferred = r.End, true
+			}
+		}
+	}
 }

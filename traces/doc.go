@@ -130,12 +130,15 @@ const (
 	AttrAgentIndex        = "cbc.agent.index"
 	AttrAgentState        = "cbc.agent.state"
 	AttrAgentCached       = "cbc.agent.cached"
-	AttrPhaseIndex        = "cbc.phase.index"
-	AttrPhaseTitle        = "cbc.phase.title"
-	AttrLinkType          = "cbc.link.type"
-	AttrPromptPreview     = "cbc.agent.prompt_preview"
-	AttrResultPreview     = "cbc.agent.result_preview"
-	AttrSummary           = "cbc.summary"
+	// AttrAgentEndInferred marks an agent the stream gave no end (stopped,
+	// abandoned): its span ends with the run.
+	AttrAgentEndInferred = "cbc.agent.end_inferred"
+	AttrPhaseIndex       = "cbc.phase.index"
+	AttrPhaseTitle       = "cbc.phase.title"
+	AttrLinkType         = "cbc.link.type"
+	AttrPromptPreview    = "cbc.agent.prompt_preview"
+	AttrResultPreview    = "cbc.agent.result_preview"
+	AttrSummary          = "cbc.summary"
 )
 
 // error.type values: a closed set, so that they can be grouped by.

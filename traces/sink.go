@@ -178,94 +178,25 @@ func (s *Sink) agentEnded(r *ingest.Run, a *ingest.Agent) {
 	s.deferred[k] = append(s.deferred[k], a.Index)
 }
 
+// finalized exports what waited for the run's end. Every time is the
+// Tracker's, as settled at finalize: the run encloses its phases and
+// agents, so the spans nest and agree with every other output.
 func (s *Sink) finalized(r *ingest.Run) {
 	k := runKey{r.TaskID, r.RunID}
-	start, end := runTimes(r)
 	if idx, ok := s.deferred[k]; ok {
 		delete(s.deferred, k)
 		for _, i := range idx {
 			for j := range r.Agents {
 				if a := &r.Agents[j]; a.Index == i {
-					as, ae := agentTimes(a, start, end)
-					s.exportAgent(r, a, as, ae)
+					s.exportAgent(r, a, a.Start, a.End)
 				}
 			}
 		}
 	}
 	for i := range r.Phases {
-		s.exportPhase(r, &r.Phases[i], start, end)
+		s.exportPhase(r, &r.Phases[i])
 	}
-	s.exportRoot(r, start, end)
-}
-
-// runTimes are the root span's times: the Tracker's Start and End, each
-// standing in for the other when missing.
-func runTimes(r *ingest.Run) (start, end int64) {
-	start, end = r.Start, r.End
-	if start == 0 {
-		start = end
-	}
-	if end < start {
-		end = start
-	}
-	return start, end
-}
-
-// agentTimes fills in an agent's unknown times. An agent that never ran
-// (cached without times, not_started) is a zero-length span at its queue
-// time, else at the run's start (cached) or end (not_started: that is when
-// it was given up). Any other agent missing its start starts with the run;
-// missing its end (e.g. flipped to error by a stop without endedAt) ends
-// with the run.
-func agentTimes(a *ingest.Agent, runStart, runEnd int64) (start, end int64) {
-	start, end = a.Start, a.End
-	never := a.State == ingest.AgentNotStarted || (a.State == ingest.AgentCached && a.Start == 0)
-	if start == 0 {
-		switch {
-		case never && a.QueuedAt > 0:
-			start = a.QueuedAt
-		case a.State == ingest.AgentNotStarted:
-			start = runEnd
-		default:
-			start = runStart
-		}
-	}
-	if end == 0 {
-		if never {
-			end = start
-		} else {
-			end = max(runEnd, start)
-		}
-	}
-	if end < start {
-		end = start
-	}
-	return start, end
-}
-
-// phaseTimes are the Tracker's phase times widened to the phase's agents as
-// exported, so that a phase encloses its agents; a phase no agent reached is
-// a zero-length span at the run's end.
-func phaseTimes(r *ingest.Run, p *ingest.Phase, runStart, runEnd int64) (start, end int64) {
-	start, end = p.Start, p.End
-	for i := range r.Agents {
-		a := &r.Agents[i]
-		if a.PhaseIndex != p.Index {
-			continue
-		}
-		as, ae := agentTimes(a, runStart, runEnd)
-		if start == 0 || as < start {
-			start = as
-		}
-		end = max(end, ae)
-	}
-	if start == 0 {
-		start = runEnd
-	}
-	if end < start {
-		end = start
-	}
-	return start, end
+	s.exportRoot(r, r.Start, r.End)
 }
 
 func ms(v int64) time.Time { return time.UnixMilli(v) }
@@ -336,6 +267,9 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 	if a.PhaseIndex != 0 {
 		kv = append(kv, attribute.Int(AttrPhaseIndex, a.PhaseIndex))
 	}
+	if a.EndInferred {
+		kv = append(kv, attribute.Bool(AttrAgentEndInferred, true))
+	}
 	var code codes.Code
 	var msg string
 	switch a.State {
@@ -364,8 +298,8 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 	sp.End(trace.WithTimestamp(ms(end)))
 }
 
-func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase, runStart, runEnd int64) {
-	start, end := phaseTimes(r, p, runStart, runEnd)
+func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
+	start, end := p.Start, p.End
 	ctx := withIDs(s.parentCtx(r, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)), s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindPhase, p.Index))
 	name := SpanPhase + " "
 	if p.Title != "" {
@@ -451,7 +385,7 @@ func (s *Sink) exportRoot(r *ingest.Run, start, end int64) {
 // invoke_task {task_type} in a trace of its own, so that workflows it
 // launched can link to it.
 func (s *Sink) task(r *ingest.Run) {
-	start, end := runTimes(r)
+	start, end := r.Start, r.End // fixed by the Tracker at TaskEnded
 	name := SpanTask
 	if r.TaskType != "" {
 		name += " " + r.TaskType

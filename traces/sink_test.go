@@ -315,30 +315,6 @@ func TestPreviewBounded(t *testing.T) {
 	}
 }
 
-// TestAgentTimesFilled covers the documented fill-ins for missing times.
-func TestAgentTimesFilled(t *testing.T) {
-	cases := []struct {
-		name       string
-		a          ingest.Agent
-		start, end int64
-	}{
-		{"complete", ingest.Agent{State: ingest.AgentDone, Start: 120, End: 150}, 120, 150},
-		{"no end", ingest.Agent{State: ingest.AgentError, Start: 120}, 120, 900},
-		{"no start", ingest.Agent{State: ingest.AgentError, End: 300}, 100, 300},
-		{"cached at queue time", ingest.Agent{State: ingest.AgentCached, QueuedAt: 110}, 110, 110},
-		{"cached without times", ingest.Agent{State: ingest.AgentCached}, 100, 100},
-		{"not started, queued", ingest.Agent{State: ingest.AgentNotStarted, QueuedAt: 130}, 130, 130},
-		{"not started", ingest.Agent{State: ingest.AgentNotStarted}, 900, 900},
-		{"end after run end", ingest.Agent{State: ingest.AgentError, Start: 800, End: 950}, 800, 950},
-	}
-	for _, c := range cases {
-		s, e := agentTimes(&c.a, 100, 900)
-		if s != c.start || e != c.end {
-			t.Errorf("%s: %d..%d, want %d..%d", c.name, s, e, c.start, c.end)
-		}
-	}
-}
-
 // Tree renders spans as an indented tree per trace, with times in epoch ms
 // and sorted attributes: the golden format, and what the README shows.
 func Tree(spans tracetest.SpanStubs) string {
