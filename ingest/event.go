@@ -69,11 +69,9 @@ type Event struct {
 	Source Source
 
 	// WrittenAt is the line's written_at (ISO-8601, Claude Code 2.1.334+)
-	// in epoch ms, 0 when absent. At is when a live pipeline received the
-	// line, epoch ms; 0 in a replay, where arrival means nothing. The
-	// Tracker takes an event's time from WrittenAt, else At.
+	// in epoch ms, 0 when absent: the time of an event that carries no
+	// time of its own.
 	WrittenAt int64
-	At        int64
 
 	// BadFields counts the fields of this line (entries' fields included)
 	// that were present but unusable: a value of the wrong type, out of

@@ -167,19 +167,17 @@ type Run struct {
 	Summary     string // opt-in
 
 	FirstSeen int64 // the Tracker's clock at the run's first event, epoch ms
-	// StartedAt is the time of the run's task_started (its written_at, else
-	// when a live pipeline received it), 0 when unknown.
+	// StartedAt is the time its task_started was written (written_at), 0
+	// when the line did not say.
 	StartedAt int64
-	// ArrivedAt is when a live pipeline received the run's task_started,
-	// when it carried no written_at; 0 otherwise.
-	ArrivedAt int64
-	// LastSeen is the latest time the run itself showed: its events' own
-	// times and its agents' times. An abandoned run ends there.
+	// LastSeen is the latest time the run itself showed: its events'
+	// written_at, end_time and its agents' times (never arrival). An
+	// abandoned run ends there, else at the Tracker's clock.
 	LastSeen int64
 	// Start and End are set when the terminal status is known and final
 	// when the run is finalized (see fixTimes): Start is StartedAt (else
-	// the earliest of ArrivedAt, end − usage.duration_ms and the agents'
-	// times, else FirstSeen); End is task_updated's end_time, else the
+	// the earlier of end − usage.duration_ms and the agents' times, else
+	// FirstSeen); End is task_updated's end_time, else the
 	// notification's time (an abandoned run's: LastSeen); the pair is
 	// widened to enclose every agent. Every output reads these.
 	Start int64

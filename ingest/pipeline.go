@@ -148,11 +148,7 @@ func (p *Pipeline) line(l Line) {
 	if ev == nil {
 		return
 	}
-	now := p.clock(ev)
-	if p.live {
-		ev.At = now // when it passed the tap: the event's time unless it says its own
-	}
-	p.tr.Handle(ev, now)
+	p.tr.Handle(ev, p.clock(ev))
 }
 
 // Consume drains the taps of a wrapped child until both are closed, then

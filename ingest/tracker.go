@@ -231,12 +231,12 @@ func (t *Tracker) Advance(now int64) {
 func (t *Tracker) Handle(ev *Event, now int64) {
 	t.Advance(now)
 	t.stats.events.Add(1)
-	at, own := t.eventTime(ev)
+	at := t.eventTime(ev)
 	t.violations(ViolationBadField, nil, ev.BadFields)
 	t.violations(ViolationBadEntry, nil, ev.BadEntries)
 	switch ev.Kind {
 	case KindTaskStarted:
-		t.started(ev, at, own)
+		t.started(ev, at)
 	case KindTaskProgress:
 		t.progress(ev, at)
 	case KindTaskUpdated:
@@ -250,19 +250,21 @@ func (t *Tracker) Handle(ev *Event, now int64) {
 	}
 }
 
-// eventTime is the event's time: its own written_at (own true), else its
-// arrival (ev.At, set by a live pipeline), else 0 (unknown).
-func (t *Tracker) eventTime(ev *Event) (at int64, own bool) {
-	if ev.WrittenAt != 0 {
-		if Plausible(ev.WrittenAt) {
-			return ev.WrittenAt, true
-		}
+// eventTime is the event's own time, its written_at, or 0. Arrival is not
+// used here: a line's arrival is only as good as the reader's lag (a
+// sidecar catching up on a file reads hours late), it cannot be had in a
+// replay, and a simulator's clock need not be the wall clock. Without
+// written_at a run's times come from the stream's other times (fixTimes),
+// so a replay equals the live run; the Tracker's clock is the fallback.
+func (t *Tracker) eventTime(ev *Event) int64 {
+	if ev.WrittenAt == 0 {
+		return 0
+	}
+	if !Plausible(ev.WrittenAt) {
 		t.violation(ViolationBadTime, nil)
+		return 0
 	}
-	if Plausible(ev.At) {
-		return ev.At, false
-	}
-	return 0, false
+	return ev.WrittenAt
 }
 
 // Close ends the stream at time now: runs without a notification are
@@ -292,7 +294,7 @@ func (t *Tracker) Close(now int64) {
 func (t *Tracker) abandon(r *Run) {
 	r.Status = StatusAbandoned
 	if r.End == 0 {
-		r.End = r.LastSeen
+		r.End = r.LastSeen // its own times only; else the clock
 	}
 	if r.End == 0 {
 		r.End = t.now
@@ -324,13 +326,13 @@ func (t *Tracker) lookup(ev *Event) (r *Run, late bool) {
 	return nil, late
 }
 
-func (t *Tracker) started(ev *Event, at int64, own bool) {
+func (t *Tracker) started(ev *Event, at int64) {
 	if r, late := t.lookup(ev); r != nil && (ev.RunID == "" || r.RunID == ev.RunID) {
 		if r.Adopted {
 			// The run was adopted from a snapshot that came first: this is
 			// its identity, not a second start.
 			t.violation(ViolationStartAfterProgress, r)
-			t.identify(r, ev, at, own)
+			t.identify(r, ev, at)
 			if r.pending() {
 				t.announce(r)
 			}
@@ -344,7 +346,7 @@ func (t *Tracker) started(ev *Event, at int64, own bool) {
 	}
 	workflow := ev.TaskType == "local_workflow"
 	r := t.newRun(ev, workflow)
-	t.identify(r, ev, at, own)
+	t.identify(r, ev, at)
 	if r.Workflow {
 		t.emit(Lifecycle{Kind: RunStarted, Run: r})
 	} else {
@@ -352,9 +354,9 @@ func (t *Tracker) started(ev *Event, at int64, own bool) {
 	}
 }
 
-// identify sets what a task_started says of its run; at is its time, own
-// when the line carried it.
-func (t *Tracker) identify(r *Run, ev *Event, at int64, own bool) {
+// identify sets what a task_started says of its run; at is its own time
+// (0 if none).
+func (t *Tracker) identify(r *Run, ev *Event, at int64) {
 	r.Adopted = false
 	r.TaskType = ev.TaskType
 	r.Name = ev.WorkflowName
@@ -365,11 +367,7 @@ func (t *Tracker) identify(r *Run, ev *Event, at int64, own bool) {
 	if r.ToolUseID == "" {
 		r.ToolUseID = ev.ToolUseID
 	}
-	if own {
-		r.StartedAt = at
-	} else {
-		r.ArrivedAt = at
-	}
+	r.StartedAt = at
 	seen(r, at)
 	if p := ev.ParentTaskID; p != "" {
 		// A parent we never saw is treated as no parent (PROTOCOL.md).
@@ -731,17 +729,16 @@ func (t *Tracker) finish(r *Run, grace bool) {
 }
 
 // fixTimes decides a finished run's Start and End. The run starts when its
-// task_started was written; without that, at the smallest of its live
-// arrival, end − usage.duration_ms and the earliest agent time (the latter
-// two are lower bounds of the truth: the CLI's duration counts from when
-// the script starts), else when it was first seen. Then the pair is
+// task_started was written (written_at); without that, at the smaller of
+// end − usage.duration_ms and the earliest agent time (both lower bounds of
+// the truth: the CLI's duration counts from when the script starts), else
+// when it was first seen. Then the pair is
 // widened to enclose every agent time seen, so no agent lies outside its
 // run. It runs at finish and again at finalize, where it can only widen
 // the pair for what the grace window brought.
 func fixTimes(r *Run) {
 	s := r.StartedAt
 	if s == 0 {
-		s = r.ArrivedAt
 		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) && (s == 0 || d < s) {
 			s = d
 		}
