@@ -57,11 +57,11 @@ func snap(elems ...string) string { return snapHead + "[" + strings.Join(elems, 
 // snapshotSequences are sequences of lines where the fast path's cache,
 // its fallbacks and its validation all matter.
 var snapshotSequences = map[string][]string{
-	"grow and change":                 {snap(phase1, agent1), snap(phase1, agent1, agent2), snap(phase1, agent1, agent2b), snap(phase1, agent1, agent2b, agent3)},
-	"insert and remove":               {snap(agent1, agent2, agent3), snap(agent1, phase1, agent2, agent3), snap(agent1, agent3), snap(agent3), snap()},
-	"whitespace":                      {snap(agent1, agent2), snapHead + "[ " + agent1 + " ,\t" + agent2 + " ] }", snapHead + "[\r\n]}"},
-	"other kinds carry snapshots":     {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_updated", 1) + "", `{"type":"system","subtype":"task_updated","task_id":"w","patch":{"status":"completed"},"workflow_progress":[` + agent1 + `,{"index":"not a number"}]}`},
-	"type errors":                     {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`), snap(agent1, `5`, `"s"`, `null`, `[]`, `true`)},
+	"grow and change":             {snap(phase1, agent1), snap(phase1, agent1, agent2), snap(phase1, agent1, agent2b), snap(phase1, agent1, agent2b, agent3)},
+	"insert and remove":           {snap(agent1, agent2, agent3), snap(agent1, phase1, agent2, agent3), snap(agent1, agent3), snap(agent3), snap()},
+	"whitespace":                  {snap(agent1, agent2), snapHead + "[ " + agent1 + " ,\t" + agent2 + " ] }", snapHead + "[\r\n]}"},
+	"other kinds carry snapshots": {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_updated", 1) + "", `{"type":"system","subtype":"task_updated","task_id":"w","patch":{"status":"completed"},"workflow_progress":[` + agent1 + `,{"index":"not a number"}]}`},
+	"type errors":                 {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`), snap(agent1, `5`, `"s"`, `null`, `[]`, `true`)},
 	"bad fields reused": {
 		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`),
 		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`, agent2),
