@@ -21,7 +21,7 @@ const (
 	ReasonNone        Reason = iota
 	ReasonInvalidJSON        // not a JSON object
 	ReasonTooLong            // a line of interest over the per-line cap
-	ReasonBadShape           // valid JSON, wrong types or missing required fields
+	ReasonBadShape           // valid JSON whose identity (type, subtype, task_id, request, response) cannot be read
 	numReasons
 )
 
