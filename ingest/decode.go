@@ -3,7 +3,13 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Reason is why a line was rejected. The set is closed so that it can be a
@@ -15,7 +21,7 @@ const (
 	ReasonNone        Reason = iota
 	ReasonInvalidJSON        // not a JSON object
 	ReasonTooLong            // a line of interest over the per-line cap
-	ReasonBadShape           // valid JSON, wrong types or missing required fields
+	ReasonBadShape           // valid JSON whose identity (type, subtype, task_id, request, response) cannot be read
 	numReasons
 )
 
@@ -168,74 +174,183 @@ func leadingType(line []byte) (typ []byte, ok bool) {
 	return rest[:i], true
 }
 
-// wire is the union of the fields we read. Fields not named here (prompt,
-// message bodies, the initialize response's account block) are skipped by
-// encoding/json without being stored.
-type wire struct {
-	Type         string          `json:"type"`
-	Subtype      string          `json:"subtype"`
-	SessionID    *string         `json:"session_id"`
-	TaskID       string          `json:"task_id"`
-	RunID        string          `json:"run_id"`
-	ToolUseID    string          `json:"tool_use_id"`
-	TaskType     string          `json:"task_type"`
-	WorkflowName string          `json:"workflow_name"`
-	Description  string          `json:"description"`
-	ParentTaskID string          `json:"parent_task_id"`
-	Usage        *wireUsage      `json:"usage"`
-	RawProgress  json.RawMessage `json:"workflow_progress"`
-	Patch        *wirePatch      `json:"patch"`
-	Status       string          `json:"status"`
-	Summary      string          `json:"summary"`
-	Reason       string          `json:"reason"`
-	RequestID    string          `json:"request_id"`
-	Request      *wireRequest    `json:"request"`
-	Response     *wireResponse   `json:"response"`
+// MaxEntryIndex is the largest index a workflow_progress element, or an
+// agent's phaseIndex, may carry. The Tracker keys phases and agents by
+// index, so a broken writer's 1e20 must neither wrap in a float-to-int
+// conversion nor become a row; real workflows number agents in thousands.
+const MaxEntryIndex = 1 << 20
+
+// maxCount bounds counts and epoch-ms times: 2^53, beyond which a float64
+// (a JSON number as JavaScript writes it) no longer holds every integer.
+const maxCount = 1 << 53
+
+// The top-level fields the decoder reads. A field's number is its bit in
+// wire.bad and its index in wire.str and wireFields.
+const (
+	fType = iota
+	fSubtype
+	fSessionID
+	fTaskID
+	fRunID
+	fToolUseID
+	fTaskType
+	fWorkflowName
+	fDescription
+	fParentTaskID
+	fUsage
+	fProgress
+	fPatch
+	fStatus
+	fSummary
+	fReason
+	fRequestID
+	fRequest
+	fResponse
+	fWrittenAt
+	numWireFields
+)
+
+// wireFields are the names of the top-level fields, by number. Names are
+// matched exactly: JSON names are case-sensitive, and "Status" written
+// after "status" must not override it.
+var wireFields = [numWireFields]string{"type", "subtype", "session_id", "task_id", "run_id", "tool_use_id", "task_type",
+	"workflow_name", "description", "parent_task_id", "usage", "workflow_progress", "patch", "status", "summary",
+	"reason", "request_id", "request", "response", "written_at"}
+
+// The fields of usage, patch, request and response, by number (their bit
+// in the bad mask and index in the value arrays).
+var (
+	usageFields    = [...]string{"total_tokens", "tool_uses", "duration_ms"}
+	patchFields    = [...]string{"status", "end_time", "error"}
+	requestFields  = [...]string{"subtype", "session_id", "task_id"}
+	responseFields = [...]string{"subtype", "request_id"}
+)
+
+const (
+	pStatus = iota
+	pEndTime
+	pError
+)
+
+// The fields of a workflow_progress element, numbered like the top-level
+// ones.
+const (
+	eType = iota
+	eIndex
+	eTitle
+	eAgentID
+	eLabel
+	eState
+	eCached
+	ePhaseIndex
+	ePhaseTitle
+	eQueuedAt
+	eStartedAt
+	eEndedAt
+	eLastProgressAt
+	eDurationMs
+	eTokens
+	eToolCalls
+	eError
+	eResultPreview
+	ePromptPreview
+	numEntryFields
+)
+
+var entryFields = [numEntryFields]string{"type", "index", "title", "agentId", "label", "state", "cached", "phaseIndex",
+	"phaseTitle", "queuedAt", "startedAt", "endedAt", "lastProgressAt", "durationMs", "tokens", "toolCalls", "error",
+	"resultPreview", "promptPreview"}
+
+const (
+	// entryNumbers are the element fields that are JSON numbers; cached
+	// is the one bool; the rest are strings.
+	entryNumbers = 1<<eIndex | 1<<ePhaseIndex | 1<<eQueuedAt | 1<<eStartedAt | 1<<eEndedAt | 1<<eLastProgressAt |
+		1<<eDurationMs | 1<<eTokens | 1<<eToolCalls
+	// agentReads are the fields of a workflow_agent whose bad value costs
+	// one bad field (a bad index costs the element instead); a
+	// workflow_phase reads only its title.
+	agentReads = 1<<eAgentID | 1<<eLabel | 1<<eState | 1<<eCached | 1<<ePhaseIndex | 1<<ePhaseTitle | 1<<eQueuedAt |
+		1<<eStartedAt | 1<<eEndedAt | 1<<eLastProgressAt | 1<<eDurationMs | 1<<eTokens | 1<<eToolCalls | 1<<eError |
+		1<<eResultPreview | 1<<ePromptPreview
+	phaseReads = 1 << eTitle
+)
+
+// readFields is the set of top-level fields an event of kind k reads,
+// whose bad value counts in BadFields. The fields of identity (type,
+// subtype, task_id, request, response) are not in it: a bad one makes the
+// line bad_shape. A field an event does not read costs nothing, whatever
+// its value: it is as good as unknown. Previews count whatever the
+// options: whether a line breaks the protocol does not depend on them.
+func readFields(k Kind) uint32 {
+	const (
+		always = 1 << fWrittenAt
+		task   = always | 1<<fSessionID | 1<<fRunID | 1<<fToolUseID | 1<<fUsage
+	)
+	switch k {
+	case KindInit:
+		return always | 1<<fSessionID
+	case KindTaskStarted:
+		return task | 1<<fTaskType | 1<<fWorkflowName | 1<<fDescription | 1<<fParentTaskID
+	case KindTaskProgress:
+		return task | 1<<fProgress
+	case KindTaskUpdated:
+		return task | 1<<fPatch
+	case KindTaskNotification:
+		return task | 1<<fStatus | 1<<fSummary | 1<<fReason
+	case KindControlRequest:
+		return always | 1<<fRequestID
+	case KindControlResponse:
+		return always | 1<<fSessionID
+	}
+	return 0
 }
 
-type wireUsage struct {
-	TotalTokens float64 `json:"total_tokens"`
-	ToolUses    float64 `json:"tool_uses"`
-	DurationMs  float64 `json:"duration_ms"`
+// wire is what the two decoding paths (the scanner of fastdecode.go and
+// decodePlain) make of a line, before convert turns it into an Event.
+// Values are typed and finite but not yet range-checked; a value of the
+// wrong type is not stored and sets its field's bit in bad. null is
+// absent. Fields not named here (prompt, message bodies, the initialize
+// response's account block) are skipped without being stored.
+type wire struct {
+	str       [numWireFields]string // the string fields, by number
+	bad       uint32                // 1<<f: field f present with an unusable value
+	writtenAt int64
+	usage     wireNums
+	patch     wirePatch
+	request   wireStrs // subtype, session_id, task_id
+	response  wireStrs // subtype, request_id
+	// Whether usage, patch, request and response were objects.
+	hasUsage, hasPatch, hasRequest, hasResponse bool
+	// rawProgress is the workflow_progress array on the plain path; the
+	// fast path decodes it while scanning (Decoder.fast).
+	rawProgress []byte
+}
+
+// wireNums is the usage object: total_tokens, tool_uses, duration_ms.
+type wireNums struct {
+	num [len(usageFields)]float64
+	bad uint8
 }
 
 type wirePatch struct {
-	Status  string  `json:"status"`
-	EndTime float64 `json:"end_time"`
-	Error   string  `json:"error"`
+	status, err string
+	endTime     float64
+	bad         uint8 // 1<<pStatus, 1<<pEndTime, 1<<pError
 }
 
-type wireRequest struct {
-	Subtype   string `json:"subtype"`
-	SessionID string `json:"session_id"`
-	TaskID    string `json:"task_id"`
+// wireStrs is an object whose fields of interest are all strings.
+type wireStrs struct {
+	str [3]string
+	bad uint8
 }
 
-type wireResponse struct {
-	Subtype   string `json:"subtype"`
-	RequestID string `json:"request_id"`
-}
-
+// wireEntry is a workflow_progress element that is an object.
 type wireEntry struct {
-	Type           string  `json:"type"`
-	Index          float64 `json:"index"`
-	Title          string  `json:"title"`
-	AgentID        string  `json:"agentId"`
-	Label          string  `json:"label"`
-	State          string  `json:"state"`
-	Cached         bool    `json:"cached"`
-	PhaseIndex     float64 `json:"phaseIndex"`
-	PhaseTitle     string  `json:"phaseTitle"`
-	QueuedAt       float64 `json:"queuedAt"`
-	StartedAt      float64 `json:"startedAt"`
-	EndedAt        float64 `json:"endedAt"`
-	LastProgressAt float64 `json:"lastProgressAt"`
-	DurationMs     float64 `json:"durationMs"`
-	Tokens         float64 `json:"tokens"`
-	ToolCalls      float64 `json:"toolCalls"`
-	Error          string  `json:"error"`
-	ResultPreview  string  `json:"resultPreview"`
-	PromptPreview  string  `json:"promptPreview"`
+	str     [numEntryFields]string
+	num     [numEntryFields]float64
+	cached  bool
+	hasType bool // type was a string
+	bad     uint32
 }
 
 // Decoder decodes lines into Events. It reuses its buffers, so an Event it
@@ -244,22 +359,27 @@ type wireEntry struct {
 // what they decoded to, at most one line each) so that only the agents
 // that changed since are decoded again (see snapshot.go).
 type Decoder struct {
-	opts    DecodeOptions
-	w       wire
-	entries []wireEntry
-	ev      Event
-	own     []Entry // the plain path's Entries buffer
-	snap    snapshotState
+	opts DecodeOptions
+	w    wire
+	ev   Event
+	own  []Entry // the plain path's Entries buffer
+	snap snapshotState
 	// plainOnly turns the fast path (fastdecode.go) off: tests compare
 	// the two.
 	plainOnly bool
 	scan      fastScan       // the line's scanner
 	elemScan  fastScan       // a workflow_progress element's scanner
+	top       topScan        // what the line's scanner found
 	snapPrev  *snapshotCache // the cache the line's snapshot was compared with
 	memo      stringMemo     // recent strings, shared by both scanners
 	// fast is the snapshot the fast path decoded the line's
 	// workflow_progress into (see snapshot.go), nil on the plain path.
 	fast *snapshotCache
+	// The plain path's buffers: an object's members, the elements of
+	// workflow_progress and the element being converted.
+	obj, sub map[string]json.RawMessage
+	elems    []json.RawMessage
+	pe       wireEntry
 }
 
 // NewDecoder returns a decoder.
@@ -267,7 +387,10 @@ func NewDecoder(opts DecodeOptions) *Decoder { return &Decoder{opts: opts} }
 
 // Decode decodes one line from src. It returns (nil, ReasonNone) for lines
 // that are not of interest (including blank lines), an Event for messages
-// the Tracker consumes, or a rejection reason.
+// the Tracker consumes, or a rejection reason. Only a line whose identity
+// cannot be read is bad_shape (see convert); any other unusable value
+// costs only its field (Event.BadFields) or its workflow_progress element
+// (Event.BadEntries).
 func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
@@ -292,42 +415,254 @@ func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 	return d.decodePlain(src, line)
 }
 
-// decodePlain decodes a trimmed line of interest with encoding/json alone.
-// It is the reference the snapshot fast path must agree with.
+// decodePlain decodes a trimmed line of interest with encoding/json, one
+// object level at a time into a map of raw members, and converts each
+// field it reads itself. Unmarshalling into tagged structs would match
+// names without regard to case and fail the whole line on one field of
+// the wrong type; a map matches names exactly (the last of duplicates
+// wins) and leaves each value to its field. It is the reference the fast
+// path must agree with.
 func (d *Decoder) decodePlain(src Source, line []byte) (*Event, Reason) {
-	d.w = wire{}
-	if err := json.Unmarshal(line, &d.w); err != nil {
-		var syn *json.SyntaxError
-		if asSyntax(err, &syn) {
+	if err := plainObject(line, &d.obj); err != nil {
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
 			return nil, ReasonInvalidJSON
 		}
-		return nil, ReasonBadShape
+		return nil, ReasonBadShape // not reached: the line is an object
+	}
+	w := &d.w
+	*w = wire{}
+	for f, name := range wireFields {
+		raw, ok := d.obj[name]
+		if !ok || isNull(raw) {
+			continue
+		}
+		good := true
+		switch f {
+		case fUsage:
+			if good = plainObject(raw, &d.sub) == nil; good {
+				w.hasUsage = true
+				w.usage.bad = plainNums(d.sub, usageFields[:], w.usage.num[:])
+			}
+		case fPatch:
+			if good = plainObject(raw, &d.sub) == nil; good {
+				w.hasPatch = true
+				p, ok := &w.patch, false
+				if p.status, ok = memberStr(d.sub, patchFields[pStatus]); !ok {
+					p.bad |= 1 << pStatus
+				}
+				if p.endTime, ok = memberNum(d.sub, patchFields[pEndTime]); !ok {
+					p.bad |= 1 << pEndTime
+				}
+				if p.err, ok = memberStr(d.sub, patchFields[pError]); !ok {
+					p.bad |= 1 << pError
+				}
+			}
+		case fRequest:
+			if good = plainObject(raw, &d.sub) == nil; good {
+				w.hasRequest = true
+				w.request.bad = plainStrs(d.sub, requestFields[:], w.request.str[:])
+			}
+		case fResponse:
+			if good = plainObject(raw, &d.sub) == nil; good {
+				w.hasResponse = true
+				w.response.bad = plainStrs(d.sub, responseFields[:], w.response.str[:])
+			}
+		case fProgress:
+			if good = raw[0] == '['; good {
+				w.rawProgress = raw
+			}
+		case fWrittenAt:
+			var s string
+			if s, good = plainString(raw); good {
+				w.writtenAt, good = parseWrittenAt(s)
+			}
+		default:
+			w.str[f], good = plainString(raw)
+		}
+		if !good {
+			w.bad |= 1 << f
+		}
 	}
 	return d.convert(src)
 }
 
-func asSyntax(err error, target **json.SyntaxError) bool {
-	s, ok := err.(*json.SyntaxError)
-	if ok {
-		*target = s
+// plainObject decodes the JSON object raw into *m, cleared first (made if
+// nil).
+func plainObject(raw []byte, m *map[string]json.RawMessage) error {
+	if raw[0] != '{' {
+		return errNotObject
 	}
-	return ok
+	if *m == nil {
+		*m = make(map[string]json.RawMessage)
+	}
+	clear(*m)
+	if err := json.Unmarshal(raw, m); err != nil {
+		return fmt.Errorf("decode object: %w", err)
+	}
+	return nil
 }
 
+var errNotObject = errors.New("not a JSON object")
+
+func isNull(raw []byte) bool { return raw[0] == 'n' }
+
+// plainString converts a JSON string; ok is false for any other value.
+func plainString(raw []byte) (s string, ok bool) {
+	if raw[0] != '"' {
+		return "", false
+	}
+	return s, json.Unmarshal(raw, &s) == nil
+}
+
+// plainNumber converts a JSON number to a float64; ok is false for any
+// other value and for one that overflows a float64 (1e400).
+func plainNumber(raw []byte) (f float64, ok bool) {
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return 0, false // ±Inf: out of range
+	}
+	return f, true
+}
+
+// memberStr reads the string member name of m; ok is false when it is
+// present, not null and not a string.
+func memberStr(m map[string]json.RawMessage, name string) (s string, ok bool) {
+	raw, found := m[name]
+	if !found || isNull(raw) {
+		return "", true
+	}
+	return plainString(raw)
+}
+
+// memberNum is memberStr for a number member.
+func memberNum(m map[string]json.RawMessage, name string) (f float64, ok bool) {
+	raw, found := m[name]
+	if !found || isNull(raw) {
+		return 0, true
+	}
+	return plainNumber(raw)
+}
+
+// plainStrs reads the string members names of m into dst and returns the
+// bad mask of those present with another type.
+func plainStrs(m map[string]json.RawMessage, names []string, dst []string) (bad uint8) {
+	for k, name := range names {
+		var ok bool
+		if dst[k], ok = memberStr(m, name); !ok {
+			bad |= 1 << k
+		}
+	}
+	return bad
+}
+
+// plainNums is plainStrs for number members.
+func plainNums(m map[string]json.RawMessage, names []string, dst []float64) (bad uint8) {
+	for k, name := range names {
+		var ok bool
+		if dst[k], ok = memberNum(m, name); !ok {
+			bad |= 1 << k
+		}
+	}
+	return bad
+}
+
+// plainEntry converts a workflow_progress element on the plain path; ok
+// is false when it is not an object.
+func (d *Decoder) plainEntry(raw []byte, we *wireEntry) (ok bool) {
+	*we = wireEntry{}
+	if plainObject(raw, &d.sub) != nil {
+		return false
+	}
+	for f, name := range entryFields {
+		v, ok := d.sub[name]
+		if !ok || isNull(v) {
+			continue
+		}
+		var good bool
+		switch {
+		case entryNumbers&(1<<f) != 0:
+			we.num[f], good = plainNumber(v)
+		case f == eCached:
+			switch string(v) {
+			case "true":
+				we.cached, good = true, true
+			case "false":
+				good = true
+			}
+		default:
+			we.str[f], good = plainString(v)
+			we.hasType = we.hasType || f == eType && good
+		}
+		if !good {
+			we.bad |= 1 << f
+		}
+	}
+	return true
+}
+
+// parseWrittenAt converts a written_at value (RFC 3339, as Claude Code
+// writes it: "2026-11-30T10:15:02.123Z") to epoch ms. ok is false for
+// anything else, and for a time before 1970: an epoch-ms time is never
+// negative.
+func parseWrittenAt(s string) (ms int64, ok bool) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return 0, false
+	}
+	ms = t.UnixMilli()
+	if ms < 0 || ms > maxCount {
+		return 0, false
+	}
+	return ms, true
+}
+
+// count converts a finite JSON number that is a count or an epoch-ms
+// time, truncating toward zero. One that cannot be (negative, above 2^53)
+// reads 0 and counts in *bad.
+func count(f float64, bad *int) int64 {
+	if f < 0 || f > maxCount {
+		*bad++
+		return 0
+	}
+	return int64(f)
+}
+
+// entryIndex converts an element's index or an agent's phaseIndex: an
+// integer in [0, MaxEntryIndex].
+func entryIndex(f float64) (int, bool) {
+	if f < 0 || f > MaxEntryIndex || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// convert turns d.w into an Event. Only a line whose identity cannot be
+// read is bad_shape: type present but not a string; for a system line,
+// subtype present but not a string; for the task_* subtypes, task_id
+// missing, empty or not a string; for control_request and
+// control_response, request or response not an object. Any other field
+// the event reads that is unusable reads as absent and counts in
+// BadFields, so that one bad value (a task_notification's usage) cannot
+// cost the event (its status, which ends the run).
 func (d *Decoder) convert(src Source) (*Event, Reason) {
 	w := &d.w
 	ev := &d.ev
 	// Not ev.Entries: after the fast path it is a snapshot cache's.
 	*ev = Event{Source: src, Entries: d.own[:0]}
-	if w.SessionID != nil {
-		ev.SessionID = cleanID(*w.SessionID)
+	if w.bad&(1<<fType) != 0 {
+		return nil, ReasonBadShape
 	}
-	switch w.Type {
+	switch w.str[fType] {
 	case "system":
-		switch w.Subtype {
+		if w.bad&(1<<fSubtype) != 0 {
+			return nil, ReasonBadShape
+		}
+		switch w.str[fSubtype] {
 		case "init":
 			ev.Kind = KindInit
-			return ev, ReasonNone
 		case "task_started":
 			ev.Kind = KindTaskStarted
 		case "task_progress":
@@ -339,125 +674,179 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 		default:
 			return nil, ReasonNone
 		}
-		if w.TaskID == "" {
+		if ev.Kind != KindInit && w.str[fTaskID] == "" {
 			return nil, ReasonBadShape
 		}
-		ev.TaskID = cleanID(w.TaskID)
-		ev.RunID = cleanID(w.RunID)
-		ev.ToolUseID = cleanID(w.ToolUseID)
 	case "control_request":
-		if w.Request == nil {
+		if !w.hasRequest {
 			return nil, ReasonBadShape
 		}
 		ev.Kind = KindControlRequest
-		ev.RequestID = cleanID(w.RequestID)
-		ev.RequestSubtype = Clean(w.Request.Subtype, maxIDLen)
-		ev.SessionID = cleanID(w.Request.SessionID)
-		ev.TaskID = cleanID(w.Request.TaskID)
-		return ev, ReasonNone
 	case "control_response":
-		if w.Response == nil {
+		if !w.hasResponse {
 			return nil, ReasonBadShape
 		}
 		ev.Kind = KindControlResponse
-		ev.RequestID = cleanID(w.Response.RequestID)
-		ev.RequestSubtype = Clean(w.Response.Subtype, maxIDLen)
-		return ev, ReasonNone
 	default:
 		return nil, ReasonNone
 	}
+	ev.WrittenAt = w.writtenAt
+	ev.BadFields = bits.OnesCount32(w.bad & readFields(ev.Kind))
+	switch ev.Kind {
+	case KindInit:
+		ev.SessionID = cleanID(w.str[fSessionID])
+		return ev, ReasonNone
+	case KindControlRequest:
+		r := &w.request
+		ev.RequestID = cleanID(w.str[fRequestID])
+		ev.RequestSubtype = Clean(r.str[0], maxIDLen)
+		ev.SessionID = cleanID(r.str[1])
+		ev.TaskID = cleanID(r.str[2])
+		ev.BadFields += bits.OnesCount8(r.bad)
+		return ev, ReasonNone
+	case KindControlResponse:
+		r := &w.response
+		ev.SessionID = cleanID(w.str[fSessionID])
+		ev.RequestSubtype = Clean(r.str[0], maxIDLen)
+		ev.RequestID = cleanID(r.str[1])
+		ev.BadFields += bits.OnesCount8(r.bad)
+		return ev, ReasonNone
+	}
 
-	if w.Usage != nil {
+	ev.SessionID = cleanID(w.str[fSessionID])
+	ev.TaskID = cleanID(w.str[fTaskID])
+	ev.RunID = cleanID(w.str[fRunID])
+	ev.ToolUseID = cleanID(w.str[fToolUseID])
+	if w.hasUsage {
+		u := &w.usage
 		ev.HasUsage = true
-		ev.Usage = Usage{TotalTokens: num(w.Usage.TotalTokens), ToolUses: num(w.Usage.ToolUses), DurationMs: num(w.Usage.DurationMs)}
+		ev.BadFields += bits.OnesCount8(u.bad)
+		ev.Usage = Usage{
+			TotalTokens: count(u.num[0], &ev.BadFields),
+			ToolUses:    count(u.num[1], &ev.BadFields),
+			DurationMs:  count(u.num[2], &ev.BadFields),
+		}
 	}
 	switch ev.Kind {
 	case KindTaskStarted:
-		ev.TaskType = Clean(w.TaskType, maxIDLen)
-		ev.WorkflowName = Clean(w.WorkflowName, maxNameLen)
-		ev.Description = Clean(w.Description, maxTextLen)
-		ev.ParentTaskID = cleanID(w.ParentTaskID)
+		ev.TaskType = Clean(w.str[fTaskType], maxIDLen)
+		ev.WorkflowName = Clean(w.str[fWorkflowName], maxNameLen)
+		ev.Description = Clean(w.str[fDescription], maxTextLen)
+		ev.ParentTaskID = cleanID(w.str[fParentTaskID])
 	case KindTaskProgress:
-		if d.fast != nil {
-			if d.fast.typeErr {
-				return nil, ReasonBadShape
-			}
+		switch {
+		case d.fast != nil:
 			ev.HasProgress = true
 			// The cache's entries are not written again before they are
 			// recycled two snapshots later, after this event is gone.
 			ev.Entries = d.fast.entries
-		} else if len(w.RawProgress) > 0 && !bytes.Equal(w.RawProgress, []byte("null")) {
-			// encoding/json decodes into the slice's old elements without
-			// zeroing absent fields: clear them, or one run's error text
-			// would leak into the next snapshot's agents.
-			clear(d.entries[:cap(d.entries)])
-			d.entries = d.entries[:0]
-			if err := json.Unmarshal(w.RawProgress, &d.entries); err != nil {
-				return nil, ReasonBadShape
-			}
-			ev.HasProgress = true
-			for i := range d.entries {
-				if en, ok := d.entry(&d.entries[i]); ok {
-					ev.Entries = append(ev.Entries, en)
-				}
-			}
-			d.own = ev.Entries
+			ev.BadFields += d.fast.badFields
+			ev.BadEntries = d.fast.badEntries
+		case w.rawProgress != nil:
+			d.plainProgress(ev)
 		}
 	case KindTaskUpdated:
-		if w.Patch == nil {
-			return nil, ReasonBadShape
+		// A patch that is not an object is a bad field: the event still
+		// applies, as an update that changes nothing.
+		if w.hasPatch {
+			p := &w.patch
+			ev.BadFields += bits.OnesCount8(p.bad)
+			ev.PatchStatus = Clean(p.status, maxIDLen)
+			ev.PatchEndTime = count(p.endTime, &ev.BadFields)
+			ev.PatchError = d.errorText(p.err)
 		}
-		ev.PatchStatus = Clean(w.Patch.Status, maxIDLen)
-		ev.PatchEndTime = num(w.Patch.EndTime)
-		ev.PatchError = d.errorText(w.Patch.Error)
 	case KindTaskNotification:
-		ev.Status = Clean(w.Status, maxIDLen)
-		ev.Reason = Clean(w.Reason, maxIDLen)
+		ev.Status = Clean(w.str[fStatus], maxIDLen)
+		ev.Reason = Clean(w.str[fReason], maxIDLen)
 		if d.opts.KeepPreviews {
-			ev.Summary = Clean(w.Summary, maxPreviewLen)
+			ev.Summary = Clean(w.str[fSummary], maxPreviewLen)
 		}
 	}
 	return ev, ReasonNone
 }
 
-func (d *Decoder) entry(w *wireEntry) (Entry, bool) {
-	switch w.Type {
-	case "workflow_phase":
-		return Entry{Phase: true, Index: int(num(w.Index)), Title: Clean(w.Title, maxNameLen)}, true
-	case "workflow_agent":
-		e := Entry{
-			Index:          int(num(w.Index)),
-			AgentID:        cleanID(w.AgentID),
-			Label:          Clean(w.Label, maxNameLen),
-			State:          Clean(w.State, maxIDLen),
-			Cached:         w.Cached,
-			PhaseIndex:     int(num(w.PhaseIndex)),
-			PhaseTitle:     Clean(w.PhaseTitle, maxNameLen),
-			QueuedAt:       num(w.QueuedAt),
-			StartedAt:      num(w.StartedAt),
-			EndedAt:        num(w.EndedAt),
-			LastProgressAt: num(w.LastProgressAt),
-			DurationMs:     num(w.DurationMs),
-			Tokens:         num(w.Tokens),
-			ToolCalls:      num(w.ToolCalls),
-			Error:          d.errorText(w.Error),
-		}
-		if d.opts.KeepPreviews {
-			e.ResultPreview = Clean(w.ResultPreview, maxPreviewLen)
-			e.PromptPreview = Clean(w.PromptPreview, maxPreviewLen)
-		}
-		return e, true
-	default:
-		// Additive evolution: new entry types are ignored.
-		return Entry{}, false
+// plainProgress converts the workflow_progress array of the plain path.
+func (d *Decoder) plainProgress(ev *Event) {
+	if err := json.Unmarshal(d.w.rawProgress, &d.elems); err != nil {
+		// Not reached: the line is valid JSON and this is an array.
+		ev.BadFields++
+		return
 	}
+	ev.HasProgress = true
+	for _, raw := range d.elems {
+		if !d.plainEntry(raw, &d.pe) {
+			ev.BadEntries++
+			continue
+		}
+		en, out, bad := d.entry(&d.pe)
+		ev.BadFields += bad
+		switch out {
+		case entryApplied:
+			ev.Entries = append(ev.Entries, en)
+		case entrySkipped:
+			ev.BadEntries++
+		}
+	}
+	d.own = ev.Entries
 }
 
-// num converts a JSON number to int64, clamping what cannot be a count or an
-// epoch-ms time (negative, NaN, absurdly large) to 0.
-func num(f float64) int64 {
-	if !(f > 0) || f > 1<<53 {
-		return 0
+// entryOutcome is what becomes of a workflow_progress element.
+type entryOutcome uint8
+
+const (
+	entryApplied entryOutcome = iota // an Entry
+	entryIgnored                     // an unknown type: additive evolution, not an error
+	entrySkipped                     // no readable type or index: a bad entry
+)
+
+// entry converts an element that is an object. badFields counts its bad
+// fields (those the element's type reads); a skipped element counts as a
+// bad entry only.
+func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int) {
+	if !w.hasType {
+		return Entry{}, entrySkipped, 0
 	}
-	return int64(f)
+	var reads uint32
+	switch w.str[eType] {
+	case "workflow_phase":
+		reads = phaseReads
+	case "workflow_agent":
+		reads = agentReads
+	default:
+		return Entry{}, entryIgnored, 0
+	}
+	index, ok := entryIndex(w.num[eIndex])
+	if !ok || w.bad&(1<<eIndex) != 0 {
+		return Entry{}, entrySkipped, 0
+	}
+	badFields = bits.OnesCount32(w.bad & reads)
+	if reads == phaseReads {
+		return Entry{Phase: true, Index: index, Title: Clean(w.str[eTitle], maxNameLen)}, entryApplied, badFields
+	}
+	phase, ok := entryIndex(w.num[ePhaseIndex])
+	if !ok {
+		badFields++
+	}
+	e = Entry{
+		Index:          index,
+		AgentID:        cleanID(w.str[eAgentID]),
+		Label:          Clean(w.str[eLabel], maxNameLen),
+		State:          Clean(w.str[eState], maxIDLen),
+		Cached:         w.cached,
+		PhaseIndex:     phase,
+		PhaseTitle:     Clean(w.str[ePhaseTitle], maxNameLen),
+		QueuedAt:       count(w.num[eQueuedAt], &badFields),
+		StartedAt:      count(w.num[eStartedAt], &badFields),
+		EndedAt:        count(w.num[eEndedAt], &badFields),
+		LastProgressAt: count(w.num[eLastProgressAt], &badFields),
+		DurationMs:     count(w.num[eDurationMs], &badFields),
+		Tokens:         count(w.num[eTokens], &badFields),
+		ToolCalls:      count(w.num[eToolCalls], &badFields),
+		Error:          d.errorText(w.str[eError]),
+	}
+	if d.opts.KeepPreviews {
+		e.ResultPreview = Clean(w.str[eResultPreview], maxPreviewLen)
+		e.PromptPreview = Clean(w.str[ePromptPreview], maxPreviewLen)
+	}
+	return e, entryApplied, badFields
 }

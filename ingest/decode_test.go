@@ -92,8 +92,18 @@ func TestDecode(t *testing.T) {
 		{name: "truncated json of interest", line: `{"type":"system","subtype":"task_started","task_id":"t" "x"}`, reason: ReasonInvalidJSON},
 		{name: "wrong type", line: `{"type":"system","subtype":"task_started","task_id":5}`, reason: ReasonBadShape},
 		{name: "missing task id", line: `{"type":"system","subtype":"task_notification","status":"completed"}`, reason: ReasonBadShape},
-		{name: "updated without patch", line: `{"type":"system","subtype":"task_updated","task_id":"t"}`, reason: ReasonBadShape},
-		{name: "progress with a wrong entry shape", line: `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":"one"}]}`, reason: ReasonBadShape},
+		{name: "updated without patch changes nothing", line: `{"type":"system","subtype":"task_updated","task_id":"t"}`, kind: KindTaskUpdated,
+			check: func(t *testing.T, ev *Event) {
+				if ev.PatchStatus != "" || ev.BadFields != 0 {
+					t.Errorf("%+v", ev)
+				}
+			}},
+		{name: "progress with a wrong entry shape skips the entry", line: `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":"one"}]}`, kind: KindTaskProgress,
+			check: func(t *testing.T, ev *Event) {
+				if !ev.HasProgress || len(ev.Entries) != 0 || ev.BadEntries != 1 || ev.BadFields != 0 {
+					t.Errorf("%+v", ev)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,6 @@
 // Differential tests of the scanner (fastscan.go, fastdecode.go) against
-// the encoding/json path, which is the reference: same Events, same
-// reasons, for any input.
+// the plain path (decodePlain: encoding/json into maps of raw members),
+// which is the reference: same Events, same reasons, for any input.
 package ingest
 
 import (
@@ -33,8 +33,9 @@ func compareFastPlain(t *testing.T, lines [][]byte, opts DecodeOptions) {
 	}
 }
 
-// trickyLines are lines where the scanner must agree with encoding/json on
-// a detail: escapes, numbers, literals, types, keys, nesting, garbage.
+// trickyLines are lines where the scanner must agree with the plain path
+// on a detail: escapes, numbers, literals, types (each costing its field
+// alone), keys (matched exactly, case included), nesting, garbage.
 var trickyLines = []string{
 	// Strings: every escape, surrogate pairs and lone halves, invalid
 	// escapes, raw control characters, invalid UTF-8, U+FFFD itself.
@@ -109,7 +110,9 @@ var trickyLines = []string{
 	`{"type":"control_response","response":{"subtype":"success","request_id":"r"}}`,
 	`{"type":"control_response","response":{"subtype":"success","request_id":"r","Request_ID":"x"}}`,
 	`{"type":"system","subtype":"init","session_id":"s","tools":["a",{"b":[true,false,null]}]}`,
-	// Keys: duplicates, case folding (ASCII, Kelvin sign, long s), escapes.
+	// Keys: duplicates (the last wins), keys equal to a field's name but
+	// for case (ASCII, Kelvin sign, long s: unknown keys, skipped, as JSON
+	// names are case-sensitive), escapes (unescaped before matching).
 	`{"type":"system","subtype":"task_started","task_id":"a","task_id":"b"}`,
 	`{"type":"system","subtype":"task_started","task_id":"a","Task_ID":"b"}`,
 	`{"type":"system","subtype":"task_started","TASK_ID":"b"}`,
@@ -119,6 +122,26 @@ var trickyLines = []string{
 	"{\"type\":\"system\",\"\u017fubtype\":\"task_started\",\"task_id\":\"a\"}",
 	`{"type":"system","subtype":"task_started","task_\u0069d":"a"}`,
 	`{"type":"system","subtype":"task_started","task_id":"a","":1,"unknown":{"x":[[[]]]}}`,
+	`{"type":"system","subtype":"task_notification","task_id":"a","status":"completed","Status":"failed","TASK_ID":"b","SubType":"task_started","Type":"user"}`,
+	`{"Type":"system","SubType":"task_started","Task_Id":"a"}`,
+	`{"type":"system","subtype":"task_updated","task_id":"a","patch":{"status":"failed","Status":"completed","END_TIME":5,"end_time":7}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","Type":"workflow_phase","index":1,"Index":2,"State":"done","state":"start"}]}`,
+	`{"type":"control_request","request_id":"r","request":{"subtype":"interrupt","SubType":"stop_task","Session_ID":"x","session_id":"s"}}`,
+	// written_at: RFC 3339 or a bad field.
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":"2026-11-30T10:15:02.123Z"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":"2026-11-30T10:15:02+01:00"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":"2026-11-30T10:15:02.123\u005a"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":"2026-11-30 10:15:02Z"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":"1969-12-31T23:59:59Z"}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":1796000000000}`,
+	`{"type":"system","subtype":"task_started","task_id":"a","written_at":null}`,
+	`{"type":"control_response","written_at":"x","response":{"subtype":"success","request_id":7}}`,
+	// Counts and indexes out of range, elements of every kind.
+	`{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":-1,"tool_uses":9007199254740994,"duration_ms":-0.5}}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[1,"x",[],true,false,null,{},{"type":5},{"type":null},{"type":"future"},{"type":""}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":-1},{"type":"workflow_agent","index":1.5},{"type":"workflow_agent","index":1e20},{"type":"workflow_agent","index":"3"},{"type":"workflow_phase","index":1048577},{"type":"workflow_phase","index":1048576},{"type":"workflow_agent","index":2e0},{"type":"workflow_agent","index":-0}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":1,"phaseIndex":-1},{"type":"workflow_agent","index":2,"phaseIndex":0.5},{"type":"workflow_agent","index":3,"phaseIndex":"1","tokens":"7","label":7,"cached":"yes","startedAt":1e400,"endedAt":-3}]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_phase","index":1,"title":5,"tokens":"x","phaseIndex":-1}]}`,
 	// Structure: trailing commas, garbage, missing pieces, whitespace.
 	`{"type":"system","subtype":"task_started","task_id":"a",}`,
 	`{"type":"system","subtype":"task_started","task_id":"a"}}`,
@@ -199,7 +222,6 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 	}
 	unsure := map[string]string{
 		"duplicate key":      `{"type":"system","subtype":"task_started","task_id":"a","task_id":"b"}`,
-		"folded key":         `{"type":"system","subtype":"task_started","Task_Id":"a"}`,
 		"escaped key":        `{"type":"system","subtype":"task_started","task_\u0069d":"a"}`,
 		"non-ASCII key":      "{\"type\":\"system\",\"\u017fubtype\":\"task_started\",\"task_id\":\"a\"}",
 		"deep nesting":       `{"type":"system","x":` + strings.Repeat("[", maxScanDepth) + strings.Repeat("]", maxScanDepth) + `}`,
@@ -216,8 +238,10 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 		`{"type":"system","subtype":"task_started","task_id":"a\x"}`:                               ReasonInvalidJSON,
 		`{"type":"system","subtype":"task_started","task_id":5}`:                                   ReasonBadShape,
 		`{"type":"system","subtype":"task_started","task_id":"a","x":nul}`:                         ReasonInvalidJSON,
-		`{"type":"system","subtype":"task_progress","task_id":"a","usage":{"total_tokens":1e999}}`: ReasonBadShape,
+		`{"type":"system","subtype":"task_progress","task_id":"a","usage":{"total_tokens":1e999}}`: ReasonNone,
 		`{"type":"system","subtype":"task_started","task_id":"a","Key":1}`:                         ReasonNone,
+		`{"type":"system","subtype":"task_started","Task_Id":"a"}`:                                 ReasonBadShape,
+		`{"type":"system","subtype":"task_started","task_id":"a","Task_Id":"b"}`:                   ReasonNone,
 	}
 	for l, want := range sure {
 		_, r, ok := d.decodeFast(SourceStdout, []byte(l))
@@ -227,24 +251,22 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 	}
 }
 
-// TestFastFieldNamesMatchTags: the scanner's key lists are the json tags of
-// the wire structs, which decodePlain reads.
-func TestFastFieldNamesMatchTags(t *testing.T) {
-	cases := []struct {
-		typ   any
-		names []string
-	}{
-		{wire{}, wireFields}, {wireUsage{}, usageFields}, {wirePatch{}, patchFields},
-		{wireRequest{}, requestFields}, {wireResponse{}, responseFields}, {wireEntry{}, entryFields},
-	}
-	for _, c := range cases {
-		rt := reflect.TypeOf(c.typ)
-		var tags []string
-		for i := range rt.NumField() {
-			tags = append(tags, rt.Field(i).Tag.Get("json"))
+// TestFastFieldNamesMatchTables: the scanner's switches on names agree
+// with the tables of names decodePlain looks up.
+func TestFastFieldNamesMatchTables(t *testing.T) {
+	for f, name := range wireFields {
+		if got := wireField([]byte(name)); got != f {
+			t.Errorf("wireField(%q) = %d, want %d", name, got, f)
 		}
-		if !reflect.DeepEqual(tags, c.names) {
-			t.Errorf("%s: tags %q, scanner's names %q", rt.Name(), tags, c.names)
+	}
+	for f, name := range entryFields {
+		if got := entryField([]byte(name)); got != f {
+			t.Errorf("entryField(%q) = %d, want %d", name, got, f)
+		}
+	}
+	for _, name := range []string{"Type", "TASK_ID", "SubType", "Index", "agentid", ""} {
+		if wireField([]byte(name)) >= 0 || entryField([]byte(name)) >= 0 {
+			t.Errorf("%q matched a field", name)
 		}
 	}
 }

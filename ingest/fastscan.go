@@ -15,12 +15,14 @@ import (
 // a validating pre-pass and a string per field. The scanner below reads the
 // fields of wire and wireEntry, and only those, in one pass that also
 // validates the whole line with encoding/json's grammar, so that it can say
-// "invalid_json" by itself. It gives up (scanUnsure) on anything where
-// encoding/json's behaviour is less simple than a byte compare: a key with
-// an escape or a non-ASCII byte, a key that matches a field only without
-// regard to case, a duplicate field, nesting deeper than maxScanDepth. The
-// line then goes to decodePlain, which stays the reference:
-// FuzzFastDecode checks that both give the same Events and reasons.
+// "invalid_json" by itself. Names are matched exactly, as JSON's are
+// case-sensitive. A value of the wrong type is skipped (validated) and
+// marked bad for its field alone. The scanner gives up (scanUnsure) where
+// decoding is less simple than a byte compare: a key with an escape or a
+// non-ASCII byte, a duplicate field (the last one wins), nesting deeper
+// than maxScanDepth. The line then goes to decodePlain, which stays the
+// reference: FuzzFastDecode checks that both give the same Events and
+// reasons.
 
 // scanStatus is the outcome of scanning a value.
 type scanStatus uint8
@@ -44,24 +46,23 @@ type span struct {
 	set      bool
 }
 
-// fastScan is the scanner's state; it lives in the Decoder and is reused.
+// fastScan is a scanner's state; it lives in the Decoder and is reused.
 type fastScan struct {
 	b       []byte
 	depth   int
-	typeErr bool // a value of the wrong type for its field (bad_shape)
 	scratch []byte
 	memo    *stringMemo
-	session string // what wire.SessionID points to, to spare an allocation
-	usage   wireUsage
-	patch   wirePatch
-	request wireRequest
-	resp    wireResponse
-	// The top-level strings, turned into strings only if convert reads them.
-	typ, subtype, sessionID, taskID, runID, toolUseID, taskType, workflowName,
-	description, parentTaskID, status, summary, reason, requestID span
+}
+
+// topScan is what the line's scanner found at the top level, beside what
+// it put in the Decoder's wire directly.
+type topScan struct {
+	// The top-level strings, turned into strings only if convert reads
+	// them, by field number.
+	spans      [numWireFields]span
+	bad        uint32 // like wire.bad
 	taskIDRaw  [2]int // the task_id value's bytes, the snapshot cache's key
-	progress   [2]int // the workflow_progress value's bytes
-	progressOK bool   // it was an array, decoded into the cache's spare
+	progressOK bool   // workflow_progress was an array, decoded into the cache's spare
 }
 
 func (s *fastScan) ws(i int) int {
@@ -262,10 +263,9 @@ func (s *fastScan) array(i int) (int, scanStatus) {
 type fieldFunc func(key []byte, i int) (end int, known bool, st scanStatus)
 
 // object scans the object that opens at b[i], handing each key to field
-// (nil: skip every value). A key that is no field but matches one without
-// regard to case, or that is not plain ASCII, makes it unsure: encoding/json
-// would fold or unescape it. The check needs fieldNames.
-func (s *fastScan) object(i int, field fieldFunc, fieldNames ...string) (int, scanStatus) {
+// (nil: skip every value). A key that is not plain ASCII makes it unsure:
+// encoding/json would unescape it (or replace invalid UTF-8) first.
+func (s *fastScan) object(i int, field fieldFunc) (int, scanStatus) {
 	if s.depth++; s.depth > maxScanDepth {
 		return 0, scanUnsure
 	}
@@ -302,9 +302,6 @@ func (s *fastScan) object(i int, field fieldFunc, fieldNames ...string) (int, sc
 			if st != scanOK {
 				return 0, st
 			}
-			if !known && foldsToAny(key, fieldNames) {
-				return 0, scanUnsure
-			}
 		}
 		if !known {
 			if end, st = s.skip(i); st != scanOK {
@@ -327,75 +324,53 @@ func (s *fastScan) object(i int, field fieldFunc, fieldNames ...string) (int, sc
 	}
 }
 
-// foldsToAny reports whether an ASCII key equals one of names without
-// regard to case (encoding/json's second-chance match).
-func foldsToAny(key []byte, names []string) bool {
-	for _, n := range names {
-		if len(n) != len(key) {
-			continue
-		}
-		eq := true
-		for j := range len(n) {
-			a, c := n[j], key[j]
-			if a != c && lower(a) != lower(c) {
-				eq = false
-				break
-			}
-		}
-		if eq {
-			return true
-		}
-	}
-	return false
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
-}
-
-// strField scans a value for a string field: a string, or null (no change);
-// anything else is a type error.
-func (s *fastScan) strField(i int, dst *span) (int, scanStatus) {
+// strField scans a value for a string field: a string, or null (no
+// change); bad reports any other value, which is skipped.
+func (s *fastScan) strField(i int, dst *span) (end int, st scanStatus, bad bool) {
 	switch s.b[i] {
 	case '"':
 		end, sp, st := s.str(i)
 		if st == scanOK {
 			*dst = sp
 		}
-		return end, st
+		return end, st, false
 	case 'n':
-		return s.literal(i, "null")
+		end, st = s.literal(i, "null")
+		return end, st, false
 	}
-	s.typeErr = true
-	return s.skip(i)
+	end, st = s.skip(i)
+	return end, st, true
 }
 
-// floatField scans a value for a float64 field like encoding/json: a number
-// (out of range is a type error), or null (no change).
-func (s *fastScan) floatField(i int, dst *float64) (int, scanStatus) {
+// floatField scans a value for a number field: a number, or null (no
+// change); bad reports any other value, and a number that overflows a
+// float64 (1e400), which leave dst unchanged.
+func (s *fastScan) floatField(i int, dst *float64) (end int, st scanStatus, bad bool) {
 	b := s.b
 	switch c := b[i]; {
 	case c == '-' || '0' <= c && c <= '9':
 		end, st := s.number(i)
 		if st != scanOK {
-			return 0, st
+			return 0, st, false
 		}
-		*dst, st = s.parseFloat(b[i:end])
-		return end, st
+		f, ok := parseFloat(b[i:end])
+		if ok {
+			*dst = f
+		}
+		return end, scanOK, !ok
 	case c == 'n':
-		return s.literal(i, "null")
+		end, st = s.literal(i, "null")
+		return end, st, false
 	}
-	s.typeErr = true
-	return s.skip(i)
+	end, st = s.skip(i)
+	return end, st, true
 }
 
-// parseFloat converts a number the scanner checked. Plain integers of up
-// to 15 digits are exact in a float64, so converting them directly gives
-// what strconv.ParseFloat gives.
-func (s *fastScan) parseFloat(num []byte) (float64, scanStatus) {
+// parseFloat converts a number the scanner checked; ok is false when it
+// overflows a float64. Plain integers of up to 15 digits are exact in a
+// float64, so converting them directly gives what strconv.ParseFloat
+// gives.
+func parseFloat(num []byte) (float64, bool) {
 	if len(num) <= 15 && num[0] != '-' {
 		var n int64
 		plain := true
@@ -407,31 +382,43 @@ func (s *fastScan) parseFloat(num []byte) (float64, scanStatus) {
 			n = n*10 + int64(c-'0')
 		}
 		if plain {
-			return float64(n), scanOK
+			return float64(n), true
 		}
 	}
 	// strconv copies the string into the error it returns, if any.
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(num), len(num)), 64)
-	if err != nil {
-		s.typeErr = true
-		return 0, scanOK
-	}
-	return f, scanOK
+	return f, err == nil
 }
 
-func (s *fastScan) boolField(i int, dst *bool) (int, scanStatus) {
+// boolField scans a value for a bool field: true, false, or null (no
+// change); bad reports any other value.
+func (s *fastScan) boolField(i int, dst *bool) (end int, st scanStatus, bad bool) {
 	switch s.b[i] {
 	case 't':
 		*dst = true
-		return s.literal(i, "true")
+		end, st = s.literal(i, "true")
+		return end, st, false
 	case 'f':
 		*dst = false
-		return s.literal(i, "false")
+		end, st = s.literal(i, "false")
+		return end, st, false
 	case 'n':
-		return s.literal(i, "null")
+		end, st = s.literal(i, "null")
+		return end, st, false
 	}
-	s.typeErr = true
-	return s.skip(i)
+	end, st = s.skip(i)
+	return end, st, true
+}
+
+// raw returns a scanned string's contents, unescaped into the scratch
+// buffer if need be: valid until the scanner's next call.
+func (s *fastScan) raw(sp span) []byte {
+	b := s.b[sp.off:sp.end]
+	if sp.esc {
+		s.scratch = appendUnquoted(s.scratch[:0], b)
+		b = s.scratch
+	}
+	return b
 }
 
 // text returns a scanned string as encoding/json decodes it.
@@ -439,11 +426,7 @@ func (s *fastScan) text(sp span) string {
 	if !sp.set {
 		return ""
 	}
-	b := s.b[sp.off:sp.end]
-	if sp.esc {
-		s.scratch = appendUnquoted(s.scratch[:0], b)
-		b = s.scratch
-	}
+	b := s.raw(sp)
 	if s.memo == nil {
 		s.memo = new(stringMemo)
 	}

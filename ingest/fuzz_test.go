@@ -6,7 +6,8 @@
 //     lines over the cap); Len adds up to the input; nothing kept exceeds the cap.
 //   - FuzzDecoder: any line decodes to an event or a reason, never both, and
 //     never panics; every decoded string is valid UTF-8 without control or
-//     bidi characters and within its bound; numbers are never negative.
+//     bidi characters and within its bound; numbers and the counts of bad
+//     fields and entries are never negative; At is left to the pipeline.
 //   - FuzzDecoderReuse: decoding a line after another line gives the same
 //     event as a fresh decoder (no state leaks between lines).
 //   - FuzzTracker: the input is a program over a small alphabet of realistic
@@ -212,6 +213,12 @@ func checkEvent(t *testing.T, ev *ingest.Event, keep bool) {
 	if ev.Times() < 0 {
 		t.Errorf("Times %d", ev.Times())
 	}
+	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 || ev.At != 0 {
+		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d, At %d", ev.BadFields, ev.BadEntries, ev.WrittenAt, ev.At)
+	}
+	if ev.Kind != ingest.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
+		t.Errorf("%v with BadEntries %d, HasProgress %v", ev.Kind, ev.BadEntries, ev.HasProgress)
+	}
 }
 
 func decoderSeeds(f *testing.F) [][]byte {
@@ -228,6 +235,14 @@ func decoderSeeds(f *testing.F) [][]byte {
 		`{"type":"control_response","response":{"subtype":"success","request_id":"init","response":{"account":{"token":"CANARY-TOKEN"}}}}`,
 		"{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"\xff\xfe\"}",
 		`{"type":"system","subtype":"task_progress","task_id":"w","workflow_progress":[{"type":"workflow_phase","index":1,"title":"` + strings.Repeat("é", 300) + `"}]}`,
+		// Bad fields cost themselves only; bad elements are skipped.
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","usage":{"total_tokens":"9","duration_ms":1e400},"written_at":"2026-11-30T10:15:02.123Z"}`,
+		`{"type":"system","subtype":"task_updated","task_id":"w","patch":"killed","written_at":"nope"}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w","workflow_progress":[1,"x",[],true,null,{"type":5},{"index":1},{"type":"workflow_agent","index":-1},{"type":"workflow_agent","index":1.5},{"type":"workflow_agent","index":1e20},{"type":"workflow_agent","index":"3"},{"type":"workflow_agent","index":2,"phaseIndex":-1,"tokens":"x","cached":"y"}]}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w","workflow_progress":{"type":"workflow_agent"}}`,
+		// Names are case-sensitive.
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","Status":"failed","TASK_ID":"x","SubType":"task_started","Type":"user"}`,
+		`{"Type":"system","SubType":"task_notification","Task_ID":"w","Status":"completed"}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}

@@ -14,15 +14,15 @@ import (
 // together with the Entry they decoded to. An element of a new snapshot
 // whose bytes equal a remembered element is not decoded again: decoding is
 // a pure function of the element's bytes (and the decoder's options), so
-// the cached Entry is exactly what decoding would give. Comparing bytes in
+// the cached Entry, and the cached count of its bad fields or whether it
+// was a bad entry, are exactly what decoding would give. Comparing bytes in
 // place (bytes.HasPrefix) needs no tokenizing: a JSON object ends at its
 // closing brace, so a complete remembered element that is a prefix of the
 // rest of the line is that element.
 //
 // The rest of the line and every element that is new are read by the
-// scanner of fastscan.go. Anything unusual (escaped or case-folded keys, a
-// duplicate key, a syntax error inside the array) makes the fast path give
-// up, and the line is decoded by the plain path, which is the reference:
+// scanner of fastscan.go. Anything unusual (escaped keys, a duplicate
+// key, a syntax error inside the array) makes the fast path give up, and the line is decoded by the plain path, which is the reference:
 // FuzzSnapshotDecode and FuzzFastDecode check that both agree.
 
 // maxSnapshotCaches bounds how many tasks' last snapshots are kept; each
@@ -31,9 +31,10 @@ const maxSnapshotCaches = 4
 
 // cachedElem is one element of a remembered snapshot.
 type cachedElem struct {
-	off, end int  // the element's bytes in snapshotCache.buf
-	entry    int  // what it decoded to: an index in snapshotCache.entries, or -1 (an ignored type or null)
-	typeErr  bool // valid JSON of the wrong shape (a bad_shape task_progress)
+	off, end  int  // the element's bytes in snapshotCache.buf
+	entry     int  // what it decoded to: an index in snapshotCache.entries, or -1 (ignored or skipped)
+	badFields int  // its fields that were unusable (Event.BadFields)
+	badEntry  bool // skipped whole: not an object, no readable type or index (Event.BadEntries)
 }
 
 // snapshotCache is the last workflow_progress array seen for one task.
@@ -42,8 +43,9 @@ type snapshotCache struct {
 	buf     []byte
 	elems   []cachedElem
 	entries []Entry // the agents and phases, in order: the Event's Entries
-	typeErr bool    // some element has the wrong shape
-	used    uint64  // for least-recently-used eviction
+	// The sums over elems of badFields and badEntry: the Event's counts.
+	badFields, badEntries int
+	used                  uint64 // for least-recently-used eviction
 }
 
 func (c *snapshotCache) elem(j int) []byte {
@@ -111,7 +113,7 @@ func (s *snapshotState) takeSpare() *snapshotCache {
 	c.elems = c.elems[:0]
 	clear(c.entries) // drop the strings
 	c.entries = c.entries[:0]
-	c.typeErr = false
+	c.badFields, c.badEntries = 0, 0
 	return c
 }
 
@@ -147,7 +149,7 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 		off := len(cur.buf)
 		if hit != nil {
 			cur.buf = append(cur.buf, hitBytes...)
-			el := cachedElem{off: off, end: len(cur.buf), entry: -1, typeErr: hit.typeErr}
+			el := cachedElem{off: off, end: len(cur.buf), entry: -1, badFields: hit.badFields, badEntry: hit.badEntry}
 			if hit.entry >= 0 {
 				el.entry = len(cur.entries)
 				cur.entries = append(cur.entries, prev.entries[hit.entry])
@@ -164,7 +166,11 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 			el.off, el.end = off, len(cur.buf)
 			i = vEnd
 		}
-		cur.typeErr = cur.typeErr || cur.elems[len(cur.elems)-1].typeErr
+		el := &cur.elems[len(cur.elems)-1]
+		cur.badFields += el.badFields
+		if el.badEntry {
+			cur.badEntries++
+		}
 		i = skipWS(line, i)
 		if i >= len(line) {
 			return 0, false
@@ -188,19 +194,21 @@ func (d *Decoder) decodeElem(line []byte, i int, cur *snapshotCache) (end int, o
 	we := &d.snap.we
 	*we = wireEntry{}
 	d.snap.decoded++
-	end, st, typeErr := d.scanElem(line, i, we)
-	switch {
-	case st != scanOK:
+	end, st, obj := d.scanElem(line, i, we)
+	if st != scanOK {
 		return 0, false
-	case typeErr:
-		// Like decoding the whole array: the snapshot is bad_shape.
-		cur.elems = append(cur.elems, cachedElem{entry: -1, typeErr: true})
-		return end, true
 	}
-	el := cachedElem{entry: -1}
-	if en, ok := d.entry(we); ok {
-		el.entry = len(cur.entries)
-		cur.entries = append(cur.entries, en)
+	el := cachedElem{entry: -1, badEntry: !obj}
+	if obj {
+		en, out, bad := d.entry(we)
+		el.badFields = bad
+		switch out {
+		case entryApplied:
+			el.entry = len(cur.entries)
+			cur.entries = append(cur.entries, en)
+		case entrySkipped:
+			el.badEntry = true
+		}
 	}
 	cur.elems = append(cur.elems, el)
 	return end, true

@@ -1,5 +1,5 @@
 // Tests of the snapshot fast path of the decoder (snapshot.go): it must
-// decode exactly what the plain encoding/json path decodes, line after
+// decode exactly what the plain path (decodePlain) decodes, line after
 // line, and decode each unchanged agent of a snapshot only once.
 package ingest
 
@@ -57,14 +57,20 @@ func snap(elems ...string) string { return snapHead + "[" + strings.Join(elems, 
 // snapshotSequences are sequences of lines where the fast path's cache,
 // its fallbacks and its validation all matter.
 var snapshotSequences = map[string][]string{
-	"grow and change":                 {snap(phase1, agent1), snap(phase1, agent1, agent2), snap(phase1, agent1, agent2b), snap(phase1, agent1, agent2b, agent3)},
-	"insert and remove":               {snap(agent1, agent2, agent3), snap(agent1, phase1, agent2, agent3), snap(agent1, agent3), snap(agent3), snap()},
-	"whitespace":                      {snap(agent1, agent2), snapHead + "[ " + agent1 + " ,\t" + agent2 + " ] }", snapHead + "[\r\n]}"},
-	"other kinds carry snapshots":     {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_updated", 1) + "", `{"type":"system","subtype":"task_updated","task_id":"w","patch":{"status":"completed"},"workflow_progress":[` + agent1 + `,{"index":"not a number"}]}`},
-	"type errors":                     {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`)},
+	"grow and change":             {snap(phase1, agent1), snap(phase1, agent1, agent2), snap(phase1, agent1, agent2b), snap(phase1, agent1, agent2b, agent3)},
+	"insert and remove":           {snap(agent1, agent2, agent3), snap(agent1, phase1, agent2, agent3), snap(agent1, agent3), snap(agent3), snap()},
+	"whitespace":                  {snap(agent1, agent2), snapHead + "[ " + agent1 + " ,\t" + agent2 + " ] }", snapHead + "[\r\n]}"},
+	"other kinds carry snapshots": {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_updated", 1) + "", `{"type":"system","subtype":"task_updated","task_id":"w","patch":{"status":"completed"},"workflow_progress":[` + agent1 + `,{"index":"not a number"}]}`},
+	"type errors":                 {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`), snap(agent1, `5`, `"s"`, `null`, `[]`, `true`)},
+	"bad fields reused": {
+		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`),
+		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`, agent2),
+		snap(`{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"index":2}`, agent2b),
+		snap(),
+	},
 	"syntax errors":                   {snap(agent1, agent2), snap(agent1, `{"type":}`), snapHead + "[" + agent1 + ",]}", snapHead + "[" + agent1 + "}", snapHead + "[" + agent1 + "]", snapHead + "[" + agent1 + "]}}", snapHead + "[" + agent1 + "]} x", snapHead + "[" + agent1 + agent2 + "]}"},
 	"numbers are not self-delimiting": {snap(`1`, agent1), snap(`12`, agent1), snap(`1 2`, agent1), snap(`null`), snap(`nullx`)},
-	"keys encoding/json folds": {
+	"keys differing in case or escaped": {
 		snap(agent1),
 		strings.Replace(snap(agent1), `"workflow_progress"`, `"Workflow_Progress"`, 1),
 		strings.Replace(snap(agent1), `"workflow_progress"`, `"workflow\u005fprogress"`, 1),

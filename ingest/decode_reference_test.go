@@ -1,0 +1,377 @@
+// A reference decoder for the rules of issue #17, written from scratch on
+// json.Decoder with UseNumber into generic values (maps match names
+// exactly; the last of duplicate keys wins), and a differential fuzz test
+// of both real decoding paths against it.
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refEntry is what the comparison checks of an Entry.
+type refEntry struct {
+	Phase              bool
+	Index, PhaseIndex  int
+	AgentID, State     string
+	Cached             bool
+	StartedAt, EndedAt int64
+	Tokens             int64
+}
+
+// refEvent is what the comparison checks of a decoded line.
+type refEvent struct {
+	Reason                Reason
+	Kind                  Kind
+	TaskID, RunID, SessID string
+	Status, PatchStatus   string
+	RequestSubtype        string
+	PatchEndTime          int64
+	Usage                 Usage
+	HasUsage, HasProgress bool
+	Entries               []refEntry
+	BadFields, BadEntries int
+	WrittenAt             int64
+}
+
+// fromEvent projects a decoder's result onto refEvent.
+func fromEvent(ev *Event, r Reason) refEvent {
+	if ev == nil {
+		return refEvent{Reason: r}
+	}
+	out := refEvent{Reason: r, Kind: ev.Kind, TaskID: ev.TaskID, RunID: ev.RunID, SessID: ev.SessionID,
+		Status: ev.Status, PatchStatus: ev.PatchStatus, RequestSubtype: ev.RequestSubtype, PatchEndTime: ev.PatchEndTime,
+		Usage: ev.Usage, HasUsage: ev.HasUsage, HasProgress: ev.HasProgress,
+		BadFields: ev.BadFields, BadEntries: ev.BadEntries, WrittenAt: ev.WrittenAt}
+	for _, e := range ev.Entries {
+		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
+			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens})
+	}
+	return out
+}
+
+// refReader reads members of generic objects and counts the bad ones.
+type refReader struct{ bad int }
+
+func (r *refReader) str(m map[string]any, k string) string {
+	v := m[k]
+	if v == nil {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		r.bad++
+	}
+	return s
+}
+
+// num reads a count or an epoch-ms time.
+func (r *refReader) num(m map[string]any, k string) int64 {
+	v := m[k]
+	if v == nil {
+		return 0
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		r.bad++
+		return 0
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || f < 0 || f > 9007199254740992 {
+		r.bad++
+		return 0
+	}
+	return int64(f)
+}
+
+func (r *refReader) boolean(m map[string]any, k string) bool {
+	v := m[k]
+	if v == nil {
+		return false
+	}
+	b, ok := v.(bool)
+	if !ok {
+		r.bad++
+	}
+	return b
+}
+
+func (r *refReader) obj(m map[string]any, k string) map[string]any {
+	v := m[k]
+	if v == nil {
+		return nil
+	}
+	o, ok := v.(map[string]any)
+	if !ok {
+		r.bad++
+	}
+	return o
+}
+
+// refIndex reads an index: an integer in [0, 2^20]; absent is 0.
+func refIndex(v any) (int, bool) {
+	if v == nil {
+		return 0, true
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || f < 0 || f > 1<<20 || math.Floor(f) != f {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// refDecode decodes one line by the rules, from scratch.
+func refDecode(line []byte) refEvent {
+	none := refEvent{}
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return none
+	}
+	if line[0] != '{' || line[len(line)-1] != '}' {
+		return refEvent{Reason: ReasonInvalidJSON}
+	}
+	// The cheap dismissals in front of decoding: a leading plain "type"
+	// that is neither system nor control_*, then the markers.
+	if rest, ok := bytes.CutPrefix(line, []byte(`{"type":"`)); ok {
+		rest = rest[:min(len(rest), 64)]
+		if q := bytes.IndexByte(rest, '"'); q >= 0 && !bytes.Contains(rest[:q], []byte(`\`)) {
+			if t := string(rest[:q]); t != "system" && !strings.HasPrefix(t, "control_") {
+				return none
+			}
+		}
+	}
+	if !bytes.Contains(line, []byte(`"task_`)) && !bytes.Contains(line, []byte(`"control_`)) && !bytes.Contains(line, []byte(`"init"`)) {
+		return none
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+		return refEvent{Reason: ReasonInvalidJSON}
+	}
+	m := v.(map[string]any)
+	badShape := refEvent{Reason: ReasonBadShape}
+
+	var ev refEvent
+	typ, ok := m["type"].(string)
+	if !ok {
+		if m["type"] != nil {
+			return badShape
+		}
+		return none
+	}
+	switch typ {
+	case "system":
+		sub, ok := m["subtype"].(string)
+		if !ok && m["subtype"] != nil {
+			return badShape
+		}
+		kinds := map[string]Kind{"init": KindInit, "task_started": KindTaskStarted, "task_progress": KindTaskProgress,
+			"task_updated": KindTaskUpdated, "task_notification": KindTaskNotification}
+		if ev.Kind = kinds[sub]; ev.Kind == KindNone {
+			return none
+		}
+		if ev.Kind != KindInit {
+			if id, _ := m["task_id"].(string); id == "" {
+				return badShape
+			}
+		}
+	case "control_request", "control_response":
+		k := map[string]string{"control_request": "request", "control_response": "response"}[typ]
+		if _, ok := m[k].(map[string]any); !ok {
+			return badShape
+		}
+		ev.Kind = map[string]Kind{"control_request": KindControlRequest, "control_response": KindControlResponse}[typ]
+	default:
+		return none
+	}
+
+	var r refReader
+	if s := r.str(m, "written_at"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if ms := t.UnixMilli(); err != nil || ms < 0 {
+			r.bad++
+		} else {
+			ev.WrittenAt = ms
+		}
+	} else if _, isStr := m["written_at"].(string); isStr {
+		r.bad++ // "" is no time either
+	}
+	switch ev.Kind {
+	case KindInit:
+		ev.SessID = r.str(m, "session_id")
+	case KindControlRequest:
+		r.str(m, "request_id")
+		req := m["request"].(map[string]any)
+		ev.RequestSubtype = r.str(req, "subtype")
+		ev.SessID = r.str(req, "session_id")
+		ev.TaskID = r.str(req, "task_id")
+	case KindControlResponse:
+		ev.SessID = r.str(m, "session_id")
+		resp := m["response"].(map[string]any)
+		ev.RequestSubtype = r.str(resp, "subtype")
+		r.str(resp, "request_id")
+	default:
+		ev.TaskID = m["task_id"].(string)
+		ev.SessID = r.str(m, "session_id")
+		ev.RunID = r.str(m, "run_id")
+		r.str(m, "tool_use_id")
+		if u := r.obj(m, "usage"); u != nil {
+			ev.HasUsage = true
+			ev.Usage = Usage{TotalTokens: r.num(u, "total_tokens"), ToolUses: r.num(u, "tool_uses"), DurationMs: r.num(u, "duration_ms")}
+		}
+	}
+	switch ev.Kind {
+	case KindTaskStarted:
+		for _, k := range []string{"task_type", "workflow_name", "description", "parent_task_id"} {
+			r.str(m, k)
+		}
+	case KindTaskUpdated:
+		if p := r.obj(m, "patch"); p != nil {
+			ev.PatchStatus = r.str(p, "status")
+			ev.PatchEndTime = r.num(p, "end_time")
+			r.str(p, "error")
+		}
+	case KindTaskNotification:
+		ev.Status = r.str(m, "status")
+		r.str(m, "reason")
+		r.str(m, "summary")
+	case KindTaskProgress:
+		switch p := m["workflow_progress"].(type) {
+		case nil:
+		case []any:
+			ev.HasProgress = true
+			for _, el := range p {
+				e, ok := refElement(el, &r)
+				switch {
+				case !ok:
+					ev.BadEntries++
+				case e != nil:
+					ev.Entries = append(ev.Entries, *e)
+				}
+			}
+		default:
+			r.bad++
+		}
+	}
+	ev.BadFields = r.bad
+	// The decoder's strings are sanitized and bounded.
+	for _, s := range []*string{&ev.TaskID, &ev.RunID, &ev.SessID, &ev.Status, &ev.PatchStatus, &ev.RequestSubtype} {
+		*s = Clean(*s, maxIDLen)
+	}
+	return ev
+}
+
+// refElement converts one workflow_progress element: ok is false for a
+// bad entry, e is nil for an ignored one.
+func refElement(v any, r *refReader) (e *refEntry, ok bool) {
+	o, isObj := v.(map[string]any)
+	if !isObj {
+		return nil, false
+	}
+	typ, isStr := o["type"].(string)
+	if !isStr {
+		return nil, false
+	}
+	if typ != "workflow_phase" && typ != "workflow_agent" {
+		return nil, true
+	}
+	idx, ok := refIndex(o["index"])
+	if !ok {
+		return nil, false
+	}
+	if typ == "workflow_phase" {
+		r.str(o, "title")
+		return &refEntry{Phase: true, Index: idx}, true
+	}
+	e = &refEntry{Index: idx}
+	e.AgentID = Clean(r.str(o, "agentId"), maxIDLen)
+	e.State = Clean(r.str(o, "state"), maxIDLen)
+	for _, k := range []string{"label", "phaseTitle", "error", "resultPreview", "promptPreview"} {
+		r.str(o, k)
+	}
+	e.Cached = r.boolean(o, "cached")
+	if e.PhaseIndex, ok = refIndex(o["phaseIndex"]); !ok {
+		r.bad++
+	}
+	e.StartedAt = r.num(o, "startedAt")
+	e.EndedAt = r.num(o, "endedAt")
+	e.Tokens = r.num(o, "tokens")
+	for _, k := range []string{"queuedAt", "lastProgressAt", "durationMs", "toolCalls"} {
+		r.num(o, k)
+	}
+	return e, true
+}
+
+// compareReference decodes lines in order with the fast path, the plain
+// path and the reference, and fails on the first disagreement.
+func compareReference(t *testing.T, lines [][]byte) {
+	t.Helper()
+	for _, opts := range []DecodeOptions{{}, {KeepPreviews: true, KeepErrors: true}} {
+		fast, plain := NewDecoder(opts), NewDecoder(opts)
+		plain.plainOnly = true
+		for i, l := range lines {
+			want := refDecode(l)
+			ev, r := fast.Decode(SourceStdout, l)
+			if got := fromEvent(ev, r); !reflect.DeepEqual(got, want) {
+				t.Fatalf("fast path, options %+v, line %d %q:\ngot:       %+v\nreference: %+v", opts, i, l, got, want)
+			}
+			ev, r = plain.Decode(SourceStdout, l)
+			if got := fromEvent(ev, r); !reflect.DeepEqual(got, want) {
+				t.Fatalf("plain path, options %+v, line %d %q:\ngot:       %+v\nreference: %+v", opts, i, l, got, want)
+			}
+		}
+	}
+}
+
+// referenceSeeds are the table cases, the tricky lines, the snapshot
+// sequences (one input each) and every line of the recordings.
+func referenceSeeds(tb testing.TB) [][]byte {
+	var seeds [][]byte
+	for _, c := range fieldCases {
+		seeds = append(seeds, []byte(c.line))
+	}
+	for _, l := range trickyLines {
+		seeds = append(seeds, []byte(l))
+	}
+	for _, seq := range snapshotSequences {
+		seeds = append(seeds, []byte(strings.Join(seq, "\n")))
+	}
+	seen := map[string]bool{}
+	for _, l := range corpusLines(tb) {
+		if !seen[string(l)] {
+			seen[string(l)] = true
+			seeds = append(seeds, l)
+		}
+	}
+	return seeds
+}
+
+func TestDecodeReference(t *testing.T) {
+	for _, s := range referenceSeeds(t) {
+		compareReference(t, bytes.Split(s, []byte("\n")))
+	}
+	// And the recordings as streams: the snapshot caches see them whole.
+	compareReference(t, corpusLines(t))
+}
+
+// FuzzDecodeReference splits its input at newlines and decodes the lines
+// in order with both decoding paths and the reference decoder.
+func FuzzDecodeReference(f *testing.F) {
+	for _, s := range referenceSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		compareReference(t, bytes.Split(data, []byte("\n")))
+	})
+}
