@@ -213,8 +213,8 @@ func checkEvent(t *testing.T, ev *ingest.Event, keep bool) {
 	if ev.Times() < 0 {
 		t.Errorf("Times %d", ev.Times())
 	}
-	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 || ev.At != 0 {
-		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d, At %d", ev.BadFields, ev.BadEntries, ev.WrittenAt, ev.At)
+	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 {
+		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d", ev.BadFields, ev.BadEntries, ev.WrittenAt)
 	}
 	if ev.Kind != ingest.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
 		t.Errorf("%v with BadEntries %d, HasProgress %v", ev.Kind, ev.BadEntries, ev.HasProgress)

@@ -464,7 +464,7 @@ func (t *Tracker) progress(ev *Event, at int64) {
 		r.SessionID = ev.SessionID
 	}
 	if ev.HasUsage && !r.Finished {
-		r.Usage = ev.Usage
+		r.Usage = mergeUsage(r.Usage, ev.Usage)
 	}
 	if !ev.HasProgress || !r.Workflow {
 		// A usage-only tick must not wipe the snapshot; a plain task has
@@ -671,7 +671,7 @@ func (t *Tracker) notified(ev *Event, at int64) {
 	r.Reason = ev.Reason
 	r.Summary = ev.Summary
 	if ev.HasUsage {
-		r.Usage = ev.Usage
+		r.Usage = mergeUsage(r.Usage, ev.Usage)
 	}
 	if r.End == 0 {
 		r.End = at
@@ -936,5 +936,23 @@ func (t *Tracker) control(ev *Event) {
 			}
 		}
 		t.emit(Lifecycle{Kind: InterruptRequested})
+	}
+}
+
+// mergeUsage merges a usage block into a run's: the newer value of each
+// counter wins, except a 0, which is what a bad or missing field reads as.
+// The counters are cumulative over the run, so a real 0 only ever comes
+// first.
+func mergeUsage(old, u Usage) Usage {
+	pick := func(o, n int64) int64 {
+		if n == 0 {
+			return o
+		}
+		return n
+	}
+	return Usage{
+		TotalTokens: pick(old.TotalTokens, u.TotalTokens),
+		ToolUses:    pick(old.ToolUses, u.ToolUses),
+		DurationMs:  pick(old.DurationMs, u.DurationMs),
 	}
 }

@@ -951,9 +951,7 @@ func TestTrackerBadLines(t *testing.T) {
 		{"not an object", "hello\n", ingest.ReasonInvalidJSON},
 		{"array", `[{"type":"system","subtype":"task_started"}]` + "\n", ingest.ReasonInvalidJSON},
 		{"task_id of the wrong type", `{"type":"system","subtype":"task_started","task_id":5}` + "\n", ingest.ReasonBadShape},
-		{"task_updated without patch", `{"type":"system","subtype":"task_updated","task_id":"w0"}` + "\n", ingest.ReasonBadShape},
 		{"task event without task_id", `{"type":"system","subtype":"task_notification","status":"completed"}` + "\n", ingest.ReasonBadShape},
-		{"workflow_progress not an array", `{"type":"system","subtype":"task_progress","task_id":"w0","workflow_progress":{"a":1}}` + "\n", ingest.ReasonBadShape},
 		{"task_progress over MaxLine", progress, ingest.ReasonTooLong},
 		{"assistant line over MaxLine", assistant, ingest.ReasonNone},
 		{"assistant line over MaxLine quoting a task event", assistantQuoting, ingest.ReasonNone},
@@ -1013,4 +1011,23 @@ func TestTrackerSnapshotFieldsDoNotLeakBetweenLines(t *testing.T) {
 			eq(t, "AgentStarted for w2 agent 2", countAgent(rec, ingest.AgentStarted, "w2", 2), 0)
 		},
 	}})
+}
+
+// TestTrackerBadFieldIsNotABadLine: lines that were bad_shape before issue
+// #17 because of a field other than their identity are events now; the
+// bad field is counted and costs nothing else.
+func TestTrackerBadFieldIsNotABadLine(t *testing.T) {
+	r := newPipeRig(ingest.PipelineOptions{})
+	r.out(lnWorkflow("w1"))
+	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_updated","task_id":"w1"}`+"\n"))
+	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_progress","task_id":"w1","workflow_progress":{"a":1},"usage":{"total_tokens":7}}`+"\n"))
+	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_notification","task_id":"w1","status":"completed","usage":{"total_tokens":"9"}}`+"\n"))
+	r.p.Close()
+	for _, reason := range ingest.Reasons() {
+		eq(t, "rejected "+reason.String(), r.stats.Rejected(reason), int64(0))
+	}
+	eq(t, "violations", fmt.Sprint(violationCounts(r.stats)), "map[bad_field:2]")
+	run := finalRun(t, r.rec, "w1", "")
+	eq(t, "status", run.Status, ingest.StatusCompleted)
+	eq(t, "tokens from the last readable usage", run.Usage.TotalTokens, int64(7))
 }
