@@ -101,6 +101,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		*r = rs.Run.Clone()
 		if r.Finished {
 			r.graceEnd = rs.GraceEnd + shift
+			r.notified = r.Status != StatusAbandoned
 		}
 		for j := range r.Agents {
 			a := &r.Agents[j]
@@ -141,7 +142,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		if _, ok := t.tombs[rk]; ok {
 			continue
 		}
-		t.tombs[rk] = struct{}{}
+		t.tombs[rk] = true // not saved: a late notification counts as a duplicate, as before
 		t.tombOrder = append(t.tombOrder, rk)
 	}
 	for len(t.tombOrder) > t.maxTombs {

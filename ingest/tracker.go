@@ -113,7 +113,7 @@ type Tracker struct {
 	pendingQ   []*Run            // adopted runs whose RunStarted is held back
 	unfinished [2]runQueue       // unfinished plain tasks [0] and workflow runs [1], oldest first
 	counts     [2]int            // how many of each are unfinished
-	tombs      map[runKey]struct{}
+	tombs      map[runKey]bool   // finalized runs: whether the run had its notification
 	tombOrder  []runKey
 	maxTombs   int
 	now        int64
@@ -143,7 +143,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		sinks:    opts.Sinks,
 		stats:    st,
 		byTask:   make(map[string][]*Run),
-		tombs:    make(map[runKey]struct{}),
+		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
 	}
 }
@@ -644,10 +644,14 @@ func (t *Tracker) updated(ev *Event, at int64) {
 func (t *Tracker) notified(ev *Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
-		if late {
+		switch {
+		case late && t.tombs[runKey{ev.TaskID, ev.RunID}]:
 			// Its grace window closed already: the second one of a run.
 			t.violation(ViolationDuplicateNotify, nil)
-		} else {
+		case late:
+			// The run was given up (a cap) before its notification came.
+			t.violation(ViolationLateEvent, nil)
+		default:
 			t.violation(ViolationUnknownTask, nil)
 		}
 		return
@@ -668,6 +672,7 @@ func (t *Tracker) notified(ev *Event, at int64) {
 		}
 	}
 	r.Status = st
+	r.notified = true
 	r.Reason = ev.Reason
 	r.Summary = ev.Summary
 	if ev.HasUsage {
@@ -737,6 +742,21 @@ func (t *Tracker) finish(r *Run, grace bool) {
 // run. It runs at finish and again at finalize, where it can only widen
 // the pair for what the grace window brought.
 func fixTimes(r *Run) {
+	if r.Start != 0 {
+		// Fixed at finish: only widen to what the grace window brought.
+		s, e := r.Start, r.End
+		for i := range r.Agents {
+			a := &r.Agents[i]
+			for _, v := range [...]int64{a.QueuedAt, a.Start} {
+				if v > 0 && v < s {
+					s = v
+				}
+			}
+			e = max(e, a.Start, a.End)
+		}
+		r.Start, r.End = s, max(e, s)
+		return
+	}
 	s := r.StartedAt
 	if s == 0 {
 		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) && (s == 0 || d < s) {
@@ -803,7 +823,7 @@ func (t *Tracker) finalize(r *Run) {
 	for i := range r.Agents {
 		settleAgent(r, &r.Agents[i])
 	}
-	derivePhases(r)
+	derivePhases(r, t.caps.Phases)
 	r.Finalized = true
 	t.emit(Lifecycle{Kind: RunFinalized, Run: r})
 	t.forget(r)
@@ -853,7 +873,7 @@ func (t *Tracker) forget(r *Run) {
 	}
 	k := runKey{r.TaskID, r.RunID}
 	if _, ok := t.tombs[k]; !ok {
-		t.tombs[k] = struct{}{}
+		t.tombs[k] = r.notified
 		t.tombOrder = append(t.tombOrder, k)
 		if len(t.tombOrder) > t.maxTombs {
 			delete(t.tombs, t.tombOrder[0])
@@ -877,12 +897,13 @@ func (t *Tracker) forget(r *Run) {
 }
 
 // derivePhases makes sure every phase an agent names exists (within the
-// cap) and gives each phase the span of its agents, as settled; a phase no
-// agent reached is a zero-length interval at the run's end.
-func derivePhases(r *Run) {
+// cap of maxPhases) and gives each phase the span of its agents, as
+// settled; a phase no agent reached is a zero-length interval at the run's
+// end.
+func derivePhases(r *Run, maxPhases int) {
 	for i := range r.Agents {
 		a := &r.Agents[i]
-		if a.PhaseIndex == 0 {
+		if a.PhaseIndex == 0 || len(r.Phases) >= maxPhases {
 			continue
 		}
 		j, found := slices.BinarySearchFunc(r.Phases, a.PhaseIndex, func(p Phase, idx int) int { return p.Index - idx })

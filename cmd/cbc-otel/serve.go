@@ -166,10 +166,6 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	}
 	cum := metrics.NewCumulative(tel.metrics.registry())
 
-	grace := cfg.tel.grace
-	if grace == 0 {
-		grace = -1 // the Tracker reads 0 as "default"
-	}
 	var traceSink func() ingest.Sink
 	if tel.traces.enabled() {
 		tr := tel.traces
@@ -189,7 +185,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		Pipeline: ingest.PipelineOptions{
 			MaxLine: cfg.tel.maxLine,
 			Decode:  ingest.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
-			Tracker: ingest.TrackerOptions{Grace: grace, Sinks: []ingest.Sink{tel.metrics.sink()}, Stats: tel.stats},
+			Tracker: cfg.tel.trackerOptions([]ingest.Sink{tel.metrics.sink()}, tel.stats),
 		},
 		Metrics:    tel.metrics.metrics(),
 		Cumulative: cum,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,10 +12,11 @@ import (
 )
 
 // telemetryFlags are the flags every mode that runs the pipeline shares:
-// the Tracker's grace window and line cap, and the sinks' own flags.
+// the Tracker's grace window, caps and line cap, and the sinks' own flags.
 type telemetryFlags struct {
 	grace         time.Duration
 	maxLine       int
+	caps          ingest.Caps // 0 fields: the Tracker's defaults
 	captureErrors bool
 	metrics       metricsFlags
 	traces        tracesFlags
@@ -26,16 +28,45 @@ type telemetryFlags struct {
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
 	fs.IntVar(&f.maxLine, "max-line", ingest.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
+	for _, c := range f.capFlags() {
+		fs.IntVar(c.v, c.name, 0, fmt.Sprintf("%s (0 = %d)", c.usage, c.def))
+	}
 	fs.BoolVar(&f.captureErrors, "capture-errors", false,
 		"keep the text of error fields (patch.error, an agent's error) in span statuses, summaries and replay output; off by default, they can quote secrets: only that there was an error is kept")
 	f.metrics.register(fs, live)
 	f.traces.register(fs, live)
 }
 
+// capFlag is the flag of one of the Tracker's caps (ingest.Caps).
+type capFlag struct {
+	name  string
+	v     *int
+	def   int // the Tracker's default, which 0 takes
+	usage string
+}
+
+// capFlags lists the flags of the Tracker's caps, in the order they are
+// registered. Each cap holds per stream (each has its own Tracker).
+func (f *telemetryFlags) capFlags() []capFlag {
+	d := ingest.DefaultCaps()
+	return []capFlag{
+		{"max-runs", &f.caps.Runs, d.Runs, "most unfinished workflow runs held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
+		{"max-tasks", &f.caps.Tasks, d.Tasks, "most unfinished non-workflow tasks held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
+		{"max-agents", &f.caps.Agents, d.Agents, "most agents kept per run; a snapshot's further agents are ignored and counted as over_capacity"},
+		{"max-phases", &f.caps.Phases, d.Phases, "most phases kept per run; a snapshot's further phases are ignored and counted as over_capacity"},
+		{"max-grace-runs", &f.caps.Grace, d.Grace, "most finished runs held in their grace window per stream; beyond, the one that has waited longest is finalized early and counted as over_capacity"},
+	}
+}
+
 func (f *telemetryFlags) validate() error {
 	var errs []error
 	if f.grace < 0 {
 		errs = append(errs, errors.New("--grace must not be negative"))
+	}
+	for _, c := range f.capFlags() {
+		if *c.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s %d: must not be negative (0 = the default)", c.name, *c.v))
+		}
 	}
 	if f.maxLine < 1024 {
 		errs = append(errs, errors.New("--max-line must be at least 1024"))
@@ -75,12 +106,17 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 	return t, nil
 }
 
-// pipelineOptions returns the options of a pipeline feeding these sinks.
-func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...ingest.Sink) ingest.PipelineOptions {
+// trackerOptions returns the options of a Tracker under these flags.
+func (f *telemetryFlags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats) ingest.TrackerOptions {
 	grace := f.grace
 	if grace == 0 {
 		grace = -1 // the Tracker reads 0 as "default"
 	}
+	return ingest.TrackerOptions{Grace: grace, Sinks: sinks, Stats: stats, Caps: f.caps}
+}
+
+// pipelineOptions returns the options of a pipeline feeding these sinks.
+func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...ingest.Sink) ingest.PipelineOptions {
 	sinks := append([]ingest.Sink{t.metrics.sink()}, extra...)
 	if s := t.traces.sink(); s != nil {
 		sinks = append(sinks, s)
@@ -89,7 +125,7 @@ func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...inges
 		MaxLine: f.maxLine,
 		Live:    live,
 		Decode:  ingest.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: f.captureErrors},
-		Tracker: ingest.TrackerOptions{Grace: grace, Sinks: sinks, Stats: t.stats},
+		Tracker: f.trackerOptions(sinks, t.stats),
 	}
 }
 
