@@ -118,6 +118,7 @@ type Tracker struct {
 	maxTombs   int
 	now        int64
 	finalizedN int
+	capHit     bool // a cap refused part of the snapshot being merged
 }
 
 // NewTracker returns a Tracker.
@@ -330,11 +331,16 @@ func (t *Tracker) started(ev *Event, at int64) {
 	if r, late := t.lookup(ev); r != nil && (ev.RunID == "" || r.RunID == ev.RunID) {
 		if r.Adopted {
 			// The run was adopted from a snapshot that came first: this is
-			// its identity, not a second start.
+			// its identity, not a second start. Once announced, its name
+			// is the label its metrics were counted under: it stays, so
+			// that every output names the run alike.
 			t.violation(ViolationStartAfterProgress, r)
+			name := r.Name
 			t.identify(r, ev, at)
 			if r.pending() {
 				t.announce(r)
+			} else {
+				r.Name = name
 			}
 			return
 		}
@@ -471,7 +477,7 @@ func (t *Tracker) progress(ev *Event, at int64) {
 		// no phases or agents of its own.
 		return
 	}
-	capped := false
+	t.capHit = false
 	for i := range ev.Entries {
 		e := &ev.Entries[i]
 		var ok bool
@@ -480,9 +486,9 @@ func (t *Tracker) progress(ev *Event, at int64) {
 		} else {
 			ok = t.mergeAgent(r, e)
 		}
-		capped = capped || !ok
+		t.capHit = t.capHit || !ok
 	}
-	if capped {
+	if t.capHit {
 		t.violation(ViolationOverCapacity, r)
 	}
 }
@@ -542,8 +548,15 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) bool {
 	if e.Label != "" {
 		a.Label = e.Label
 	}
-	if e.PhaseIndex != 0 {
-		a.PhaseIndex = e.PhaseIndex
+	if e.PhaseIndex != 0 && e.PhaseIndex != a.PhaseIndex {
+		// The phase an agent names exists as soon as the agent does, so
+		// that its span always has a parent; beyond the phase cap the
+		// agent hangs off the workflow instead.
+		if r.phase(e.PhaseIndex) == nil && !t.mergePhase(r, &Entry{Phase: true, Index: e.PhaseIndex, Title: e.PhaseTitle}) {
+			t.capHit = true
+		} else {
+			a.PhaseIndex = e.PhaseIndex
+		}
 	}
 	if e.PhaseTitle != "" {
 		a.PhaseTitle = e.PhaseTitle
