@@ -51,6 +51,11 @@ type DecodeOptions struct {
 	// agent saw, tokens included, so only the fact that there was one is
 	// kept, as WithheldError.
 	KeepErrors bool
+	// MaxElements bounds the workflow_progress elements read of one line:
+	// the rest are skipped unread and counted (Event.ElementsOverCap), so
+	// that a hostile snapshot cannot make the decoder build more rows
+	// than the Tracker would keep. 0 means no bound.
+	MaxElements int
 }
 
 // WithheldError stands for the text of an error field that the decoder did
@@ -742,6 +747,7 @@ func (d *Decoder) convert(src Source) (*Event, Reason) {
 			ev.Entries = d.fast.entries
 			ev.BadFields += d.fast.badFields
 			ev.BadEntries = d.fast.badEntries
+			ev.ElementsOverCap = d.fast.overCap
 		case w.rawProgress != nil:
 			d.plainProgress(ev)
 		}
@@ -773,7 +779,11 @@ func (d *Decoder) plainProgress(ev *Event) {
 		return
 	}
 	ev.HasProgress = true
-	for _, raw := range d.elems {
+	for k, raw := range d.elems {
+		if d.opts.MaxElements > 0 && k >= d.opts.MaxElements {
+			ev.ElementsOverCap = len(d.elems) - k
+			break
+		}
 		if !d.plainEntry(raw, &d.pe) {
 			ev.BadEntries++
 			continue

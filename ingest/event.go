@@ -81,6 +81,9 @@ type Event struct {
 	// counts both as protocol violations (bad_field, bad_entry).
 	BadFields  int
 	BadEntries int
+	// ElementsOverCap counts workflow_progress elements beyond
+	// DecodeOptions.MaxElements, skipped unread.
+	ElementsOverCap int
 
 	SessionID string
 	TaskID    string

@@ -16,8 +16,10 @@ func (d *Decoder) decodeFast(src Source, line []byte) (ev *Event, reason Reason,
 	}
 	t := &d.top
 	if t.progressOK {
-		d.snap.key = append(d.snap.key[:0], line[t.taskIDRaw[0]:t.taskIDRaw[1]]...)
-		d.snap.store(d.snapPrev, cur)
+		if !cur.uncached {
+			d.snap.key = append(d.snap.key[:0], line[t.taskIDRaw[0]:t.taskIDRaw[1]]...)
+			d.snap.store(d.snapPrev, cur)
+		}
 		d.fast = cur
 	}
 	d.fillWire()
@@ -289,6 +291,11 @@ func (d *Decoder) scanProgress(i int) (int, scanStatus) {
 	}
 	cur := d.snap.takeSpare()
 	d.snap.spare = cur
+	if len(s.b) > maxCachedLine {
+		// Decoded, not remembered; nor compared with what was.
+		cur.uncached = true
+		d.snapPrev = nil
+	}
 	end, ok := d.walkArray(s.b, i, d.snapPrev, cur)
 	if !ok {
 		// A syntax error or an element the scanner was unsure of:

@@ -57,6 +57,11 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Decode.MaxElements == 0 {
+		// No snapshot element beyond what a run may keep is decoded.
+		c := opts.Tracker.Caps.withDefaults()
+		opts.Decode.MaxElements = c.Agents + c.Phases
+	}
 	p := &Pipeline{
 		dec:   NewDecoder(opts.Decode),
 		tr:    NewTracker(opts.Tracker),

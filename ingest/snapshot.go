@@ -45,8 +45,21 @@ type snapshotCache struct {
 	entries []Entry // the agents and phases, in order: the Event's Entries
 	// The sums over elems of badFields and badEntry: the Event's counts.
 	badFields, badEntries int
+	overCap               int    // elements beyond DecodeOptions.MaxElements
+	uncached              bool   // a line too long to remember: buf holds nothing
 	used                  uint64 // for least-recently-used eviction
 }
+
+// maxCachedLine is the longest line whose snapshot is remembered. A
+// thousand-agent workflow writes snapshots of about 300 KiB; a longer line
+// is rare, and keeping a copy of it (up to MaxLine) beside the framer's
+// would double what one line costs in memory.
+const maxCachedLine = 1 << 20
+
+// maxSpareEntries bounds the Entry capacity a recycled cache keeps: after
+// one huge snapshot, its buffers go back to the garbage collector rather
+// than stay held for the rest of the stream.
+const maxSpareEntries = 4096
 
 func (c *snapshotCache) elem(j int) []byte {
 	e := &c.elems[j]
@@ -109,11 +122,14 @@ func (s *snapshotState) takeSpare() *snapshotCache {
 		c = new(snapshotCache)
 	}
 	s.spare = nil
+	if cap(c.entries) > maxSpareEntries || cap(c.buf) > maxCachedLine {
+		c = new(snapshotCache)
+	}
 	c.buf = c.buf[:0]
 	c.elems = c.elems[:0]
 	clear(c.entries) // drop the strings
 	c.entries = c.entries[:0]
-	c.badFields, c.badEntries = 0, 0
+	c.badFields, c.badEntries, c.overCap, c.uncached = 0, 0, 0, false
 	return c
 }
 
@@ -132,9 +148,32 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 	if i < len(line) && line[i] == ']' {
 		return i + 1, true
 	}
-	for {
+	for n := 0; ; n++ {
 		if i >= len(line) {
 			return 0, false
+		}
+		if max := d.opts.MaxElements; max > 0 && n >= max {
+			// Beyond the bound: validated, not decoded, not cached.
+			s := &d.elemScan
+			*s = fastScan{b: line, scratch: s.scratch[:0], memo: &d.memo}
+			vEnd, st := s.skip(i)
+			if st != scanOK {
+				return 0, false
+			}
+			cur.overCap++
+			i = skipWS(line, vEnd)
+			if i >= len(line) {
+				return 0, false
+			}
+			switch line[i] {
+			case ',':
+				i = skipWS(line, i+1)
+			case ']':
+				return i + 1, true
+			default:
+				return 0, false
+			}
+			continue
 		}
 		var hit *cachedElem
 		var hitBytes []byte
@@ -147,7 +186,13 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 			}
 		}
 		off := len(cur.buf)
-		if hit != nil {
+		if cur.uncached {
+			vEnd, ok := d.decodeElem(line, i, cur)
+			if !ok {
+				return 0, false
+			}
+			i = vEnd
+		} else if hit != nil {
 			cur.buf = append(cur.buf, hitBytes...)
 			el := cachedElem{off: off, end: len(cur.buf), entry: -1, badFields: hit.badFields, badEntry: hit.badEntry}
 			if hit.entry >= 0 {

@@ -52,7 +52,7 @@ type Caps struct {
 // orders of magnitude above that and keep the Tracker's state within a few
 // MiB.
 func DefaultCaps() Caps {
-	return Caps{Runs: 4096, Tasks: 4096, Agents: 10000, Phases: 1000, Grace: 4096}
+	return Caps{Runs: 1024, Tasks: 1024, Agents: 5000, Phases: 500, Grace: 1024}
 }
 
 func (c Caps) withDefaults() Caps {
@@ -477,7 +477,9 @@ func (t *Tracker) progress(ev *Event, at int64) {
 		// no phases or agents of its own.
 		return
 	}
-	t.capHit = false
+	// Elements the decoder did not read (beyond what a run may keep) count
+	// with the ones the caps refuse here: once per snapshot.
+	t.capHit = ev.ElementsOverCap > 0
 	for i := range ev.Entries {
 		e := &ev.Entries[i]
 		var ok bool
