@@ -94,6 +94,14 @@ func (f *Framer) partial(p []byte) {
 			p = p[:room]
 			f.truncated = true
 		}
+		if need := len(f.buf) + len(p); need > cap(f.buf) {
+			// Double, up to the limit: append's 1.25x steps for a long line
+			// held old and new buffer together a dozen times (a 4 MiB line
+			// peaked at 7.6 MiB of buffers), doubling a few times.
+			nb := make([]byte, len(f.buf), min(max(need, 2*cap(f.buf), 4<<10), f.limit))
+			copy(nb, f.buf)
+			f.buf = nb
+		}
 		f.buf = append(f.buf, p...)
 	} else if len(p) > 0 {
 		f.truncated = true

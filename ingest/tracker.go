@@ -21,7 +21,7 @@ type TrackerOptions struct {
 	// Stats receives violation counts; nil allocates one.
 	Stats *Stats
 	// Tombstones bounds how many finalized runs are remembered to tell a
-	// late event from an unknown task. 0 means 4096.
+	// late event from an unknown task. 0 means 1024.
 	Tombstones int
 	// Caps bounds the state input can make the Tracker hold.
 	Caps Caps
@@ -52,7 +52,7 @@ type Caps struct {
 // orders of magnitude above that and keep the Tracker's state within a few
 // MiB.
 func DefaultCaps() Caps {
-	return Caps{Runs: 1024, Tasks: 1024, Agents: 5000, Phases: 500, Grace: 1024}
+	return Caps{Runs: 256, Tasks: 256, Agents: 2000, Phases: 200, Grace: 256}
 }
 
 func (c Caps) withDefaults() Caps {
@@ -136,7 +136,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	}
 	mt := opts.Tombstones
 	if mt <= 0 {
-		mt = 4096
+		mt = 1024
 	}
 	return &Tracker{
 		grace:    g.Milliseconds(),

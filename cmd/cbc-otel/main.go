@@ -40,8 +40,11 @@ type stdio struct {
 // snapshots), but with the default GOGC alone the heap grows to twice that
 // before a collection; the limit makes the collector run earlier instead,
 // which keeps the wrapper's resident set under 32 MiB on any stream
-// (BENCHMARKS.md) for a cost lost in the noise.
-const runMemoryLimit = 20 << 20
+// (BENCHMARKS.md) for a cost lost in the noise. 16 MiB, not 20: about
+// 17 MiB of the resident set is the idle binary, and with 20 the state
+// attack of docs/reliability.md (100,000 open runs, a 4 MiB snapshot)
+// peaked at 32.2 MiB; with 16, 29-31 MiB for the same CPU.
+const runMemoryLimit = 16 << 20
 
 // runGCPercent is run's GOGC unless GOGC is set. Under the memory limit the
 // heap is bounded anyway; collecting only at 5x the live heap instead of 2x
