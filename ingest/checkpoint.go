@@ -117,7 +117,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 			if r.Workflow {
 				kind = 1
 			}
-			t.unfinished[kind].push(r)
+			t.unfinished[kind].push(r, t.counts[kind])
 			t.counts[kind]++
 		}
 		if rs.AnnounceBy != 0 && !r.Finished {

@@ -1,6 +1,9 @@
 package ingest
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 // TestSettleAgent covers the documented fill-ins for an agent's missing
 // times when its run is finalized (they moved here from the traces sink:
@@ -29,5 +32,26 @@ func TestSettleAgent(t *testing.T) {
 		if a.Start != c.start || a.End != c.end || a.EndInferred != c.inferred {
 			t.Errorf("%s: %d..%d inferred %v, want %d..%d inferred %v", c.name, a.Start, a.End, a.EndInferred, c.start, c.end, c.inferred)
 		}
+	}
+}
+
+// TestFinishedRunsAreNotHeld: runs that start and finish one after another
+// (the common case, never near a cap) must not pile up in the queue of
+// unfinished runs: a million of them once held 500 MB in serve.
+func TestFinishedRunsAreNotHeld(t *testing.T) {
+	tr := NewTracker(TrackerOptions{Grace: -1})
+	// One run left open at the head, so finished runs queue behind it.
+	tr.Handle(&Event{Kind: KindTaskStarted, TaskID: "open", TaskType: "local_workflow"}, 1e12)
+	for i := range 100_000 {
+		id := "w" + strconv.Itoa(i)
+		now := int64(1e12) + int64(i)
+		tr.Handle(&Event{Kind: KindTaskStarted, TaskID: id, TaskType: "local_workflow"}, now)
+		tr.Handle(&Event{Kind: KindTaskNotification, TaskID: id, Status: "completed"}, now)
+	}
+	if n := len(tr.unfinished[1].runs) - tr.unfinished[1].head; n > 2*tr.counts[1]+65 {
+		t.Errorf("%d runs queued for %d unfinished", n, tr.counts[1])
+	}
+	if tr.counts[1] != 1 {
+		t.Errorf("%d unfinished workflow runs, want 1", tr.counts[1])
 	}
 }

@@ -74,7 +74,23 @@ type runQueue struct {
 	head int
 }
 
-func (q *runQueue) push(r *Run) { q.runs = append(q.runs, r) }
+// push adds r. Runs that finish out of order stay in the queue behind an
+// older open one until they reach its head, so now and then the finished
+// ones are dropped: the queue holds at most about twice its open runs.
+func (q *runQueue) push(r *Run, open int) {
+	if live := len(q.runs) - q.head; live > 2*open+64 {
+		n := 0
+		for _, x := range q.runs[q.head:] {
+			if !x.Finished {
+				q.runs[n] = x
+				n++
+			}
+		}
+		clear(q.runs[n:])
+		q.runs, q.head = q.runs[:n], 0
+	}
+	q.runs = append(q.runs, r)
+}
 
 // oldest returns the oldest run still unfinished, dropping finished ones
 // from the front.
@@ -413,7 +429,7 @@ func (t *Tracker) newRun(ev *Event, workflow bool) *Run {
 	}
 	t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
 	t.open = append(t.open, r)
-	t.unfinished[kind].push(r)
+	t.unfinished[kind].push(r, t.counts[kind])
 	t.counts[kind]++
 	return r
 }
