@@ -358,7 +358,6 @@ func TestInputStateBounded(t *testing.T) {
 	inSum := sha256.Sum256(in)
 	inLen := int64(len(in))
 	in = nil
-	rcv := c5StartOTLP(t)
 
 	// The bound is on `run` with its default outputs (the /metrics
 	// listener) and --metrics-file, every round; one more round exports
@@ -370,8 +369,15 @@ func TestInputStateBounded(t *testing.T) {
 			i+1, float64(r.hwm)/(1<<20), float64(r.hwmIngested)/(1<<20), r.elapsed.Round(10*time.Millisecond), r.overCap, r.abandoned, r.abandonedLive, r.tooLong, r.dropped, r.agents)
 		runs = append(runs, r)
 	}
-	otlp := memRun(t, dir, stream, lines, rcv)
-	t.Logf("OTLP round: peak RSS %.1f MiB, %v, tap drops %.0f", float64(otlp.hwm)/(1<<20), otlp.elapsed.Round(10*time.Millisecond), otlp.dropped)
+	// The OTLP round is opt-in (CHAOS_MEMORY_OTLP=1): its export of some
+	// 12,000 spans/s takes a core for half a minute, which the suite's
+	// wall time and its neighbours' figures cannot spare.
+	var otlp *memOneRun
+	if os.Getenv("CHAOS_MEMORY_OTLP") != "" {
+		r := memRun(t, dir, stream, lines, c5StartOTLP(t))
+		t.Logf("OTLP round: peak RSS %.1f MiB, %v, tap drops %.0f", float64(r.hwm)/(1<<20), r.elapsed.Round(10*time.Millisecond), r.dropped)
+		otlp = &r
+	}
 
 	outputs := "/metrics, --metrics-file"
 	if os.Getenv("CHAOS_MEMORY_TRACES_FILE") != "" {
@@ -380,7 +386,11 @@ func TestInputStateBounded(t *testing.T) {
 	name := fmt.Sprintf("%d open runs + a %d-agent snapshot (%d MB, `run`, %s)", memOpenRuns, memSnapshotAgents, inLen>>20, outputs)
 	// Passthrough and exit, every round.
 	altered, badExit := 0, 0
-	for _, r := range append(slices.Clone(runs), otlp) {
+	all := slices.Clone(runs)
+	if otlp != nil {
+		all = append(all, *otlp)
+	}
+	for _, r := range all {
 		if r.out != inLen || r.outSum != inSum {
 			altered++
 		}
@@ -388,7 +398,7 @@ func TestInputStateBounded(t *testing.T) {
 			badExit++
 		}
 	}
-	record(t, SecInput, name+" and one round with OTLP: runs with altered stdout / exit != 0", fmt.Sprintf("%d / %d of %d", altered, badExit, len(runs)+1), "0 / 0", altered == 0 && badExit == 0)
+	record(t, SecInput, name+": runs with altered stdout / exit != 0", fmt.Sprintf("%d / %d of %d", altered, badExit, len(all)), "0 / 0", altered == 0 && badExit == 0)
 
 	// Peak RSS: the bound holds for the worst round.
 	hw := make([]float64, len(runs))
@@ -403,13 +413,15 @@ func TestInputStateBounded(t *testing.T) {
 	record(t, SecInput, name+": wrapper peak RSS (VmHWM, sampled every 2 ms to exit)",
 		fmt.Sprintf("median %.1f MiB, %.1f-%.1f over %d runs", med, hw[0], hw[len(hw)-1], len(hw)),
 		fmt.Sprintf("<= %d MiB every run", memRSSBound>>20), hw[len(hw)-1] > 0 && hw[len(hw)-1] <= memRSSBound>>20)
-	ohw := float64(otlp.hwm) / (1 << 20)
-	record(t, SecInput, name+" + OTLP gRPC of every span: wrapper peak RSS",
-		fmt.Sprintf("%.1f MiB (tap drops %.0f B)", ohw, otlp.dropped),
-		fmt.Sprintf("<= %d MiB (regression guard, not the README's promise: docs/reliability.md)", memRSSBoundOTLP>>20), ohw > 0 && ohw <= memRSSBoundOTLP>>20)
+	if otlp != nil {
+		ohw := float64(otlp.hwm) / (1 << 20)
+		record(t, SecInput, name+" + OTLP gRPC of every span: wrapper peak RSS",
+			fmt.Sprintf("%.1f MiB (tap drops %.0f B)", ohw, otlp.dropped),
+			fmt.Sprintf("<= %d MiB (regression guard, not the README's promise: docs/reliability.md)", memRSSBoundOTLP>>20), ohw > 0 && ohw <= memRSSBoundOTLP>>20)
+	}
 
-	el := make([]time.Duration, 0, len(runs)+1)
-	for _, r := range append(slices.Clone(runs), otlp) {
+	el := make([]time.Duration, 0, len(all))
+	for _, r := range all {
 		el = append(el, r.elapsed)
 	}
 	sort.Slice(el, func(i, j int) bool { return el[i] < el[j] })
