@@ -161,17 +161,9 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 				return 0, false
 			}
 			cur.overCap++
-			i = skipWS(line, vEnd)
-			if i >= len(line) {
-				return 0, false
-			}
-			switch line[i] {
-			case ',':
-				i = skipWS(line, i+1)
-			case ']':
-				return i + 1, true
-			default:
-				return 0, false
+			var done bool
+			if i, done, ok = afterElem(line, vEnd); done || !ok {
+				return i, ok
 			}
 			continue
 		}
@@ -216,19 +208,28 @@ func (d *Decoder) walkArray(line []byte, start int, prev, cur *snapshotCache) (e
 		if el.badEntry {
 			cur.badEntries++
 		}
-		i = skipWS(line, i)
-		if i >= len(line) {
-			return 0, false
-		}
-		switch line[i] {
-		case ',':
-			i = skipWS(line, i+1)
-		case ']':
-			return i + 1, true
-		default:
-			return 0, false
+		var done bool
+		if i, done, ok = afterElem(line, i); done || !ok {
+			return i, ok
 		}
 	}
+}
+
+// afterElem reads what follows an array element ending at line[i]: a comma
+// (i is then the next element's start) or the closing bracket (done, i
+// just past it). ok is false for anything else.
+func afterElem(line []byte, i int) (next int, done, ok bool) {
+	i = skipWS(line, i)
+	if i >= len(line) {
+		return 0, false, false
+	}
+	switch line[i] {
+	case ',':
+		return skipWS(line, i+1), false, true
+	case ']':
+		return i + 1, true, true
+	}
+	return 0, false, false
 }
 
 // decodeElem decodes the element that starts at line[i] the way the plain

@@ -773,33 +773,16 @@ func (t *Tracker) finish(r *Run, grace bool) {
 // run. It runs at finish and again at finalize, where it can only widen
 // the pair for what the grace window brought.
 func fixTimes(r *Run) {
-	if r.Start != 0 {
-		// Fixed at finish: only widen to what the grace window brought.
-		s, e := r.Start, r.End
-		for i := range r.Agents {
-			a := &r.Agents[i]
-			for _, v := range [...]int64{a.QueuedAt, a.Start} {
-				if v > 0 && v < s {
-					s = v
-				}
-			}
-			e = max(e, a.Start, a.End)
-		}
-		r.Start, r.End = s, max(e, s)
-		return
-	}
-	s := r.StartedAt
+	s := r.Start // set at finish: the finalize pass only widens
 	if s == 0 {
-		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) && (s == 0 || d < s) {
+		s = r.StartedAt
+	}
+	if s == 0 {
+		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) {
 			s = d
 		}
 		for i := range r.Agents {
-			a := &r.Agents[i]
-			for _, v := range [...]int64{a.QueuedAt, a.Start} {
-				if v > 0 && (s == 0 || v < s) {
-					s = v
-				}
-			}
+			s = earliest(s, r.Agents[i].QueuedAt, r.Agents[i].Start)
 		}
 	}
 	if s == 0 {
@@ -808,17 +791,23 @@ func fixTimes(r *Run) {
 	e := r.End
 	for i := range r.Agents {
 		a := &r.Agents[i]
-		for _, v := range [...]int64{a.QueuedAt, a.Start} {
-			if v > 0 && v < s {
-				s = v
-			}
-		}
+		s = earliest(s, a.QueuedAt, a.Start)
 		e = max(e, a.Start, a.End)
 	}
 	if s == 0 {
 		s = e
 	}
 	r.Start, r.End = s, max(e, s)
+}
+
+// earliest returns the smallest of s and the known (non-zero) times t.
+func earliest(s int64, t ...int64) int64 {
+	for _, v := range t {
+		if v > 0 && (s == 0 || v < s) {
+			s = v
+		}
+	}
+	return s
 }
 
 // clampAgent keeps an agent that ended after its run's times were fixed
