@@ -101,7 +101,6 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		*r = rs.Run.Clone()
 		if r.Finished {
 			r.graceEnd = rs.GraceEnd + shift
-			r.notified = r.Status != StatusAbandoned
 		}
 		for j := range r.Agents {
 			a := &r.Agents[j]

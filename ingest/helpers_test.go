@@ -132,21 +132,36 @@ func newPipeRig(opts ingest.PipelineOptions) *pipeRig {
 func (r *pipeRig) out(lines ...jobj) { r.p.Write(ingest.SourceStdout, ndjson(lines...)) }
 func (r *pipeRig) in(lines ...jobj)  { r.p.Write(ingest.SourceStdin, ndjson(lines...)) }
 
-// clockRig drives a Tracker directly, with the caller's clock.
+// clockRig drives a Tracker directly, with the caller's clock, decoding
+// JSON lines (at) or taking hand-made Events (ev).
 type clockRig struct {
-	t   testing.TB
-	tr  *ingest.Tracker
-	rec *ingest.Recorder
-	dec *ingest.Decoder
+	t     testing.TB
+	tr    *ingest.Tracker
+	rec   *ingest.Recorder
+	stats *ingest.Stats
+	dec   *ingest.Decoder
 }
 
 func newClockRig(t testing.TB, grace time.Duration) *clockRig {
+	return newClockRigWith(t, ingest.TrackerOptions{Grace: grace})
+}
+
+// newClockRigWith is newClockRig with every Tracker option; a recorder is
+// added to the sinks and the stats are the rig's.
+func newClockRigWith(t testing.TB, opts ingest.TrackerOptions) *clockRig {
 	rec := new(ingest.Recorder)
+	opts.Sinks = append(opts.Sinks, rec)
+	if opts.Stats == nil {
+		opts.Stats = new(ingest.Stats)
+	}
 	// Error texts are kept: these rigs check how the Tracker merges them;
 	// the decoder's default of withholding them is TestDecodeWithholdsErrors.
-	return &clockRig{t: t, rec: rec, dec: ingest.NewDecoder(ingest.DecodeOptions{KeepErrors: true}),
-		tr: ingest.NewTracker(ingest.TrackerOptions{Grace: grace, Sinks: []ingest.Sink{rec}})}
+	return &clockRig{t: t, rec: rec, stats: opts.Stats, dec: ingest.NewDecoder(ingest.DecodeOptions{KeepErrors: true}),
+		tr: ingest.NewTracker(opts)}
 }
+
+// ev hands a hand-made event to the tracker at time now.
+func (r *clockRig) ev(now int64, e ingest.Event) { r.tr.Handle(&e, now) }
 
 // at decodes line and hands it to the tracker at time now.
 func (r *clockRig) at(now int64, line jobj) {

@@ -201,7 +201,6 @@ type Run struct {
 	Finished  bool  // task_notification seen (or abandoned at stream end)
 	Finalized bool  // grace window closed: nothing changes any more
 	graceEnd  int64 // when the grace window closes
-	notified  bool  // the run's task_notification came (not given up)
 	// announceBy is set while an adopted run's RunStarted is held back
 	// (see Tracker.adopt): it is emitted when the task_started comes, when
 	// the run finishes, or at this time, whichever is first.

@@ -703,7 +703,6 @@ func (t *Tracker) notified(ev *Event, at int64) {
 		}
 	}
 	r.Status = st
-	r.notified = true
 	r.Reason = ev.Reason
 	r.Summary = ev.Summary
 	if ev.HasUsage {
@@ -810,8 +809,7 @@ func earliest(s int64, t ...int64) int64 {
 	return s
 }
 
-// clampAgent keeps an agent that ended after its run's times were fixed
-// (a late snapshot in the grace window) inside the run.
+// clampAgent keeps an agent's times inside its run's.
 func clampAgent(r *Run, a *Agent) {
 	if a.Start != 0 {
 		a.Start = min(max(a.Start, r.Start), r.End)
@@ -893,7 +891,9 @@ func (t *Tracker) forget(r *Run) {
 	}
 	k := runKey{r.TaskID, r.RunID}
 	if _, ok := t.tombs[k]; !ok {
-		t.tombs[k] = r.notified
+		// Only a run given up (a cap, the stream's end) is abandoned: any
+		// other had its notification.
+		t.tombs[k] = r.Status != StatusAbandoned
 		t.tombOrder = append(t.tombOrder, k)
 		if len(t.tombOrder) > t.maxTombs {
 			delete(t.tombs, t.tombOrder[0])

@@ -26,47 +26,14 @@ import (
 	"github.com/cbc-otel/cbc-otel/metrics"
 )
 
-// trRig drives a Tracker with explicit clocks, decoding JSON lines or
-// taking hand-made Events (for what the decoder on this tree does not read
-// yet, such as written_at).
-type trRig struct {
-	t     *testing.T
-	tr    *ingest.Tracker
-	rec   *ingest.Recorder
-	stats *ingest.Stats
-	dec   *ingest.Decoder
-}
-
-func newTrRig(t *testing.T, opts ingest.TrackerOptions) *trRig {
-	rec := new(ingest.Recorder)
-	opts.Sinks = append(opts.Sinks, rec)
-	if opts.Stats == nil {
-		opts.Stats = new(ingest.Stats)
-	}
+// newTrRig is a clockRig with the given Tracker options and, unless they
+// say otherwise, the default 5 s grace window.
+func newTrRig(t *testing.T, opts ingest.TrackerOptions) *clockRig {
 	if opts.Grace == 0 {
 		opts.Grace = 5 * time.Second
 	}
-	return &trRig{t: t, tr: ingest.NewTracker(opts), rec: rec, stats: opts.Stats,
-		dec: ingest.NewDecoder(ingest.DecodeOptions{KeepErrors: true})}
+	return newClockRigWith(t, opts)
 }
-
-// line decodes l and hands it to the Tracker at now; a rejected line fails
-// the test (these cases are about the Tracker, not the decoder).
-func (r *trRig) line(now int64, l jobj) {
-	r.t.Helper()
-	b, _ := json.Marshal(l)
-	src := ingest.SourceStdout
-	if l["type"] == "control_request" {
-		src = ingest.SourceStdin
-	}
-	ev, reason := r.dec.Decode(src, b)
-	if reason != ingest.ReasonNone || ev == nil {
-		r.t.Fatalf("line %s: decode gave (%v, %v)", b, ev, reason)
-	}
-	r.tr.Handle(ev, now)
-}
-
-func (r *trRig) ev(now int64, e ingest.Event) { r.tr.Handle(&e, now) }
 
 // runsOf returns every recorded copy of task's run at events of kind k.
 func runsOf(rec *ingest.Recorder, k ingest.LifecycleKind, task string) []ingest.Run {
@@ -333,10 +300,10 @@ func TestTrustBadAgentTimes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newTrRig(t, ingest.TrackerOptions{})
-			r.line(T0, lnWorkflow("w1"))
-			r.line(T0+900, lnProgress("w1", c.row))
-			r.line(T0+1000, lnUpdated("w1", "completed", c.endTime))
-			r.line(T0+1300, lnNotify("w1", "completed"))
+			r.at(T0, lnWorkflow("w1"))
+			r.at(T0+900, lnProgress("w1", c.row))
+			r.at(T0+1000, lnUpdated("w1", "completed", c.endTime))
+			r.at(T0+1300, lnNotify("w1", "completed"))
 			r.tr.Close(T0 + 60_000)
 			run := finalRun(t, r.rec, "w1", "")
 			a := agentOf(t, run, 1)
@@ -363,13 +330,13 @@ func TestTrustBadAgentTimes(t *testing.T) {
 func TestTrustCaps(t *testing.T) {
 	t.Run("runs: the oldest unfinished run is abandoned and finalized at once", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Runs: 2}})
-		r.line(T0, lnWorkflow("w0"))
-		r.line(T0+1, lnUpdated("w0", "completed", T0+1))
-		r.line(T0+1, lnNotify("w0", "completed")) // finished: not a candidate
-		r.line(T0+2, lnWorkflow("w1"))
-		r.line(T0+3, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+3)))
-		r.line(T0+4, lnWorkflow("w2"))
-		r.line(T0+5, lnWorkflow("w3")) // w1 given up
+		r.at(T0, lnWorkflow("w0"))
+		r.at(T0+1, lnUpdated("w0", "completed", T0+1))
+		r.at(T0+1, lnNotify("w0", "completed")) // finished: not a candidate
+		r.at(T0+2, lnWorkflow("w1"))
+		r.at(T0+3, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+3)))
+		r.at(T0+4, lnWorkflow("w2"))
+		r.at(T0+5, lnWorkflow("w3")) // w1 given up
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1})
 		w1 := oneRun(t, r.rec, ingest.RunFinalized, "w1")
 		eq(t, "w1 status", w1.Status, ingest.StatusAbandoned)
@@ -383,8 +350,8 @@ func TestTrustCaps(t *testing.T) {
 			}
 		}
 		eq(t, "order", order, "w1 w3 ")
-		r.line(T0+6, lnNotify("w2", "completed"))
-		r.line(T0+6, lnNotify("w3", "failed"))
+		r.at(T0+6, lnNotify("w2", "completed"))
+		r.at(T0+6, lnNotify("w3", "failed"))
 		r.tr.Close(T0 + 60_000)
 		for task, st := range map[string]ingest.RunStatus{"w0": ingest.StatusCompleted, "w1": ingest.StatusAbandoned, "w2": ingest.StatusCompleted, "w3": ingest.StatusFailed} {
 			eq(t, task+" finished status", oneRun(t, r.rec, ingest.RunFinished, task).Status, st)
@@ -394,23 +361,23 @@ func TestTrustCaps(t *testing.T) {
 	})
 	t.Run("runs: the given-up run's own notification is late, not a duplicate", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Runs: 1}})
-		r.line(T0, lnWorkflow("w1"))
-		r.line(T0+1, lnWorkflow("w2"))
-		r.line(T0+2, lnNotify("w1", "completed"))
+		r.at(T0, lnWorkflow("w1"))
+		r.at(T0+1, lnWorkflow("w2"))
+		r.at(T0+2, lnNotify("w1", "completed"))
 		r.tr.Close(T0 + 60_000)
 		// w1 never had a notification: its first one is no duplicate.
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1, ingest.ViolationLateEvent: 1})
 	})
 	t.Run("tasks: plain tasks have their own cap", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Tasks: 1}})
-		r.line(T0, lnStarted("b1", "", "local_bash", ""))
-		r.line(T0+1, lnWorkflow("w1"))
-		r.line(T0+2, lnWorkflow("w2")) // workflows do not count against Tasks
-		r.line(T0+3, lnStarted("b2", "", "local_bash", ""))
+		r.at(T0, lnStarted("b1", "", "local_bash", ""))
+		r.at(T0+1, lnWorkflow("w1"))
+		r.at(T0+2, lnWorkflow("w2")) // workflows do not count against Tasks
+		r.at(T0+3, lnStarted("b2", "", "local_bash", ""))
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1})
 		eq(t, "b1 status", oneRun(t, r.rec, ingest.TaskEnded, "b1").Status, ingest.StatusAbandoned)
 		eq(t, "w1 still open", len(runsOf(r.rec, ingest.RunFinished, "w1")), 0)
-		r.line(T0+4, lnNotify("b2", "completed"))
+		r.at(T0+4, lnNotify("b2", "completed"))
 		r.tr.Close(T0 + 60_000)
 		eq(t, "b2 status", oneRun(t, r.rec, ingest.TaskEnded, "b2").Status, ingest.StatusCompleted)
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1})
@@ -419,11 +386,11 @@ func TestTrustCaps(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Agents: 2}})
 		rows := []jobj{agentRow(1, "start", "startedAt", T0+1), agentRow(2, "start", "startedAt", T0+2),
 			agentRow(3, "start", "startedAt", T0+3), agentRow(4, "start", "startedAt", T0+4)}
-		r.line(T0, lnWorkflow("w1"))
-		r.line(T0+10, lnProgress("w1", rows...))
-		r.line(T0+20, lnProgress("w1", rows...))
-		r.line(T0+30, lnProgress("w1", rows[:2]...)) // within the cap: not counted
-		r.line(T0+40, lnNotify("w1", "stopped"))
+		r.at(T0, lnWorkflow("w1"))
+		r.at(T0+10, lnProgress("w1", rows...))
+		r.at(T0+20, lnProgress("w1", rows...))
+		r.at(T0+30, lnProgress("w1", rows[:2]...)) // within the cap: not counted
+		r.at(T0+40, lnNotify("w1", "stopped"))
 		r.tr.Close(T0 + 60_000)
 		run := finalRun(t, r.rec, "w1", "")
 		eq(t, "agents kept", len(run.Agents), 2)
@@ -432,20 +399,20 @@ func TestTrustCaps(t *testing.T) {
 	})
 	t.Run("phases: extra phase entries ignored, one count per snapshot", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Phases: 1}})
-		r.line(T0, lnWorkflow("w1"))
-		r.line(T0+10, lnProgress("w1", phaseRow(1, "a"), phaseRow(2, "b"), phaseRow(3, "c")))
-		r.line(T0+40, lnNotify("w1", "completed"))
+		r.at(T0, lnWorkflow("w1"))
+		r.at(T0+10, lnProgress("w1", phaseRow(1, "a"), phaseRow(2, "b"), phaseRow(3, "c")))
+		r.at(T0+40, lnNotify("w1", "completed"))
 		r.tr.Close(T0 + 60_000)
 		eq(t, "phases kept", len(finalRun(t, r.rec, "w1", "").Phases), 1)
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1})
 	})
 	t.Run("phases: phases named only by agents stay within the cap", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Phases: 1}})
-		r.line(T0, lnWorkflow("w1"))
-		r.line(T0+10, lnProgress("w1", agentRow(1, "done", "phaseIndex", 1, "startedAt", T0+1, "endedAt", T0+2),
+		r.at(T0, lnWorkflow("w1"))
+		r.at(T0+10, lnProgress("w1", agentRow(1, "done", "phaseIndex", 1, "startedAt", T0+1, "endedAt", T0+2),
 			agentRow(2, "done", "phaseIndex", 2, "startedAt", T0+1, "endedAt", T0+2),
 			agentRow(3, "done", "phaseIndex", 3, "startedAt", T0+1, "endedAt", T0+2)))
-		r.line(T0+40, lnNotify("w1", "completed"))
+		r.at(T0+40, lnNotify("w1", "completed"))
 		r.tr.Close(T0 + 60_000)
 		run := finalRun(t, r.rec, "w1", "")
 		if len(run.Phases) > 1 {
@@ -454,11 +421,11 @@ func TestTrustCaps(t *testing.T) {
 	})
 	t.Run("grace: the longest-waiting finished run is finalized early", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{Caps: ingest.Caps{Grace: 1}})
-		r.line(T0, lnWorkflow("w1"))
-		r.line(T0+1, lnWorkflow("w2"))
-		r.line(T0+5, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+5)))
-		r.line(T0+100, lnNotify("w1", "stopped"))
-		r.line(T0+200, lnNotify("w2", "completed"))
+		r.at(T0, lnWorkflow("w1"))
+		r.at(T0+1, lnWorkflow("w2"))
+		r.at(T0+5, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+5)))
+		r.at(T0+100, lnNotify("w1", "stopped"))
+		r.at(T0+200, lnNotify("w2", "completed"))
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1})
 		var at int64
 		for _, e := range r.rec.Events {
@@ -469,7 +436,7 @@ func TestTrustCaps(t *testing.T) {
 		eq(t, "w1 finalized at w2's notification (grace would close at T0+5100)", at, T0+200)
 		eq(t, "w2 not finalized yet", len(runsOf(r.rec, ingest.RunFinalized, "w2")), 0)
 		// The flip w1 would have taken is now late.
-		r.line(T0+300, lnProgress("w1", agentRow(1, "error", "agentId", "a1", "startedAt", T0+5, "endedAt", T0+250)))
+		r.at(T0+300, lnProgress("w1", agentRow(1, "error", "agentId", "a1", "startedAt", T0+5, "endedAt", T0+250)))
 		r.tr.Close(T0 + 60_000)
 		eq(t, "w1 agent", agentOf(t, finalRun(t, r.rec, "w1", ""), 1).State, ingest.AgentAbandoned)
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationOverCapacity: 1, ingest.ViolationLateEvent: 1})
@@ -511,12 +478,12 @@ func TestTrustLateTaskStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newTrRig(t, ingest.TrackerOptions{Sinks: []ingest.Sink{m}})
-	r.line(T0+10, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+5)))
-	r.line(T0+20, lnProgress("w1", agentRow(1, "done", "agentId", "a1", "startedAt", T0+5, "endedAt", T0+15)))
+	r.at(T0+10, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+5)))
+	r.at(T0+20, lnProgress("w1", agentRow(1, "done", "agentId", "a1", "startedAt", T0+5, "endedAt", T0+15)))
 	eq(t, "lifecycle before the task_started", kindsOf(r.rec), "")
-	r.line(T0+30, lnStarted("w1", "", "local_workflow", "real-name"))
-	r.line(T0+40, lnStarted("w1", "", "local_workflow", "real-name")) // a true duplicate now
-	r.line(T0+50, lnNotify("w1", "completed"))
+	r.at(T0+30, lnStarted("w1", "", "local_workflow", "real-name"))
+	r.at(T0+40, lnStarted("w1", "", "local_workflow", "real-name")) // a true duplicate now
+	r.at(T0+50, lnNotify("w1", "completed"))
 	r.tr.Close(T0 + 60_000)
 
 	eq(t, "lifecycle", kindsOf(r.rec), "run_started agent_started agent_ended run_finished run_finalized")
@@ -538,7 +505,7 @@ func TestTrustLateTaskStarted(t *testing.T) {
 func TestTrustAdoptedAnnouncedAfterGrace(t *testing.T) {
 	t.Run("window", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{})
-		r.line(T0, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0-5)))
+		r.at(T0, lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0-5)))
 		r.tr.Advance(T0 + 4999)
 		eq(t, "held back", kindsOf(r.rec), "")
 		r.tr.Advance(T0 + 5000)
@@ -549,15 +516,15 @@ func TestTrustAdoptedAnnouncedAfterGrace(t *testing.T) {
 				eq(t, "announced at", e.At, T0+5000)
 			}
 		}
-		r.line(T0+6000, lnNotify("w1", "completed"))
+		r.at(T0+6000, lnNotify("w1", "completed"))
 		r.tr.Close(T0 + 60_000)
 		eq(t, "lifecycle", kindsOf(r.rec), "run_started agent_started run_finished agent_ended run_finalized")
 		wantViolations(t, r.stats, map[ingest.Violation]int64{ingest.ViolationUnknownTask: 1, ingest.ViolationMissingTerminal: 1})
 	})
 	t.Run("ends inside the window", func(t *testing.T) {
 		r := newTrRig(t, ingest.TrackerOptions{})
-		r.line(T0, lnProgress("w1", agentRow(1, "done", "agentId", "a1", "startedAt", T0-5, "endedAt", T0)))
-		r.line(T0+100, lnNotify("w1", "failed"))
+		r.at(T0, lnProgress("w1", agentRow(1, "done", "agentId", "a1", "startedAt", T0-5, "endedAt", T0)))
+		r.at(T0+100, lnNotify("w1", "failed"))
 		r.tr.Close(T0 + 60_000)
 		eq(t, "lifecycle", kindsOf(r.rec), "run_started agent_started agent_ended run_finished run_finalized")
 		eq(t, "status", finalRun(t, r.rec, "w1", "").Status, ingest.StatusFailed)

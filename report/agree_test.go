@@ -71,20 +71,6 @@ func runAll(t *testing.T, caps ingest.Caps, feed func(p *ingest.Pipeline)) outpu
 
 func msOf(tm time.Time) int64 { return tm.UnixMilli() }
 
-// waterfallMs is the waterfall's duration text (report's msText).
-func waterfallMs(ms int64) string {
-	switch {
-	case ms < 0:
-		return "-"
-	case ms < 1000:
-		return fmt.Sprintf("%dms", ms)
-	case ms < 60_000:
-		return fmt.Sprintf("%.2fs", float64(ms)/1000)
-	default:
-		return fmt.Sprintf("%dm%02ds", ms/60_000, ms/1000%60)
-	}
-}
-
 // checkAgree compares every output of one stream.
 func checkAgree(t *testing.T, out outputs) {
 	t.Helper()
@@ -161,7 +147,7 @@ func checkAgree(t *testing.T, out outputs) {
 			t.Fatal(err)
 		}
 		header, _, _ := strings.Cut(wf.String(), "\n")
-		if want := fmt.Sprintf("  %s  %s  %d tokens", w.Status, waterfallMs(w.End-w.Start), w.Tokens); !strings.Contains(header, want) {
+		if want := fmt.Sprintf("  %s  %s  %d tokens", w.Status, report.MsText(w.End-w.Start), w.Tokens); !strings.Contains(header, want) {
 			t.Errorf("%s: waterfall header %q lacks %q", what, header, want)
 		}
 
