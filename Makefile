@@ -41,9 +41,11 @@ lint: vet fmt-check
 # Native fuzzing, one target at a time (go test -fuzz takes one). A new
 # interesting input is minimised for 2 s, not Go's 60 s (chaos/fuzzlib.sh).
 fuzz:
-	@for t in $$($(GO) test -list 'Fuzz.*' ./ingest/ | grep ^Fuzz); do \
-		echo "== $$t ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./ingest/ || exit 1; \
+	@for p in streamjson ingest; do \
+		for t in $$($(GO) test -list 'Fuzz.*' ./$$p/ | grep ^Fuzz); do \
+			echo "== $$p $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$p/ || exit 1; \
+		done; \
 	done
 
 # Whole-process benchmarks of issue #11 (bench/harness): passthrough,

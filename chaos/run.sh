@@ -2,7 +2,7 @@
 # make chaos: the fault and abuse suite of issue #10, in three parts.
 #
 #   1. Native fuzzing of the framer, the decoder and the Tracker:
-#      CHAOS_FUZZ_TOTAL seconds (default 300) shared evenly by every ingest
+#      CHAOS_FUZZ_TOTAL seconds (default 300) shared evenly by every streamjson and ingest
 #      fuzz target, one fuzzing worker, in the background while
 #   2. the chaos tests that judge correctness, not time (passthrough,
 #      process faults, bad input, secrets, endpoints, and the backend
@@ -37,15 +37,19 @@ chaos() { (cd chaos && "$work/chaos.test" -test.count=1 -test.timeout=20m -test.
 # 1. Fuzzing, in the background.
 # shellcheck source=chaos/fuzzlib.sh
 . chaos/fuzzlib.sh
+# The packages whose fuzz targets share the fuzzing time.
+FUZZ_PKGS="streamjson ingest"
 fuzz() {
-	local targets n fuzztime total=0 tolerated=0
-	targets=$($GO test -list 'Fuzz.*' ./ingest/ | grep ^Fuzz)
+	local targets n fuzztime total=0 tolerated=0 pkg
+	# PACKAGE:TARGET pairs: the decoders' own targets and the pipeline's.
+	targets=$(for pkg in $FUZZ_PKGS; do $GO test -list 'Fuzz.*' "./$pkg/" | grep ^Fuzz | sed "s|^|$pkg:|"; done)
 	n=$(echo "$targets" | wc -l)
 	fuzztime="$(( (fuzz_total + n - 1) / n ))s"
-	for t in $targets; do
-		local log="$work/$t.log" result s verdict
+	for pt in $targets; do
+		local t=${pt#*:} log="$work/${pt%%:*}-${pt#*:}.log" result s verdict
+		pkg=${pt%%:*}
 		s=$(date +%s)
-		verdict=$(fuzz_target "$t" "$fuzztime" "$log")
+		verdict=$(FUZZ_PKG=$pkg fuzz_target "$t" "$fuzztime" "$log")
 		s=$(( $(date +%s) - s ))
 		total=$(( total + s ))
 		# The last progress line: "fuzz: elapsed: 1m0s, execs: 123456 (2057/sec), ..."
@@ -59,7 +63,7 @@ fuzz() {
 			;;
 		*) result=BREACH value="${execs:-0} execs in ${s}s, FAILED: see the log above" ;;
 		esac
-		printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzz $t ($fuzztime, 1 worker)" "$value" \
+		printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzz $pkg $t ($fuzztime, 1 worker)" "$value" \
 			"no crash, no invariant broken" "$result" >>"$work/fuzz.tsv"
 		if [ $result != ok ]; then
 			echo "== fuzz $t FAILED:"
@@ -72,7 +76,7 @@ fuzz() {
 	printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzzing, all targets" "${total}s over $n targets (the coordinator's deadline race tolerated in $tolerated)" ">= 300s" \
 		"$( [ "$total" -ge 300 ] && echo ok || echo BREACH)" >>"$work/fuzz.tsv"
 }
-echo "== fuzzing ($fuzz_total s over the ingest targets) beside the correctness tests"
+echo "== fuzzing ($fuzz_total s over the streamjson and ingest targets) beside the correctness tests"
 fuzz >"$work/fuzz.out" 2>&1 &
 fuzz_pid=$!
 

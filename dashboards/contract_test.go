@@ -16,6 +16,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // targetLabels are attached by Prometheus (job, instance) or Kubernetes
@@ -62,7 +63,7 @@ func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 		p := ingest.NewPipeline(ingest.PipelineOptions{
 			Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats},
 		})
-		p.Write(ingest.SourceStdout, b)
+		p.Write(tap.SourceStdout, b)
 		p.Close()
 	}
 	// An interrupt matched to its stop; the unlabelled histogram exists

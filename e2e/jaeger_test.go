@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
@@ -50,7 +51,7 @@ func expectedSpans(t *testing.T, file string) map[string]map[string]wantSpan {
 	}
 	defer f.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{traces.New(tp, traces.Options{})}}})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
@@ -147,7 +148,7 @@ func TestJaegerInProcess(t *testing.T) {
 			defer f.Close()
 			sink := traces.New(prov, traces.Options{})
 			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
-			if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {
+			if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 				t.Fatal(err)
 			}
 			p.Close()

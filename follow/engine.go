@@ -51,6 +51,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Defaults of Options.
@@ -276,11 +277,11 @@ func (e *Engine) onRecord(s *stream, r spool.Record) {
 	case spool.RecordGap:
 		e.mGapRecords.Inc()
 		s.stats.AddDropped(r.Source, r.Dropped)
-		if r.Source == ingest.SourceStdout {
+		if r.Source == tap.SourceStdout {
 			// What follows a stdout gap up to the next newline is the tail
 			// of a line whose head was lost: not a line. (stdin records are
 			// whole lines: the writer drops a cut stdin line itself.)
-			s.pipe.Gap(ingest.SourceStdout)
+			s.pipe.Gap(tap.SourceStdout)
 		}
 	}
 }

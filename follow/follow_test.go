@@ -13,6 +13,8 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // The spool splitter gives the same lines, sources and line-boundary
@@ -41,8 +43,8 @@ func TestSplitterChunking(t *testing.T) {
 		if want := int64(len(data) - len(`{"partial":`)); s.offset != want || s.readPos != int64(len(data)) {
 			t.Fatalf("chunks of %d: offset %d readPos %d, want %d %d", size, s.offset, s.readPos, want, len(data))
 		}
-		if st.Lines(ingest.SourceStdout) != 2 || st.Lines(ingest.SourceStdin) != 1 || gaps != 12 {
-			t.Fatalf("chunks of %d: stdout lines %d stdin %d gaps %d", size, st.Lines(ingest.SourceStdout), st.Lines(ingest.SourceStdin), gaps)
+		if st.Lines(tap.SourceStdout) != 2 || st.Lines(tap.SourceStdin) != 1 || gaps != 12 {
+			t.Fatalf("chunks of %d: stdout lines %d stdin %d gaps %d", size, st.Lines(tap.SourceStdout), st.Lines(tap.SourceStdin), gaps)
 		}
 		if st.Events() != 2 { // init and the interrupt reached the Tracker
 			t.Fatalf("chunks of %d: events %d, want 2", size, st.Events())
@@ -109,13 +111,13 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 		if s.offset != int64(len(data)) {
 			t.Fatalf("chunks of %d: offset %d, want %d", size, s.offset, len(data))
 		}
-		for _, r := range []ingest.Reason{ingest.ReasonInvalidJSON, ingest.ReasonTooLong, ingest.ReasonBadShape} {
+		for _, r := range []streamjson.Reason{streamjson.ReasonInvalidJSON, streamjson.ReasonTooLong, streamjson.ReasonBadShape} {
 			if n := st.Rejected(r); n != 0 {
 				t.Fatalf("chunks of %d: %d lines rejected as %v", size, n, r)
 			}
 		}
-		if st.Lines(ingest.SourceStdin) != 3 || st.Events() != 5 {
-			t.Fatalf("chunks of %d: stdin lines %d, events %d; want 3, 5", size, st.Lines(ingest.SourceStdin), st.Events())
+		if st.Lines(tap.SourceStdin) != 3 || st.Events() != 5 {
+			t.Fatalf("chunks of %d: stdin lines %d, events %d; want 3, 5", size, st.Lines(tap.SourceStdin), st.Events())
 		}
 	}
 }
@@ -170,8 +172,8 @@ func TestMaxStreams(t *testing.T) {
 					t.Fatalf("%d streams followed, cap %d", len(e.streams), tc.max)
 				}
 			}
-			if len(e.finished) != tc.files || st.Lines(ingest.SourceStdout) != int64(tc.files) {
-				t.Fatalf("%d files finished, %d lines read; want %d of each", len(e.finished), st.Lines(ingest.SourceStdout), tc.files)
+			if len(e.finished) != tc.files || st.Lines(tap.SourceStdout) != int64(tc.files) {
+				t.Fatalf("%d files finished, %d lines read; want %d of each", len(e.finished), st.Lines(tap.SourceStdout), tc.files)
 			}
 			if got := testutil.ToFloat64(e.mWaiting); got != 0 {
 				t.Fatalf("%v files still waiting", got)

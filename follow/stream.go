@@ -13,6 +13,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/spool"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // fpMax is how many leading bytes identify a file besides its inode.
@@ -89,7 +90,7 @@ type stream struct {
 	gone       bool  // unlinked: read to the end, then finalize
 
 	mode   int
-	src    ingest.Source
+	src    tap.Source
 	buf    []byte // tag, stamp or record being assembled
 	heldRS bool   // a stream line's last byte so far is RS, not yet fed: a cut line if the newline follows
 	// onRecord reports records to the engine (version header, gaps).
@@ -99,8 +100,8 @@ type stream struct {
 // reset discards the partial line: after a truncation the bytes before it
 // belong to nothing.
 func (s *stream) reset() {
-	s.pipe.Gap(ingest.SourceStdout)
-	s.pipe.Gap(ingest.SourceStdin)
+	s.pipe.Gap(tap.SourceStdout)
+	s.pipe.Gap(tap.SourceStdin)
 	s.mode, s.buf, s.heldRS = modeStart, s.buf[:0], false
 }
 
@@ -118,7 +119,7 @@ func (s *stream) feed(data []byte) {
 				data = s.advance(data, 1)
 				continue
 			}
-			s.mode, s.src = modeStream, ingest.SourceStdout
+			s.mode, s.src = modeStream, tap.SourceStdout
 		case modeTag:
 			i := bytes.IndexAny(data, " \n")
 			if i < 0 {
@@ -134,9 +135,9 @@ func (s *stream) feed(data []byte) {
 			data = s.advance(data, i+1)
 			switch string(s.buf) {
 			case "stdout", "stdin":
-				s.mode, s.src = modeStream, ingest.SourceStdout
+				s.mode, s.src = modeStream, tap.SourceStdout
 				if string(s.buf) == "stdin" {
-					s.mode, s.src, s.buf = modeStamp, ingest.SourceStdin, s.buf[:0]
+					s.mode, s.src, s.buf = modeStamp, tap.SourceStdin, s.buf[:0]
 				}
 				if nl {
 					s.pipe.Write(s.src, []byte{'\n'})

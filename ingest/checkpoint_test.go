@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // recorded is what a test compares of a lifecycle event: kind, run identity
@@ -37,7 +40,7 @@ func replayWithRestart(t *testing.T, lines [][]byte, cut int) []recordedKey {
 	rec := &Recorder{}
 	p := NewPipeline(PipelineOptions{Tracker: TrackerOptions{Sinks: []Sink{rec}}})
 	for _, l := range lines[:cut] {
-		p.Write(SourceStdout, l)
+		p.Write(tap.SourceStdout, l)
 	}
 	b, err := json.Marshal(p.Tracker().Snapshot())
 	if err != nil {
@@ -52,7 +55,7 @@ func replayWithRestart(t *testing.T, lines [][]byte, cut int) []recordedKey {
 		t.Fatal(err)
 	}
 	for _, l := range lines[cut:] {
-		q.Write(SourceStdout, l)
+		q.Write(tap.SourceStdout, l)
 	}
 	q.Close()
 	return keysOf(rec)
@@ -73,7 +76,7 @@ func TestSnapshotRestoreEveryLine(t *testing.T) {
 		rec := &Recorder{}
 		p := NewPipeline(PipelineOptions{Tracker: TrackerOptions{Sinks: []Sink{rec}}})
 		for _, l := range lines {
-			p.Write(SourceStdout, l)
+			p.Write(tap.SourceStdout, l)
 		}
 		p.Close()
 		want := keysOf(rec)
@@ -92,8 +95,8 @@ func TestSnapshotRestoreEveryLine(t *testing.T) {
 
 func TestRestoreKeepsRemainingGrace(t *testing.T) {
 	tr := NewTracker(TrackerOptions{})
-	tr.Handle(&Event{Kind: KindTaskStarted, TaskID: "t1", TaskType: "local_workflow", WorkflowName: "w"}, 1000)
-	tr.Handle(&Event{Kind: KindTaskNotification, TaskID: "t1", Status: "completed"}, 2000)
+	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: "t1", TaskType: "local_workflow", WorkflowName: "w"}, 1000)
+	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: "t1", Status: "completed"}, 2000)
 	st := tr.Snapshot()
 	if len(st.Runs) != 1 || st.Runs[0].GraceEnd != 2000+DefaultGrace.Milliseconds() {
 		t.Fatalf("snapshot: %+v", st)

@@ -1,12 +1,13 @@
-// Package ingest turns the raw bytes of a stream-json session into workflow
-// lifecycles: framing (Framer), decoding (Decode), and the Tracker, which owns
-// workflow state and emits Lifecycle events to sinks. It knows nothing of
-// OpenTelemetry or Prometheus; the traces and metrics packages consume its
-// output, never the other way round.
+// Package ingest turns the events of a stream-json session into workflow
+// lifecycles: the Tracker owns workflow state and emits Lifecycle events to
+// sinks. It knows nothing of OpenTelemetry or Prometheus; the traces and
+// metrics packages consume its output, never the other way round. The wire
+// format (framing and decoding) is package streamjson's; the byte queues
+// between a wrapped child and the pipeline are package tap's.
 //
 // The data flow is
 //
-//	bytes ─► Framer ─► lines ─► Decode ─► Event ─► Tracker ─► Lifecycle ─► Sink...
+//	bytes ─► streamjson.Framer ─► lines ─► streamjson.Decoder ─► Event ─► Tracker ─► Lifecycle ─► Sink...
 //
 // Pipeline wires these together for one stream (stdout plus the stdin
 // control channel) and counts what it sees in Stats.

@@ -40,6 +40,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // ---------------------------------------------------------------- framer
@@ -52,8 +54,8 @@ type fLine struct {
 
 func frameChunks(t *testing.T, max int, chunks [][]byte) []fLine {
 	var out []fLine
-	var f *ingest.Framer
-	f = ingest.NewFramer(max, func(l ingest.Line) {
+	var f *streamjson.Framer
+	f = streamjson.NewFramer(max, func(l streamjson.Line) {
 		if len(l.Data) > max {
 			t.Fatalf("line kept %d bytes, cap %d", len(l.Data), max)
 		}
@@ -135,7 +137,7 @@ func FuzzFramer(f *testing.F) {
 			t.Fatalf("Len sum %d, input %d", sum, len(data))
 		}
 		// The same pieces through a whole pipeline, at its own line cap.
-		pipelineInvariants(t, chunks, refLines(data, ingest.DefaultMaxLine))
+		pipelineInvariants(t, chunks, refLines(data, streamjson.DefaultMaxLine))
 	})
 }
 
@@ -168,9 +170,9 @@ func checkClean(t *testing.T, field, s string, bound int) {
 	}
 }
 
-func checkEvent(t *testing.T, ev *ingest.Event, keep bool) {
+func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 	t.Helper()
-	if ev.Kind == ingest.KindNone || ev.Kind > ingest.KindControlResponse {
+	if ev.Kind == streamjson.KindNone || ev.Kind > streamjson.KindControlResponse {
 		t.Errorf("kind %v", ev.Kind)
 	}
 	for name, s := range map[string]string{"SessionID": ev.SessionID, "TaskID": ev.TaskID, "RunID": ev.RunID,
@@ -216,7 +218,7 @@ func checkEvent(t *testing.T, ev *ingest.Event, keep bool) {
 	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 {
 		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d", ev.BadFields, ev.BadEntries, ev.WrittenAt)
 	}
-	if ev.Kind != ingest.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
+	if ev.Kind != streamjson.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
 		t.Errorf("%v with BadEntries %d, HasProgress %v", ev.Kind, ev.BadEntries, ev.HasProgress)
 	}
 }
@@ -255,14 +257,14 @@ func FuzzDecoder(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		for _, keep := range []bool{false, true} {
-			d := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: keep})
-			for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+			d := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: keep})
+			for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
 				ev, reason := d.Decode(src, line)
 				switch {
-				case reason != ingest.ReasonNone && ev != nil:
+				case reason != streamjson.ReasonNone && ev != nil:
 					t.Fatalf("both an event and reason %v", reason)
-				case reason != ingest.ReasonNone:
-					if reason != ingest.ReasonInvalidJSON && reason != ingest.ReasonBadShape {
+				case reason != streamjson.ReasonNone:
+					if reason != streamjson.ReasonInvalidJSON && reason != streamjson.ReasonBadShape {
 						t.Fatalf("reason %v from Decode", reason)
 					}
 				case ev != nil:
@@ -275,17 +277,17 @@ func FuzzDecoder(f *testing.F) {
 		}
 		// Whatever the line is, a stream of it ends every run it opens once.
 		l := append(bytes.TrimRight(line, "\n"), '\n')
-		pipelineInvariants(t, [][]byte{l}, refLines(l, ingest.DefaultMaxLine))
+		pipelineInvariants(t, [][]byte{l}, refLines(l, streamjson.DefaultMaxLine))
 	})
 }
 
 // snapshotEvent deep-copies an event.
-func snapshotEvent(ev *ingest.Event) *ingest.Event {
+func snapshotEvent(ev *streamjson.Event) *streamjson.Event {
 	if ev == nil {
 		return nil
 	}
 	c := *ev
-	c.Entries = append([]ingest.Entry(nil), ev.Entries...)
+	c.Entries = append([]streamjson.Entry(nil), ev.Entries...)
 	if len(c.Entries) == 0 {
 		c.Entries = nil
 	}
@@ -300,19 +302,19 @@ func FuzzDecoderReuse(f *testing.F) {
 	f.Add([]byte(`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done","cached":true,"error":"boom","startedAt":5,"endedAt":9}]}`),
 		[]byte(`{"type":"system","subtype":"task_progress","task_id":"b","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done"}]}`))
 	f.Fuzz(func(t *testing.T, prev, line []byte) {
-		fresh := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: true})
-		ev, r := fresh.Decode(ingest.SourceStdout, line)
+		fresh := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: true})
+		ev, r := fresh.Decode(tap.SourceStdout, line)
 		want := snapshotEvent(ev)
-		reused := ingest.NewDecoder(ingest.DecodeOptions{KeepPreviews: true})
-		reused.Decode(ingest.SourceStdout, prev)
-		ev2, r2 := reused.Decode(ingest.SourceStdout, line)
+		reused := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: true})
+		reused.Decode(tap.SourceStdout, prev)
+		ev2, r2 := reused.Decode(tap.SourceStdout, line)
 		got := snapshotEvent(ev2)
 		if r != r2 || !reflect.DeepEqual(want, got) {
 			t.Fatalf("decoding after %q changed the result\nfresh:  %+v %v\nreused: %+v %v", prev, want, r, got, r2)
 		}
 		// The two lines as a stream: one terminal per run, counters monotonic.
 		stream := append(append(append([]byte(nil), prev...), '\n'), line...)
-		pipelineInvariants(t, [][]byte{prev, []byte("\n"), line}, refLines(stream, ingest.DefaultMaxLine))
+		pipelineInvariants(t, [][]byte{prev, []byte("\n"), line}, refLines(stream, streamjson.DefaultMaxLine))
 	})
 }
 
@@ -493,10 +495,10 @@ func counters(st *ingest.Stats, buf []int64) []int64 {
 	for _, v := range ingest.Violations() {
 		c = append(c, st.Violations(v))
 	}
-	for _, r := range ingest.Reasons() {
+	for _, r := range streamjson.Reasons() {
 		c = append(c, st.Rejected(r))
 	}
-	for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+	for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
 		c = append(c, st.Lines(src), st.Bytes(src), st.Dropped(src))
 	}
 	return c
@@ -513,7 +515,7 @@ func pipelineInvariants(t *testing.T, chunks [][]byte, want []fLine) {
 	last := inv.checkCounters(st, nil)
 	var n int64
 	for _, c := range chunks {
-		p.Write(ingest.SourceStdout, c)
+		p.Write(tap.SourceStdout, c)
 		n += int64(len(c))
 		last = inv.checkCounters(st, last)
 	}
@@ -523,9 +525,9 @@ func pipelineInvariants(t *testing.T, chunks [][]byte, want []fLine) {
 		t.Fatalf("%d runs open after Close", got)
 	}
 	inv.checkClosed()
-	if st.Bytes(ingest.SourceStdout) != n || st.Lines(ingest.SourceStdout) != int64(len(want)) {
+	if st.Bytes(tap.SourceStdout) != n || st.Lines(tap.SourceStdout) != int64(len(want)) {
 		t.Fatalf("pipeline counted %d lines, %d bytes; framer %d lines, %d bytes",
-			st.Lines(ingest.SourceStdout), st.Bytes(ingest.SourceStdout), len(want), n)
+			st.Lines(tap.SourceStdout), st.Bytes(tap.SourceStdout), len(want), n)
 	}
 }
 
@@ -577,7 +579,7 @@ func agentRowJSON(idx int, c byte, now int64) string {
 
 // line returns the next operation as a stream line for the tracker ("" for
 // a clock-only operation, handled here).
-func (p *fzProgram) line(tr *ingest.Tracker) (line string, src ingest.Source) {
+func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 	op := p.next()
 	p.now += 40
 	task := fzTasks[int(p.next())%len(fzTasks)]
@@ -631,10 +633,10 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src ingest.Source) {
 		return "", 0
 	case 10:
 		if a&1 != 0 {
-			return fmt.Sprintf(`{"type":"control_request","request_id":"i","request":{"subtype":"stop_task","task_id":"%s"}}`, task), ingest.SourceStdin
+			return fmt.Sprintf(`{"type":"control_request","request_id":"i","request":{"subtype":"stop_task","task_id":"%s"}}`, task), tap.SourceStdin
 		}
 		return fmt.Sprintf(`{"type":"control_request","request_id":"i","request":{"subtype":"interrupt","session_id":"%s"}}`,
-			fzSessions[int(a/3)%len(fzSessions)]), ingest.SourceStdin
+			fzSessions[int(a/3)%len(fzSessions)]), tap.SourceStdin
 	default:
 		return "dup", 0 // repeat the previous line
 	}
@@ -655,9 +657,9 @@ func FuzzTracker(f *testing.F) {
 		inv := newInvariantSink(t)
 		st := new(ingest.Stats)
 		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st})
-		dec := ingest.NewDecoder(ingest.DecodeOptions{})
+		dec := streamjson.NewDecoder(streamjson.DecodeOptions{})
 		p := &fzProgram{b: prog, now: T0}
-		prev, prevSrc := "", ingest.SourceStdout
+		prev, prevSrc := "", tap.SourceStdout
 		last := inv.checkCounters(st, nil)
 		var handled int64
 		for p.i < len(p.b) {
@@ -667,7 +669,7 @@ func FuzzTracker(f *testing.F) {
 			}
 			if line != "" {
 				ev, reason := dec.Decode(src, []byte(line))
-				if reason != ingest.ReasonNone || ev == nil {
+				if reason != streamjson.ReasonNone || ev == nil {
 					t.Fatalf("generated line rejected (%v): %s", reason, line)
 				}
 				tr.Handle(ev, p.now)

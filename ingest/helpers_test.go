@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // T0 is the epoch-ms origin of the synthetic streams.
@@ -129,8 +131,8 @@ func newPipeRig(opts ingest.PipelineOptions) *pipeRig {
 	return &pipeRig{p: ingest.NewPipeline(opts), rec: rec, stats: opts.Tracker.Stats}
 }
 
-func (r *pipeRig) out(lines ...jobj) { r.p.Write(ingest.SourceStdout, ndjson(lines...)) }
-func (r *pipeRig) in(lines ...jobj)  { r.p.Write(ingest.SourceStdin, ndjson(lines...)) }
+func (r *pipeRig) out(lines ...jobj) { r.p.Write(tap.SourceStdout, ndjson(lines...)) }
+func (r *pipeRig) in(lines ...jobj)  { r.p.Write(tap.SourceStdin, ndjson(lines...)) }
 
 // clockRig drives a Tracker directly, with the caller's clock, decoding
 // JSON lines (at) or taking hand-made Events (ev).
@@ -139,7 +141,7 @@ type clockRig struct {
 	tr    *ingest.Tracker
 	rec   *ingest.Recorder
 	stats *ingest.Stats
-	dec   *ingest.Decoder
+	dec   *streamjson.Decoder
 }
 
 func newClockRig(t testing.TB, grace time.Duration) *clockRig {
@@ -156,23 +158,23 @@ func newClockRigWith(t testing.TB, opts ingest.TrackerOptions) *clockRig {
 	}
 	// Error texts are kept: these rigs check how the Tracker merges them;
 	// the decoder's default of withholding them is TestDecodeWithholdsErrors.
-	return &clockRig{t: t, rec: rec, stats: opts.Stats, dec: ingest.NewDecoder(ingest.DecodeOptions{KeepErrors: true}),
+	return &clockRig{t: t, rec: rec, stats: opts.Stats, dec: streamjson.NewDecoder(streamjson.DecodeOptions{KeepErrors: true}),
 		tr: ingest.NewTracker(opts)}
 }
 
 // ev hands a hand-made event to the tracker at time now.
-func (r *clockRig) ev(now int64, e ingest.Event) { r.tr.Handle(&e, now) }
+func (r *clockRig) ev(now int64, e streamjson.Event) { r.tr.Handle(&e, now) }
 
 // at decodes line and hands it to the tracker at time now.
 func (r *clockRig) at(now int64, line jobj) {
 	r.t.Helper()
 	b, _ := json.Marshal(line)
-	src := ingest.SourceStdout
+	src := tap.SourceStdout
 	if line["type"] == "control_request" {
-		src = ingest.SourceStdin
+		src = tap.SourceStdin
 	}
 	ev, reason := r.dec.Decode(src, b)
-	if reason != ingest.ReasonNone || ev == nil {
+	if reason != streamjson.ReasonNone || ev == nil {
 		r.t.Fatalf("line %s: decode gave (%v, %v)", b, ev, reason)
 	}
 	r.tr.Handle(ev, now)

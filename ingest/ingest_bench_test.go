@@ -17,6 +17,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/simulate"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // manyAgentsStream returns the stdout of one simulated many-agents workflow
@@ -54,7 +56,7 @@ func BenchmarkFramer(b *testing.B) {
 	for _, chunk := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
 			n := 0
-			f := ingest.NewFramer(ingest.DefaultMaxLine, func(ingest.Line) { n++ })
+			f := streamjson.NewFramer(streamjson.DefaultMaxLine, func(streamjson.Line) { n++ })
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -95,7 +97,7 @@ func BenchmarkDecode(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			d := ingest.NewDecoder(ingest.DecodeOptions{})
+			d := streamjson.NewDecoder(streamjson.DecodeOptions{})
 			var size int64
 			for _, l := range c.lines {
 				size += int64(len(l))
@@ -104,8 +106,8 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				_, reason := d.Decode(ingest.SourceStdout, c.lines[i%len(c.lines)])
-				if reason != ingest.ReasonNone {
+				_, reason := d.Decode(tap.SourceStdout, c.lines[i%len(c.lines)])
+				if reason != streamjson.ReasonNone {
 					b.Fatalf("rejected: %v", reason)
 				}
 				i++
@@ -139,15 +141,15 @@ func BenchmarkTracker(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
 			stream := growingWorkflow(n)
-			d := ingest.NewDecoder(ingest.DecodeOptions{})
-			var evs []ingest.Event
+			d := streamjson.NewDecoder(streamjson.DecodeOptions{})
+			var evs []streamjson.Event
 			for _, l := range linesOf(stream) {
-				ev, reason := d.Decode(ingest.SourceStdout, l)
-				if reason != ingest.ReasonNone || ev == nil {
+				ev, reason := d.Decode(tap.SourceStdout, l)
+				if reason != streamjson.ReasonNone || ev == nil {
 					b.Fatalf("decode: %v", reason)
 				}
 				c := *ev
-				c.Entries = append([]ingest.Entry(nil), ev.Entries...)
+				c.Entries = append([]streamjson.Entry(nil), ev.Entries...)
 				evs = append(evs, c)
 			}
 			b.SetBytes(int64(len(stream)))
@@ -221,7 +223,7 @@ func BenchmarkPipeline(b *testing.B) {
 				p := ingest.NewPipeline(ingest.PipelineOptions{})
 				for c := stream; len(c) > 0; {
 					k := min(256<<10, len(c))
-					p.Write(ingest.SourceStdout, c[:k])
+					p.Write(tap.SourceStdout, c[:k])
 					c = c[k:]
 				}
 				p.Close()

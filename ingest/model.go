@@ -3,19 +3,9 @@ package ingest
 import (
 	"cmp"
 	"slices"
-)
 
-// Plausible bounds of an epoch-ms time: from 2001-09-09 (1e12 ms) to
-// 2100-01-01. A time outside them is not a time of this stream: most often
-// seconds written where milliseconds belong (which would make a span of
-// decades), or garbage. Such a time is counted as bad_time and not used.
-const (
-	minPlausibleMs = 1_000_000_000_000
-	maxPlausibleMs = 4_102_444_800_000
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
-
-// Plausible reports whether v can be an epoch-ms time of a stream.
-func Plausible(v int64) bool { return v >= minPlausibleMs && v < maxPlausibleMs }
 
 // RunStatus is the state of a run (workflow or plain task).
 type RunStatus uint8
@@ -85,7 +75,7 @@ func FinalAgentStates() []AgentState {
 // parseAgentState maps an entry's spelling to a state: start and running
 // (CodeBuddy's spelling) are live, queued while there is no startedAt; done
 // with cached:true is cached.
-func parseAgentState(e *Entry) (AgentState, bool) {
+func parseAgentState(e *streamjson.Entry) (AgentState, bool) {
 	switch e.State {
 	case "start", "running", "started", "progress", "in_progress", "":
 		// progress: Claude Code 2.1.328 shows an agent inside a tool call so.
@@ -182,7 +172,7 @@ type Run struct {
 	// widened to enclose every agent. Every output reads these.
 	Start int64
 	End   int64
-	Usage Usage // final usage (notification's, else the last progress)
+	Usage streamjson.Usage // final usage (notification's, else the last progress)
 
 	// Adopted is set while a run known only from its task_progress (no
 	// task_started yet: a follower that joined mid-stream, or a reordered

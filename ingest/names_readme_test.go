@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // The README documents the closed sets of rejection reasons and violation
@@ -31,7 +32,7 @@ func TestReadmeNames(t *testing.T) {
 	readme := string(b)
 
 	var reasons, kinds []string
-	for _, r := range ingest.Reasons() {
+	for _, r := range streamjson.Reasons() {
 		reasons = append(reasons, r.String())
 	}
 	for _, v := range ingest.Violations() {

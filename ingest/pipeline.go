@@ -4,13 +4,10 @@ import (
 	"context"
 	"io"
 	"time"
-)
 
-// DefaultMaxLine is the per-line cap of the framer. Lines of interest
-// (task_* events) are small; a workflow with a thousand agents makes
-// snapshots of about a megabyte. Longer lines are passed through by the
-// wrapper untouched but only their prefix is looked at here.
-const DefaultMaxLine = 4 << 20
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
+)
 
 // probeBytes is how much of a line still arriving the framer buffers before
 // it asks whether the line is worth keeping (see Framer.SetProbe).
@@ -23,7 +20,7 @@ const maxClockLeap = 24 * 60 * 60 * 1000
 type PipelineOptions struct {
 	// MaxLine caps what is buffered of one line; 0 means DefaultMaxLine.
 	MaxLine int
-	Decode  DecodeOptions
+	Decode  streamjson.DecodeOptions
 	Tracker TrackerOptions
 	// Live selects the clock: the wall clock for a live stream, the
 	// stream's own timestamps for a replay (see Tracker).
@@ -35,21 +32,21 @@ type PipelineOptions struct {
 // Pipeline frames, decodes and tracks one stream: the CLI's stdout and the
 // control requests on its stdin. It is driven from one goroutine.
 type Pipeline struct {
-	framers     [numSources]*Framer
-	dec         *Decoder
+	framers     [numSources]*streamjson.Framer
+	dec         *streamjson.Decoder
 	tr          *Tracker
 	stats       *Stats
 	live        bool
 	now         func() time.Time
 	streamClock int64
-	cur         Source
+	cur         tap.Source
 	chunkAt     int64 // Unix ns the chunk being processed passed the tap; 0 outside Consume
 }
 
 // NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
 func NewPipeline(opts PipelineOptions) *Pipeline {
 	if opts.MaxLine <= 0 {
-		opts.MaxLine = DefaultMaxLine
+		opts.MaxLine = streamjson.DefaultMaxLine
 	}
 	if opts.Tracker.Stats == nil {
 		opts.Tracker.Stats = new(Stats)
@@ -63,15 +60,15 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 		opts.Decode.MaxElements = c.Agents + c.Phases
 	}
 	p := &Pipeline{
-		dec:   NewDecoder(opts.Decode),
+		dec:   streamjson.NewDecoder(opts.Decode),
 		tr:    NewTracker(opts.Tracker),
 		stats: opts.Tracker.Stats,
 		live:  opts.Live,
 		now:   opts.Now,
 	}
 	for i := range p.framers {
-		p.framers[i] = NewFramer(opts.MaxLine, p.line)
-		p.framers[i].SetProbe(probeBytes, WorthBuffering)
+		p.framers[i] = streamjson.NewFramer(opts.MaxLine, p.line)
+		p.framers[i].SetProbe(probeBytes, streamjson.WorthBuffering)
 	}
 	return p
 }
@@ -83,20 +80,20 @@ func (p *Pipeline) Stats() *Stats { return p.stats }
 func (p *Pipeline) Tracker() *Tracker { return p.tr }
 
 // Write feeds bytes of src.
-func (p *Pipeline) Write(src Source, b []byte) {
+func (p *Pipeline) Write(src tap.Source, b []byte) {
 	p.cur = src
 	p.framers[src%numSources].Write(b)
 }
 
 // Gap tells the pipeline that bytes of src were lost before the next Write.
-func (p *Pipeline) Gap(src Source) { p.framers[src%numSources].Gap() }
+func (p *Pipeline) Gap(src tap.Source) { p.framers[src%numSources].Gap() }
 
 // GapAtLineEnd tells the pipeline that bytes of src were lost before the next
 // Write, and that they ended with a newline: the next Write starts a line.
-func (p *Pipeline) GapAtLineEnd(src Source) { p.framers[src%numSources].GapAtLineEnd() }
+func (p *Pipeline) GapAtLineEnd(src tap.Source) { p.framers[src%numSources].GapAtLineEnd() }
 
 // EndOfStream flushes an unterminated last line of src.
-func (p *Pipeline) EndOfStream(src Source) {
+func (p *Pipeline) EndOfStream(src tap.Source) {
 	p.cur = src
 	p.framers[src%numSources].Flush()
 }
@@ -113,12 +110,12 @@ func (p *Pipeline) Tick() {
 // and every run is finalized.
 func (p *Pipeline) Close() {
 	for src := range p.framers {
-		p.EndOfStream(Source(src))
+		p.EndOfStream(tap.Source(src))
 	}
 	p.tr.Close(p.clock(nil))
 }
 
-func (p *Pipeline) clock(ev *Event) int64 {
+func (p *Pipeline) clock(ev *streamjson.Event) int64 {
 	if p.live {
 		if p.chunkAt > 0 {
 			return p.chunkAt / int64(time.Millisecond)
@@ -135,18 +132,18 @@ func (p *Pipeline) clock(ev *Event) int64 {
 	return p.streamClock
 }
 
-func (p *Pipeline) line(l Line) {
+func (p *Pipeline) line(l streamjson.Line) {
 	p.stats.countLine(p.cur, l.Len)
 	if l.Truncated {
 		// Only lines we would have decoded count as rejected: a long
 		// assistant message is ordinary traffic.
-		if LongLineOfInterest(l.Data) {
-			p.stats.rejected[ReasonTooLong].Add(1)
+		if streamjson.LongLineOfInterest(l.Data) {
+			p.stats.rejected[streamjson.ReasonTooLong].Add(1)
 		}
 		return
 	}
 	ev, reason := p.dec.Decode(p.cur, l.Data)
-	if reason != ReasonNone {
+	if reason != streamjson.ReasonNone {
 		p.stats.rejected[reason].Add(1)
 		return
 	}
@@ -165,25 +162,25 @@ func (p *Pipeline) line(l Line) {
 // through, not when it is processed: so an interrupt written to the child is
 // seen before the stopped notification it caused, whichever queue the
 // consumer happened to look at first.
-func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *Tap, tick time.Duration) {
+func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *tap.Tap, tick time.Duration) {
 	if tick <= 0 {
 		tick = 500 * time.Millisecond
 	}
-	taps := [numSources]*Tap{stdout, stdin}
-	_ = MergeTaps(ctx, stdout, stdin, TapMerge{
-		Chunk: func(src Source, c Chunk) {
+	taps := [numSources]*tap.Tap{stdout, stdin}
+	_ = tap.Merge(ctx, stdout, stdin, tap.MergeOptions{
+		Chunk: func(s tap.Source, c tap.Chunk) {
 			p.chunkAt = c.At
-			p.chunk(src, taps[src], c)
+			p.chunk(s, taps[s], c)
 			p.chunkAt = 0
 		},
-		End:   func(src Source) { p.endTap(src, taps[src]) },
+		End:   func(s tap.Source) { p.endTap(s, taps[s]) },
 		Tick:  p.Tick,
 		Every: tick,
 	})
 	p.Close()
 }
 
-func (p *Pipeline) chunk(src Source, tap *Tap, c Chunk) {
+func (p *Pipeline) chunk(src tap.Source, t *tap.Tap, c tap.Chunk) {
 	switch {
 	case c.Gap && c.GapAtLineEnd:
 		p.GapAtLineEnd(src) // the next line is whole: keep it
@@ -191,16 +188,16 @@ func (p *Pipeline) chunk(src Source, tap *Tap, c Chunk) {
 		p.Gap(src)
 	}
 	p.Write(src, c.Data)
-	tap.Release(c)
+	t.Release(c)
 }
 
-func (p *Pipeline) endTap(src Source, tap *Tap) {
-	_, dropped, _ := tap.Stats()
+func (p *Pipeline) endTap(src tap.Source, t *tap.Tap) {
+	_, dropped, _ := t.Stats()
 	p.stats.AddDropped(src, dropped)
 	switch {
-	case tap.GapPendingAtLineEnd():
+	case t.GapPendingAtLineEnd():
 		p.GapAtLineEnd(src) // the partial last line is incomplete: do not parse it
-	case tap.GapPending():
+	case t.GapPending():
 		p.Gap(src) // likewise
 	}
 	p.EndOfStream(src)
@@ -208,7 +205,7 @@ func (p *Pipeline) endTap(src Source, tap *Tap) {
 
 // Feed copies r into the pipeline as src until EOF (not closing the
 // pipeline) or until ctx is done.
-func Feed(ctx context.Context, p *Pipeline, src Source, r io.Reader) error {
+func Feed(ctx context.Context, p *Pipeline, src tap.Source, r io.Reader) error {
 	// Large reads: a snapshot line of a big workflow is hundreds of KiB,
 	// and a line split across reads is copied into the framer's buffer.
 	buf := make([]byte, 1<<20)

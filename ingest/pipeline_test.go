@@ -2,8 +2,12 @@ package ingest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // TestConsumeOrdersTapsByPassage: the interrupt went to the child before the
@@ -15,7 +19,7 @@ func TestConsumeOrdersTapsByPassage(t *testing.T) {
 	for i := range 50 {
 		var rec Recorder
 		p := NewPipeline(PipelineOptions{Live: true, Tracker: TrackerOptions{Sinks: []Sink{&rec}}})
-		out, in := NewTap(1<<20), NewTap(1<<20)
+		out, in := tap.NewTap(1<<20), tap.NewTap(1<<20)
 		out.Write([]byte(`{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n"))
 		in.Write([]byte(`{"type":"control_request","request_id":"r","request":{"subtype":"interrupt","session_id":"s"}}` + "\n"))
 		out.Write([]byte(`{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped"}` + "\n"))
@@ -44,32 +48,6 @@ const (
 	testComplete = `{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}` + "\n"
 )
 
-// The order of the taps holds whatever their wall anchors say: here the
-// stdin tap's is an hour ahead (the wall clock stepped back an hour after it
-// was anchored), so by At the interrupt would come after the notification it
-// caused.
-func TestConsumeOrdersTapsByMonotonicClock(t *testing.T) {
-	var rec Recorder
-	p := NewPipeline(PipelineOptions{Live: true, Tracker: TrackerOptions{Sinks: []Sink{&rec}}})
-	out, in := NewTap(1<<20), NewTap(1<<20)
-	in.baseNs += int64(time.Hour)
-	out.Write([]byte(testStarted))
-	in.Write([]byte(testInterr))
-	out.Write([]byte(testStopped))
-	out.Close()
-	in.Close()
-	p.Consume(context.Background(), out, in, time.Hour)
-	matched := 0
-	for _, e := range rec.Events {
-		if e.Kind == InterruptMatched {
-			matched++
-		}
-	}
-	if matched != 1 {
-		t.Fatalf("%d interrupt matches, want 1 (kinds %v)", matched, rec.Kinds())
-	}
-}
-
 // finished returns the terminal status of run w, or "none".
 func finished(rec *Recorder) string {
 	for _, e := range rec.Events {
@@ -94,18 +72,57 @@ func TestConsumeGapAtLineEndKeepsNextLine(t *testing.T) {
 	} {
 		var rec Recorder
 		p := NewPipeline(PipelineOptions{Live: true, Tracker: TrackerOptions{Sinks: []Sink{&rec}}})
-		tap := NewTap(1024) // two 512-byte buffers
-		tap.Write([]byte(testStarted))
-		tap.Write([]byte("partial line, lost with what follows it"))
-		tap.Write([]byte(tc.dropped)) // queue full: dropped
+		tp := tap.NewTap(1024) // two 512-byte buffers
+		tp.Write([]byte(testStarted))
+		tp.Write([]byte("partial line, lost with what follows it"))
+		tp.Write([]byte(tc.dropped)) // queue full: dropped
 		for range 2 {
-			p.chunk(SourceStdout, tap, <-tap.Chunks())
+			p.chunk(tap.SourceStdout, tp, <-tp.Chunks())
 		}
-		tap.Write([]byte(testComplete))
-		tap.Close()
-		p.Consume(context.Background(), tap, nil, time.Hour)
+		tp.Write([]byte(testComplete))
+		tp.Close()
+		p.Consume(context.Background(), tp, nil, time.Hour)
 		if got := finished(&rec); got != tc.want {
 			t.Errorf("dropped %q: run %s, want %s (kinds %v)", tc.dropped, got, tc.want, rec.Kinds())
 		}
+	}
+}
+
+// TestIgnoredLinesDoNotAllocate: the bulk of a stream, lines the Tracker
+// does not consume, costs no allocation in the decoder nor in the whole
+// pipeline (framing, counting, decoding).
+func TestIgnoredLinesDoNotAllocate(t *testing.T) {
+	big := strings.Repeat("x", 64<<10)
+	cases := map[string]string{
+		"assistant":        `{"type":"assistant","message":{"content":[{"type":"text","text":"` + big + `"}]}}`,
+		"user quoting":     `{"type":"user","message":{"content":"{\"type\":\"system\",\"subtype\":\"task_progress\"}"}}`,
+		"result":           `{"type":"result","subtype":"success","is_error":false,"result":"done"}`,
+		"system status":    `{"type":"system","subtype":"status","status":null,"session_id":"s"}`,
+		"stream event":     `{"type":"stream_event","event":{"type":"content_block_delta"}}`,
+		"keys reordered":   `{"uuid":"u","type":"assistant","message":{"content":"hi"}}`,
+		"blank":            `   `,
+		"crlf":             "{\"type\":\"assistant\"}\r",
+		"not json":         `hello world`,
+		"other system":     `{"type":"system","subtype":"compact_boundary","session_id":"s"}`,
+		"other subtype":    `{"subtype":"hook_response","type":"system","session_id":"s"}`,
+		"control elsewise": `{"type":"keep_alive"}`,
+	}
+	for name, line := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := streamjson.NewDecoder(streamjson.DecodeOptions{})
+			b := []byte(line)
+			if ev, _ := d.Decode(tap.SourceStdout, b); ev != nil {
+				t.Fatalf("decoded an event from %q", line)
+			}
+			if a := testing.AllocsPerRun(100, func() { d.Decode(tap.SourceStdout, b) }); a != 0 {
+				t.Errorf("Decode: %v allocations per line", a)
+			}
+			p := NewPipeline(PipelineOptions{})
+			chunk := []byte(strings.Repeat(line+"\n", 8))
+			p.Write(tap.SourceStdout, chunk)
+			if a := testing.AllocsPerRun(100, func() { p.Write(tap.SourceStdout, chunk) }); a != 0 {
+				t.Errorf("Pipeline.Write: %v allocations per chunk of 8 lines", a)
+			}
+		})
 	}
 }

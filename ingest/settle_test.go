@@ -3,6 +3,8 @@ package ingest
 import (
 	"strconv"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // TestSettleAgent covers the documented fill-ins for an agent's missing
@@ -41,12 +43,12 @@ func TestSettleAgent(t *testing.T) {
 func TestFinishedRunsAreNotHeld(t *testing.T) {
 	tr := NewTracker(TrackerOptions{Grace: -1})
 	// One run left open at the head, so finished runs queue behind it.
-	tr.Handle(&Event{Kind: KindTaskStarted, TaskID: "open", TaskType: "local_workflow"}, 1e12)
+	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: "open", TaskType: "local_workflow"}, 1e12)
 	for i := range 100_000 {
 		id := "w" + strconv.Itoa(i)
 		now := int64(1e12) + int64(i)
-		tr.Handle(&Event{Kind: KindTaskStarted, TaskID: id, TaskType: "local_workflow"}, now)
-		tr.Handle(&Event{Kind: KindTaskNotification, TaskID: id, Status: "completed"}, now)
+		tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: id, TaskType: "local_workflow"}, now)
+		tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: id, Status: "completed"}, now)
 	}
 	if n := len(tr.unfinished[1].runs) - tr.unfinished[1].head; n > 2*tr.counts[1]+65 {
 		t.Errorf("%d runs queued for %d unfinished", n, tr.counts[1])

@@ -1,6 +1,11 @@
 package ingest
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
+)
 
 // numSources is the number of Source values (stdout, stdin).
 const numSources = 2
@@ -10,20 +15,20 @@ const numSources = 2
 type Stats struct {
 	lines      [numSources]atomic.Int64
 	bytes      [numSources]atomic.Int64
-	rejected   [numReasons]atomic.Int64
+	rejected   [streamjson.NumReasons]atomic.Int64
 	violations [numViolations]atomic.Int64
 	events     atomic.Int64
 	dropped    [numSources]atomic.Int64
 }
 
 // Lines returns the lines framed from src.
-func (s *Stats) Lines(src Source) int64 { return s.lines[src%numSources].Load() }
+func (s *Stats) Lines(src tap.Source) int64 { return s.lines[src%numSources].Load() }
 
 // Bytes returns the bytes framed from src.
-func (s *Stats) Bytes(src Source) int64 { return s.bytes[src%numSources].Load() }
+func (s *Stats) Bytes(src tap.Source) int64 { return s.bytes[src%numSources].Load() }
 
 // Rejected returns the lines rejected for r.
-func (s *Stats) Rejected(r Reason) int64 { return s.rejected[r].Load() }
+func (s *Stats) Rejected(r streamjson.Reason) int64 { return s.rejected[r].Load() }
 
 // Violations returns the protocol violations of kind v.
 func (s *Stats) Violations(v Violation) int64 { return s.violations[v].Load() }
@@ -32,12 +37,12 @@ func (s *Stats) Violations(v Violation) int64 { return s.violations[v].Load() }
 func (s *Stats) Events() int64 { return s.events.Load() }
 
 // Dropped returns the bytes of src that the tap dropped under pressure.
-func (s *Stats) Dropped(src Source) int64 { return s.dropped[src%numSources].Load() }
+func (s *Stats) Dropped(src tap.Source) int64 { return s.dropped[src%numSources].Load() }
 
 // AddDropped records bytes of src that never reached the pipeline.
-func (s *Stats) AddDropped(src Source, n int64) { s.dropped[src%numSources].Add(n) }
+func (s *Stats) AddDropped(src tap.Source, n int64) { s.dropped[src%numSources].Add(n) }
 
-func (s *Stats) countLine(src Source, n int64) {
+func (s *Stats) countLine(src tap.Source, n int64) {
 	s.lines[src%numSources].Add(1)
 	s.bytes[src%numSources].Add(n)
 }

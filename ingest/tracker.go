@@ -3,6 +3,9 @@ package ingest
 import (
 	"slices"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // DefaultGrace is how long a finished run stays open for late snapshots
@@ -245,23 +248,23 @@ func (t *Tracker) Advance(now int64) {
 }
 
 // Handle applies one event at time now.
-func (t *Tracker) Handle(ev *Event, now int64) {
+func (t *Tracker) Handle(ev *streamjson.Event, now int64) {
 	t.Advance(now)
 	t.stats.events.Add(1)
 	at := t.eventTime(ev)
 	t.violations(ViolationBadField, nil, ev.BadFields)
 	t.violations(ViolationBadEntry, nil, ev.BadEntries)
 	switch ev.Kind {
-	case KindTaskStarted:
+	case streamjson.KindTaskStarted:
 		t.started(ev, at)
-	case KindTaskProgress:
+	case streamjson.KindTaskProgress:
 		t.progress(ev, at)
-	case KindTaskUpdated:
+	case streamjson.KindTaskUpdated:
 		t.updated(ev, at)
-	case KindTaskNotification:
+	case streamjson.KindTaskNotification:
 		t.notified(ev, at)
-	case KindControlRequest:
-		if ev.Source == SourceStdin { // requests only travel to the CLI
+	case streamjson.KindControlRequest:
+		if ev.Source == tap.SourceStdin { // requests only travel to the CLI
 			t.control(ev)
 		}
 	}
@@ -273,11 +276,11 @@ func (t *Tracker) Handle(ev *Event, now int64) {
 // replay, and a simulator's clock need not be the wall clock. Without
 // written_at a run's times come from the stream's other times (fixTimes),
 // so a replay equals the live run; the Tracker's clock is the fallback.
-func (t *Tracker) eventTime(ev *Event) int64 {
+func (t *Tracker) eventTime(ev *streamjson.Event) int64 {
 	if ev.WrittenAt == 0 {
 		return 0
 	}
-	if !Plausible(ev.WrittenAt) {
+	if !streamjson.Plausible(ev.WrittenAt) {
 		t.violation(ViolationBadTime, nil)
 		return 0
 	}
@@ -328,7 +331,7 @@ func seen(r *Run, at int64) {
 
 // lookup finds the unfinalized run an event is about. late reports that the
 // run existed but was finalized already.
-func (t *Tracker) lookup(ev *Event) (r *Run, late bool) {
+func (t *Tracker) lookup(ev *streamjson.Event) (r *Run, late bool) {
 	runs := t.byTask[ev.TaskID]
 	if ev.RunID != "" {
 		for i := len(runs) - 1; i >= 0; i-- {
@@ -343,7 +346,7 @@ func (t *Tracker) lookup(ev *Event) (r *Run, late bool) {
 	return nil, late
 }
 
-func (t *Tracker) started(ev *Event, at int64) {
+func (t *Tracker) started(ev *streamjson.Event, at int64) {
 	if r, late := t.lookup(ev); r != nil && (ev.RunID == "" || r.RunID == ev.RunID) {
 		if r.Adopted {
 			// The run was adopted from a snapshot that came first: this is
@@ -378,7 +381,7 @@ func (t *Tracker) started(ev *Event, at int64) {
 
 // identify sets what a task_started says of its run; at is its own time
 // (0 if none).
-func (t *Tracker) identify(r *Run, ev *Event, at int64) {
+func (t *Tracker) identify(r *Run, ev *streamjson.Event, at int64) {
 	r.Adopted = false
 	r.TaskType = ev.TaskType
 	r.Name = ev.WorkflowName
@@ -399,7 +402,7 @@ func (t *Tracker) identify(r *Run, ev *Event, at int64) {
 	}
 }
 
-func (t *Tracker) newRun(ev *Event, workflow bool) *Run {
+func (t *Tracker) newRun(ev *streamjson.Event, workflow bool) *Run {
 	kind := 0
 	if workflow {
 		kind = 1
@@ -439,7 +442,7 @@ func (t *Tracker) newRun(ev *Event, workflow bool) *Run {
 // first progress). Its RunStarted waits for the task_started, the run's
 // end or one grace window, whichever comes first, so that a late
 // task_started still names the run before any sink labels it.
-func (t *Tracker) adopt(ev *Event) *Run {
+func (t *Tracker) adopt(ev *streamjson.Event) *Run {
 	r := t.newRun(ev, true)
 	r.TaskType = "local_workflow"
 	r.Adopted = true
@@ -466,7 +469,7 @@ func (t *Tracker) announce(r *Run) {
 	}
 }
 
-func (t *Tracker) progress(ev *Event, at int64) {
+func (t *Tracker) progress(ev *streamjson.Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		if late {
@@ -513,7 +516,7 @@ func (t *Tracker) progress(ev *Event, at int64) {
 
 // mergePhase merges a phase entry; false when the run's phase cap refused
 // it.
-func (t *Tracker) mergePhase(r *Run, e *Entry) bool {
+func (t *Tracker) mergePhase(r *Run, e *streamjson.Entry) bool {
 	i, found := slices.BinarySearchFunc(r.Phases, e.Index, func(p Phase, idx int) int { return p.Index - idx })
 	if found {
 		if e.Title != "" {
@@ -531,7 +534,7 @@ func (t *Tracker) mergePhase(r *Run, e *Entry) bool {
 // entryTime returns v when it is a plausible epoch-ms time; an implausible
 // one is counted and reads as unknown.
 func (t *Tracker) entryTime(v int64, r *Run) int64 {
-	if v == 0 || Plausible(v) {
+	if v == 0 || streamjson.Plausible(v) {
 		return v
 	}
 	t.violation(ViolationBadTime, r)
@@ -540,7 +543,7 @@ func (t *Tracker) entryTime(v int64, r *Run) int64 {
 
 // mergeAgent merges an agent entry; false when the run's agent cap refused
 // it.
-func (t *Tracker) mergeAgent(r *Run, e *Entry) bool {
+func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 	st, ok := parseAgentState(e)
 	if !ok {
 		// A spelling the protocol does not define: counted, and read as
@@ -570,7 +573,7 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) bool {
 		// The phase an agent names exists as soon as the agent does, so
 		// that its span always has a parent; beyond the phase cap the
 		// agent hangs off the workflow instead.
-		if r.phase(e.PhaseIndex) == nil && !t.mergePhase(r, &Entry{Phase: true, Index: e.PhaseIndex, Title: e.PhaseTitle}) {
+		if r.phase(e.PhaseIndex) == nil && !t.mergePhase(r, &streamjson.Entry{Phase: true, Index: e.PhaseIndex, Title: e.PhaseTitle}) {
 			t.capHit = true
 		} else {
 			a.PhaseIndex = e.PhaseIndex
@@ -625,20 +628,20 @@ func (t *Tracker) mergeAgent(r *Run, e *Entry) bool {
 // agentEnd is an ended agent's end: endedAt, else startedAt + durationMs;
 // an implausible end or one before the start is counted and not used (0:
 // the run's end stands in at finalize).
-func (t *Tracker) agentEnd(r *Run, a *Agent, e *Entry) int64 {
+func (t *Tracker) agentEnd(r *Run, a *Agent, e *streamjson.Entry) int64 {
 	if end := t.entryTime(e.EndedAt, r); end > 0 {
 		if a.Start == 0 || end >= a.Start {
 			return end
 		}
 		t.violation(ViolationBadTime, r)
 	}
-	if a.Start > 0 && e.DurationMs > 0 && Plausible(a.Start+e.DurationMs) {
+	if a.Start > 0 && e.DurationMs > 0 && streamjson.Plausible(a.Start+e.DurationMs) {
 		return a.Start + e.DurationMs
 	}
 	return 0
 }
 
-func (t *Tracker) updated(ev *Event, at int64) {
+func (t *Tracker) updated(ev *streamjson.Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		if late {
@@ -672,7 +675,7 @@ func (t *Tracker) updated(ev *Event, at int64) {
 	t.emit(Lifecycle{Kind: RunUpdated, Run: r})
 }
 
-func (t *Tracker) notified(ev *Event, at int64) {
+func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 	r, late := t.lookup(ev)
 	if r == nil {
 		switch {
@@ -777,7 +780,7 @@ func fixTimes(r *Run) {
 		s = r.StartedAt
 	}
 	if s == 0 {
-		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && Plausible(d) {
+		if d := r.End - r.Usage.DurationMs; r.End > 0 && r.Usage.DurationMs > 0 && streamjson.Plausible(d) {
 			s = d
 		}
 		for i := range r.Agents {
@@ -953,7 +956,7 @@ func derivePhases(r *Run, maxPhases int) {
 // control handles control requests seen on stdin: an interrupt targets every
 // running workflow of its session (all of them when it names none, as
 // Claude Code's SDK sends it); stop_task targets one task.
-func (t *Tracker) control(ev *Event) {
+func (t *Tracker) control(ev *streamjson.Event) {
 	switch ev.RequestSubtype {
 	case "interrupt":
 		for _, r := range t.open {
@@ -984,14 +987,14 @@ func (t *Tracker) control(ev *Event) {
 // counter wins, except a 0, which is what a bad or missing field reads as.
 // The counters are cumulative over the run, so a real 0 only ever comes
 // first.
-func mergeUsage(old, u Usage) Usage {
+func mergeUsage(old, u streamjson.Usage) streamjson.Usage {
 	pick := func(o, n int64) int64 {
 		if n == 0 {
 			return o
 		}
 		return n
 	}
-	return Usage{
+	return streamjson.Usage{
 		TotalTokens: pick(old.TotalTokens, u.TotalTokens),
 		ToolUses:    pick(old.ToolUses, u.ToolUses),
 		DurationMs:  pick(old.DurationMs, u.DurationMs),

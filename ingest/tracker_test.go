@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // streamCase is one stream fed through a replay Pipeline, then Close.
@@ -53,7 +55,7 @@ func runStreamCases(t *testing.T, cases []streamCase) {
 				g = 5 * time.Second
 			}
 			// Error texts kept: the cases check how they merge.
-			r := newPipeRig(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Grace: g}})
+			r := newPipeRig(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Grace: g}})
 			r.out(c.lines...)
 			r.p.Close()
 			if c.kinds != "" {
@@ -161,7 +163,7 @@ func TestTrackerSnapshots(t *testing.T) {
 		kinds: "run_started agent_started run_finished agent_ended agent_ended run_finalized",
 		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
-			eq(t, "usage", r.Usage, ingest.Usage{TotalTokens: 20, ToolUses: 2, DurationMs: 200})
+			eq(t, "usage", r.Usage, streamjson.Usage{TotalTokens: 20, ToolUses: 2, DurationMs: 200})
 			eq(t, "agents", len(r.Agents), 2)
 			eq(t, "phases", len(r.Phases), 1)
 			eq(t, "agent 1", agentOf(t, r, 1).State, ingest.AgentAbandoned)
@@ -915,7 +917,7 @@ func TestTrackerSecrets(t *testing.T) {
 	}
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("KeepPreviews=%v", keep), func(t *testing.T) {
-			r := newPipeRig(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepPreviews: keep}})
+			r := newPipeRig(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepPreviews: keep}})
 			r.out(lines...)
 			r.p.Close()
 			if countKind(r.rec, ingest.RunFinalized) != 1 {
@@ -945,26 +947,26 @@ func TestTrackerBadLines(t *testing.T) {
 	cases := []struct {
 		name   string
 		line   string
-		reason ingest.Reason // ReasonNone: nothing rejected
+		reason streamjson.Reason // ReasonNone: nothing rejected
 	}{
-		{"truncated JSON", `{"type":"system","subtype":"task_started",` + "\n", ingest.ReasonInvalidJSON},
-		{"not an object", "hello\n", ingest.ReasonInvalidJSON},
-		{"array", `[{"type":"system","subtype":"task_started"}]` + "\n", ingest.ReasonInvalidJSON},
-		{"task_id of the wrong type", `{"type":"system","subtype":"task_started","task_id":5}` + "\n", ingest.ReasonBadShape},
-		{"task event without task_id", `{"type":"system","subtype":"task_notification","status":"completed"}` + "\n", ingest.ReasonBadShape},
-		{"task_progress over MaxLine", progress, ingest.ReasonTooLong},
-		{"assistant line over MaxLine", assistant, ingest.ReasonNone},
-		{"assistant line over MaxLine quoting a task event", assistantQuoting, ingest.ReasonNone},
+		{"truncated JSON", `{"type":"system","subtype":"task_started",` + "\n", streamjson.ReasonInvalidJSON},
+		{"not an object", "hello\n", streamjson.ReasonInvalidJSON},
+		{"array", `[{"type":"system","subtype":"task_started"}]` + "\n", streamjson.ReasonInvalidJSON},
+		{"task_id of the wrong type", `{"type":"system","subtype":"task_started","task_id":5}` + "\n", streamjson.ReasonBadShape},
+		{"task event without task_id", `{"type":"system","subtype":"task_notification","status":"completed"}` + "\n", streamjson.ReasonBadShape},
+		{"task_progress over MaxLine", progress, streamjson.ReasonTooLong},
+		{"assistant line over MaxLine", assistant, streamjson.ReasonNone},
+		{"assistant line over MaxLine quoting a task event", assistantQuoting, streamjson.ReasonNone},
 		{"other types pass", `{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"w0","task_type":"local_workflow"}]}` + "\n" +
-			`{"type":"file-history-snapshot","snapshot":{}}` + "\n" + `{"type":"system","subtype":"status","status":null,"__timestamp":1}` + "\n", ingest.ReasonNone},
+			`{"type":"file-history-snapshot","snapshot":{}}` + "\n" + `{"type":"system","subtype":"status","status":null,"__timestamp":1}` + "\n", streamjson.ReasonNone},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newPipeRig(ingest.PipelineOptions{MaxLine: maxLine})
-			r.p.Write(ingest.SourceStdout, []byte(c.line))
+			r.p.Write(tap.SourceStdout, []byte(c.line))
 			r.out(lnWorkflow("w1"), lnNotify("w1", "completed"))
 			r.p.Close()
-			for _, reason := range ingest.Reasons() {
+			for _, reason := range streamjson.Reasons() {
 				want := int64(0)
 				if reason == c.reason {
 					want = 1
@@ -976,7 +978,7 @@ func TestTrackerBadLines(t *testing.T) {
 			}
 			// Never fatal: the next good lines still make a run.
 			eq(t, "lifecycle", kindsOf(r.rec), "run_started run_finished run_finalized")
-			eq(t, "bytes", r.stats.Bytes(ingest.SourceStdout), int64(len(c.line)+len(ndjson(lnWorkflow("w1"), lnNotify("w1", "completed")))))
+			eq(t, "bytes", r.stats.Bytes(tap.SourceStdout), int64(len(c.line)+len(ndjson(lnWorkflow("w1"), lnNotify("w1", "completed")))))
 		})
 	}
 }
@@ -1019,11 +1021,11 @@ func TestTrackerSnapshotFieldsDoNotLeakBetweenLines(t *testing.T) {
 func TestTrackerBadFieldIsNotABadLine(t *testing.T) {
 	r := newPipeRig(ingest.PipelineOptions{})
 	r.out(lnWorkflow("w1"))
-	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_updated","task_id":"w1"}`+"\n"))
-	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_progress","task_id":"w1","workflow_progress":{"a":1},"usage":{"total_tokens":7}}`+"\n"))
-	r.p.Write(ingest.SourceStdout, []byte(`{"type":"system","subtype":"task_notification","task_id":"w1","status":"completed","usage":{"total_tokens":"9"}}`+"\n"))
+	r.p.Write(tap.SourceStdout, []byte(`{"type":"system","subtype":"task_updated","task_id":"w1"}`+"\n"))
+	r.p.Write(tap.SourceStdout, []byte(`{"type":"system","subtype":"task_progress","task_id":"w1","workflow_progress":{"a":1},"usage":{"total_tokens":7}}`+"\n"))
+	r.p.Write(tap.SourceStdout, []byte(`{"type":"system","subtype":"task_notification","task_id":"w1","status":"completed","usage":{"total_tokens":"9"}}`+"\n"))
 	r.p.Close()
-	for _, reason := range ingest.Reasons() {
+	for _, reason := range streamjson.Reasons() {
 		eq(t, "rejected "+reason.String(), r.stats.Rejected(reason), int64(0))
 	}
 	eq(t, "violations", fmt.Sprint(violationCounts(r.stats)), "map[bad_field:2]")

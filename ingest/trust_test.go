@@ -24,6 +24,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // newTrRig is a clockRig with the given Tracker options and, unless they
@@ -62,7 +64,7 @@ func oneRun(t *testing.T, rec *ingest.Recorder, k ingest.LifecycleKind, task str
 // interval inside the run.
 func enclosedErrs(r *ingest.Run) []string {
 	var out []string
-	if unknown := r.Start == 0 && r.End == 0; !unknown && (!ingest.Plausible(r.Start) || !ingest.Plausible(r.End) || r.Start > r.End) {
+	if unknown := r.Start == 0 && r.End == 0; !unknown && (!streamjson.Plausible(r.Start) || !streamjson.Plausible(r.End) || r.Start > r.End) {
 		out = append(out, fmt.Sprintf("run %s: times %d..%d", r.TaskID, r.Start, r.End))
 	}
 	for _, p := range r.Phases {
@@ -93,8 +95,8 @@ func wantViolations(t *testing.T, st *ingest.Stats, want map[ingest.Violation]in
 }
 
 // evAgent is an agent entry as the decoder makes it.
-func evAgent(i int, state string, started, ended int64) ingest.Entry {
-	return ingest.Entry{Index: i, AgentID: fmt.Sprintf("a%d", i), State: state, StartedAt: started, EndedAt: ended}
+func evAgent(i int, state string, started, ended int64) streamjson.Entry {
+	return streamjson.Entry{Index: i, AgentID: fmt.Sprintf("a%d", i), State: state, StartedAt: started, EndedAt: ended}
 }
 
 // TestTrustWrittenAtStart: a run starts when its task_started was written,
@@ -122,14 +124,14 @@ func TestTrustWrittenAtStart(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newTrRig(t, ingest.TrackerOptions{})
-			r.ev(T0, ingest.Event{Kind: ingest.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "wf", WrittenAt: c.startedAt})
-			r.ev(T0+600, ingest.Event{Kind: ingest.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: []ingest.Entry{evAgent(1, "start", T0+500, 0)}})
-			r.ev(T0+950, ingest.Event{Kind: ingest.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: []ingest.Entry{evAgent(1, "done", T0+500, T0+900)}})
+			r.ev(T0, streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "wf", WrittenAt: c.startedAt})
+			r.ev(T0+600, streamjson.Event{Kind: streamjson.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: []streamjson.Entry{evAgent(1, "start", T0+500, 0)}})
+			r.ev(T0+950, streamjson.Event{Kind: streamjson.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: []streamjson.Entry{evAgent(1, "done", T0+500, T0+900)}})
 			if c.endTime != 0 {
-				r.ev(T0+1000, ingest.Event{Kind: ingest.KindTaskUpdated, TaskID: "w1", PatchStatus: "completed", PatchEndTime: c.endTime})
+				r.ev(T0+1000, streamjson.Event{Kind: streamjson.KindTaskUpdated, TaskID: "w1", PatchStatus: "completed", PatchEndTime: c.endTime})
 			}
-			r.ev(T0+1300, ingest.Event{Kind: ingest.KindTaskNotification, TaskID: "w1", Status: "completed", WrittenAt: c.notifyAt,
-				HasUsage: true, Usage: ingest.Usage{DurationMs: 100}})
+			r.ev(T0+1300, streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: "w1", Status: "completed", WrittenAt: c.notifyAt,
+				HasUsage: true, Usage: streamjson.Usage{DurationMs: 100}})
 			r.tr.Close(T0 + 60_000)
 			for _, k := range []ingest.LifecycleKind{ingest.RunFinished, ingest.RunFinalized} {
 				run := oneRun(t, r.rec, k, "w1")
@@ -200,7 +202,7 @@ func TestTrustAbandonedRunEnd(t *testing.T) {
 // flipped without endedAt ends with the (widened) run. The start must not
 // move: the pair is only ever widened.
 func TestTrustLateFlipsWidenStoppedRun(t *testing.T) {
-	rig := newPipeRig(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}})
+	rig := newPipeRig(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}})
 	rig.out(
 		lnWorkflow("w1"),
 		lnProgress("w1", phaseRow(1, "plan"), phaseRow(2, "build"), phaseRow(3, "never"),
@@ -535,7 +537,7 @@ func TestTrustAdoptedAnnouncedAfterGrace(t *testing.T) {
 
 // trLine is one line of a generated stream, with the source it goes to.
 type trLine struct {
-	src  ingest.Source
+	src  tap.Source
 	line jobj
 	at   int64 // generation time, for interleaving
 	seq  int
@@ -582,7 +584,7 @@ type trAgent struct {
 // task_started, abandoned runs, noise lines.
 func trStream(rng *rand.Rand) []trLine {
 	var out []trLine
-	add := func(at int64, src ingest.Source, l jobj) {
+	add := func(at int64, src tap.Source, l jobj) {
 		out = append(out, trLine{src: src, line: l, at: at, seq: len(out)})
 	}
 	nRuns := 1 + rng.IntN(4)
@@ -686,15 +688,15 @@ func trStream(rng *rand.Rand) []trLine {
 		now := t0
 		if rng.Float64() < 0.15 {
 			// Progress before its task_started: the run is adopted.
-			add(now, ingest.SourceStdout, snapshot(now, false))
+			add(now, tap.SourceStdout, snapshot(now, false))
 			now++
 		}
-		add(now, ingest.SourceStdout, started)
+		add(now, tap.SourceStdout, started)
 		for now < tEnd {
 			now = min(tEnd, now+100+rng.Int64N(1500))
-			add(now, ingest.SourceStdout, snapshot(now, false))
+			add(now, tap.SourceStdout, snapshot(now, false))
 			if rng.Float64() < 0.1 {
-				add(now, ingest.SourceStdout, jobj{"type": "assistant", "message": jobj{"content": "text mentioning \"task_progress\""}})
+				add(now, tap.SourceStdout, jobj{"type": "assistant", "message": jobj{"content": "text mentioning \"task_progress\""}})
 			}
 		}
 		if terminal == "abandoned" {
@@ -702,9 +704,9 @@ func trStream(rng *rand.Rand) []trLine {
 		}
 		if terminal == "stopped" {
 			if rng.IntN(2) == 0 {
-				add(tEnd, ingest.SourceStdin, lnInterrupt(sess))
+				add(tEnd, tap.SourceStdin, lnInterrupt(sess))
 			} else {
-				add(tEnd, ingest.SourceStdin, lnStopTask(task))
+				add(tEnd, tap.SourceStdin, lnStopTask(task))
 			}
 		}
 		if rng.Float64() < 0.8 {
@@ -715,7 +717,7 @@ func trStream(rng *rand.Rand) []trLine {
 				endTime -= rng.Int64N(400) // the CLI's clock a little behind its agents'
 			}
 			trTime(rng, u["patch"].(jobj), "end_time", endTime)
-			add(tEnd, ingest.SourceStdout, u)
+			add(tEnd, tap.SourceStdout, u)
 		}
 		n := lnNotify(task, terminal)
 		n["session_id"] = sess
@@ -723,11 +725,11 @@ func trStream(rng *rand.Rand) []trLine {
 		if rng.IntN(2) == 0 {
 			n["written_at"] = isoMs(tEnd)
 		}
-		add(tEnd, ingest.SourceStdout, n)
+		add(tEnd, tap.SourceStdout, n)
 		if terminal == "stopped" && rng.Float64() < 0.8 {
 			// cbc's late flips, some past the 5 s window.
 			flipAt := tEnd + rng.Int64N(7000)
-			add(flipAt, ingest.SourceStdout, snapshot(flipAt, true))
+			add(flipAt, tap.SourceStdout, snapshot(flipAt, true))
 		}
 	}
 	// Interleave the runs by time, keeping each run's own order.

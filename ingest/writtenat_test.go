@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // TestWrittenAtIsTheRunsClock replays real Claude Code 2.1.334 recordings,
@@ -48,7 +49,7 @@ func TestWrittenAtIsTheRunsClock(t *testing.T) {
 			}
 			rec := &ingest.Recorder{}
 			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{rec}}})
-			p.Write(ingest.SourceStdout, raw)
+			p.Write(tap.SourceStdout, raw)
 			p.Close()
 			seen := 0
 			for _, e := range rec.Events {

@@ -44,7 +44,7 @@
 // is exceeded, so nothing ever goes down) for scrapers that negotiate it.
 //
 // Cardinality. The workflow label is the sanitized workflow_name
-// (ingest.Clean, 128 bytes), "unknown" when empty, and at most
+// (streamjson.Clean, 128 bytes), "unknown" when empty, and at most
 // Options.MaxWorkflows distinct values (default 200); later names become
 // "other" and are counted. task_type is capped the same way (32 values).
 // Identifiers (task, run, session, agent) are never labels.
@@ -56,3 +56,5 @@
 // DefaultAddr is the documented port, :9478 (not 9464, which Claude Code's
 // own exporter uses).
 package metrics
+
+import ()

@@ -21,6 +21,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/simulate"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 var update = flag.Bool("update", false, "rewrite metrics/testdata/*.prom from the current output")
@@ -65,7 +67,7 @@ func replay(t *testing.T, stream io.Reader) *Metrics {
 	p := ingest.NewPipeline(ingest.PipelineOptions{
 		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats},
 	})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, stream); err != nil {
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, stream); err != nil {
 		t.Fatalf("Feed: %v", err)
 	}
 	p.Close()
@@ -151,7 +153,7 @@ func readExpected(t *testing.T, r io.Reader) expected {
 		}
 		switch line.Kind {
 		case "workflow":
-			wf := ingest.Clean(line.Workflow, maxLabelLen)
+			wf := streamjson.Clean(line.Workflow, maxLabelLen)
 			e.runs[[2]string{wf, line.Status}]++
 			e.tokens[wf] += float64(line.Tokens)
 			e.toolUses[wf] += float64(line.ToolUses)
@@ -289,7 +291,7 @@ func checkGroundTruth(t *testing.T, m *Metrics, e expected) {
 			t.Errorf("bytes_total{source=stdout} = %v, want %v", got, e.stats.Bytes)
 		}
 		rej := series(t, g, "cbc_otel_lines_rejected_total")
-		for _, r := range ingest.Reasons() {
+		for _, r := range streamjson.Reasons() {
 			if got, want := rej["reason="+r.String()], float64(e.stats.Rejected[r.String()]); got != want {
 				t.Errorf("lines_rejected_total{reason=%q} = %v, want %v", r, got, want)
 			}

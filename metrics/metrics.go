@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Defaults of Options.
@@ -218,7 +220,7 @@ func New(opts Options) (*Metrics, error) {
 		Name: "cbc_otel_build_info",
 		Help: "Always 1; the labels say which cbc-otel build is running.",
 	}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(ingest.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
+	buildInfo.WithLabelValues(streamjson.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
 
 	cs := []prometheus.Collector{
 		m.runsStarted, m.runsTotal, m.runsActive, m.duration, m.agentsTotal, m.agentDuration,
@@ -491,7 +493,7 @@ func newLabelCap(max int) labelCap {
 // seen for the first time (its series should be pre-created), overflow a
 // name folded into "other".
 func (c *labelCap) resolve(raw string) (label string, added, overflow bool) {
-	label = ingest.Clean(raw, maxLabelLen)
+	label = streamjson.Clean(raw, maxLabelLen)
 	if label == "" {
 		label = LabelUnknown
 	}
@@ -564,7 +566,7 @@ func newStatsCollector(st *ingest.Stats, ex *exportFuncs) *statsCollector {
 	}
 }
 
-var sources = []ingest.Source{ingest.SourceStdout, ingest.SourceStdin}
+var sources = []tap.Source{tap.SourceStdout, tap.SourceStdin}
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -581,7 +583,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(c.stats.Bytes(src)), s)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(c.stats.Dropped(src)), s)
 	}
-	for _, r := range ingest.Reasons() {
+	for _, r := range streamjson.Reasons() {
 		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(c.stats.Rejected(r)), r.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.spansDropped, prometheus.CounterValue, read(&c.export.spansDropped))

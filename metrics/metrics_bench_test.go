@@ -5,19 +5,20 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // benchWorkflow is one workflow of n agents as decoded events: started, a
 // snapshot of every agent each time one starts and each time one ends,
 // and the notification (2n+2 events).
-func benchWorkflow(n int) []ingest.Event {
-	entries := make([]ingest.Entry, n)
+func benchWorkflow(n int) []streamjson.Event {
+	entries := make([]streamjson.Entry, n)
 	for i := range entries {
-		entries[i] = ingest.Entry{Index: i + 1, Label: fmt.Sprintf("scan:%04d", i+1), PhaseIndex: 1, PhaseTitle: "Scan", State: "start", QueuedAt: t0}
+		entries[i] = streamjson.Entry{Index: i + 1, Label: fmt.Sprintf("scan:%04d", i+1), PhaseIndex: 1, PhaseTitle: "Scan", State: "start", QueuedAt: t0}
 	}
-	evs := []ingest.Event{{Kind: ingest.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "bench"}}
+	evs := []streamjson.Event{{Kind: streamjson.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "bench"}}
 	snap := func() {
-		evs = append(evs, ingest.Event{Kind: ingest.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: append([]ingest.Entry(nil), entries...)})
+		evs = append(evs, streamjson.Event{Kind: streamjson.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: append([]streamjson.Entry(nil), entries...)})
 	}
 	for i := range entries {
 		entries[i].AgentID = fmt.Sprintf("a%d", i+1)
@@ -26,7 +27,7 @@ func benchWorkflow(n int) []ingest.Event {
 		entries[i].State, entries[i].EndedAt, entries[i].Tokens = "done", t0+int64(2*i+1), int64(100*i)
 		snap()
 	}
-	return append(evs, ingest.Event{Kind: ingest.KindTaskNotification, TaskID: "w1", Status: "completed"})
+	return append(evs, streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: "w1", Status: "completed"})
 }
 
 // BenchmarkSink is the metrics sink behind a Tracker for one workflow per

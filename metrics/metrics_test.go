@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 const t0 = int64(1796205994000) // epoch ms of the synthetic streams
@@ -33,15 +35,15 @@ func newDriver(t *testing.T, grace time.Duration, opts Options) *driver {
 }
 
 func (d *driver) started(now int64, task, name string) {
-	d.tr.Handle(&ingest.Event{Kind: ingest.KindTaskStarted, TaskID: task, TaskType: "local_workflow", WorkflowName: name}, now)
+	d.tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: task, TaskType: "local_workflow", WorkflowName: name}, now)
 }
 
-func (d *driver) progress(now int64, task string, usage ingest.Usage, entries ...ingest.Entry) {
-	d.tr.Handle(&ingest.Event{Kind: ingest.KindTaskProgress, TaskID: task, HasProgress: true, HasUsage: true, Usage: usage, Entries: entries}, now)
+func (d *driver) progress(now int64, task string, usage streamjson.Usage, entries ...streamjson.Entry) {
+	d.tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskProgress, TaskID: task, HasProgress: true, HasUsage: true, Usage: usage, Entries: entries}, now)
 }
 
 func (d *driver) notify(now int64, task, status string) {
-	d.tr.Handle(&ingest.Event{Kind: ingest.KindTaskNotification, TaskID: task, Status: status}, now)
+	d.tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: task, Status: status}, now)
 }
 
 func (d *driver) value(name, labels string) float64 {
@@ -49,8 +51,8 @@ func (d *driver) value(name, labels string) float64 {
 	return series(d.t, d.m.Registry(), name)[labels]
 }
 
-func agent(i int, state string, start, end int64) ingest.Entry {
-	return ingest.Entry{Index: i, AgentID: fmt.Sprintf("a%d", i), Label: fmt.Sprintf("agent-%d", i), State: state, StartedAt: start, EndedAt: end}
+func agent(i int, state string, start, end int64) streamjson.Entry {
+	return streamjson.Entry{Index: i, AgentID: fmt.Sprintf("a%d", i), Label: fmt.Sprintf("agent-%d", i), State: state, StartedAt: start, EndedAt: end}
 }
 
 // TestLateFlipCountedOnce: cbc flips an in-flight agent to error after the
@@ -59,14 +61,14 @@ func agent(i int, state string, start, end int64) ingest.Entry {
 func TestLateFlipCountedOnce(t *testing.T) {
 	d := newDriver(t, 5*time.Second, Options{})
 	d.started(t0, "t1", "flow")
-	d.progress(t0+100, "t1", ingest.Usage{TotalTokens: 10}, agent(1, "done", t0+10, t0+90), agent(2, "start", t0+20, 0))
+	d.progress(t0+100, "t1", streamjson.Usage{TotalTokens: 10}, agent(1, "done", t0+10, t0+90), agent(2, "start", t0+20, 0))
 	d.notify(t0+200, "t1", "stopped")
 	if got := d.value("cbc_workflow_agents_total", "state=error,workflow=flow"); got != 0 {
 		t.Fatalf("error agents before the flip = %v", got)
 	}
-	d.progress(t0+300, "t1", ingest.Usage{}, agent(1, "done", t0+10, t0+90), agent(2, "error", t0+20, t0+290))
+	d.progress(t0+300, "t1", streamjson.Usage{}, agent(1, "done", t0+10, t0+90), agent(2, "error", t0+20, t0+290))
 	// A second late snapshot repeating the final state changes nothing.
-	d.progress(t0+400, "t1", ingest.Usage{}, agent(1, "done", t0+10, t0+90), agent(2, "error", t0+20, t0+290))
+	d.progress(t0+400, "t1", streamjson.Usage{}, agent(1, "done", t0+10, t0+90), agent(2, "error", t0+20, t0+290))
 	d.tr.Advance(t0 + 10_000) // the grace window closes
 	d.tr.Close(t0 + 20_000)
 
@@ -94,8 +96,8 @@ func TestLateFlipCountedOnce(t *testing.T) {
 func TestAbandonedRun(t *testing.T) {
 	d := newDriver(t, time.Second, Options{})
 	d.started(t0, "t1", "flow")
-	queued := ingest.Entry{Index: 2, Label: "later", State: "start", QueuedAt: t0 + 5}
-	d.progress(t0+100, "t1", ingest.Usage{TotalTokens: 7, ToolUses: 2}, agent(1, "start", t0+10, 0), queued)
+	queued := streamjson.Entry{Index: 2, Label: "later", State: "start", QueuedAt: t0 + 5}
+	d.progress(t0+100, "t1", streamjson.Usage{TotalTokens: 7, ToolUses: 2}, agent(1, "start", t0+10, 0), queued)
 	if got := d.value("cbc_workflow_runs_active", "workflow=flow"); got != 1 {
 		t.Fatalf("runs_active = %v while running, want 1", got)
 	}
@@ -123,7 +125,7 @@ func TestAbandonedRun(t *testing.T) {
 func TestDuplicateNotification(t *testing.T) {
 	d := newDriver(t, time.Second, Options{})
 	d.started(t0, "t1", "flow")
-	d.progress(t0+100, "t1", ingest.Usage{TotalTokens: 5}, agent(1, "done", t0+10, t0+90))
+	d.progress(t0+100, "t1", streamjson.Usage{TotalTokens: 5}, agent(1, "done", t0+10, t0+90))
 	d.notify(t0+200, "t1", "completed")
 	d.notify(t0+300, "t1", "completed") // inside the grace window
 	d.notify(t0+400, "t1", "failed")    // contradicting, still inside
@@ -149,7 +151,7 @@ func TestDuplicateNotification(t *testing.T) {
 func TestDuplicateEventsToSink(t *testing.T) {
 	m := newTest(t, Options{})
 	r := &ingest.Run{Workflow: true, Name: "flow", Status: ingest.StatusCompleted, Start: t0, End: t0 + 1500,
-		Usage: ingest.Usage{TotalTokens: 3}}
+		Usage: streamjson.Usage{TotalTokens: 3}}
 	a := &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 100}
 	for range 3 {
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
@@ -228,7 +230,7 @@ func TestActiveNeverNegative(t *testing.T) {
 // is counted started, active, and terminal exactly once.
 func TestAdoptedRun(t *testing.T) {
 	d := newDriver(t, time.Second, Options{})
-	d.progress(t0+100, "late", ingest.Usage{TotalTokens: 4}, agent(1, "done", t0+10, t0+90))
+	d.progress(t0+100, "late", streamjson.Usage{TotalTokens: 4}, agent(1, "done", t0+10, t0+90))
 	// Held back one grace window for a late task_started to name it.
 	if got := d.value("cbc_workflow_runs_active", "workflow=unknown"); got != 0 {
 		t.Fatalf("runs_active{unknown} = %v before the wait, want 0", got)
@@ -258,7 +260,7 @@ func TestCardinalityCap(t *testing.T) {
 	m := newTest(t, Options{MaxWorkflows: maxWF})
 	for i := range names {
 		r := &ingest.Run{Workflow: true, Name: fmt.Sprintf("workflow-%d", i), Status: ingest.StatusCompleted,
-			Start: t0, End: t0 + int64(i%5000), Usage: ingest.Usage{TotalTokens: 1}}
+			Start: t0, End: t0 + int64(i%5000), Usage: streamjson.Usage{TotalTokens: 1}}
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 1}})
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
@@ -415,8 +417,8 @@ func TestExemplars(t *testing.T) {
 func TestInterruptMetrics(t *testing.T) {
 	d := newDriver(t, time.Second, Options{})
 	d.started(t0, "t1", "flow")
-	d.progress(t0+100, "t1", ingest.Usage{}, agent(1, "start", t0+10, 0))
-	d.tr.Handle(&ingest.Event{Kind: ingest.KindControlRequest, Source: ingest.SourceStdin, RequestSubtype: "interrupt"}, t0+1000)
+	d.progress(t0+100, "t1", streamjson.Usage{}, agent(1, "start", t0+10, 0))
+	d.tr.Handle(&streamjson.Event{Kind: streamjson.KindControlRequest, Source: tap.SourceStdin, RequestSubtype: "interrupt"}, t0+1000)
 	d.notify(t0+3500, "t1", "stopped")
 	d.tr.Close(t0 + 9000)
 	if got := testutil.ToFloat64(d.m.interrupts); got != 1 {
@@ -433,7 +435,7 @@ func TestInterruptMetrics(t *testing.T) {
 // pre-created.
 func TestStatsAndExportCounters(t *testing.T) {
 	stats := new(ingest.Stats)
-	stats.AddDropped(ingest.SourceStdin, 4096)
+	stats.AddDropped(tap.SourceStdin, 4096)
 	m := newTest(t, Options{Stats: stats, SpansDropped: func() float64 { return 3 }})
 	if got := series(t, m.Registry(), "cbc_otel_tap_dropped_bytes_total")["source=stdin"]; got != 4096 {
 		t.Errorf("tap_dropped_bytes_total{stdin} = %v", got)
@@ -452,8 +454,8 @@ func TestStatsAndExportCounters(t *testing.T) {
 	if got := series(t, m.Registry(), "cbc_otel_spans_dropped_total")[""]; got != 0 {
 		t.Errorf("spans_dropped_total = %v, want 0 after SetExportCounters(nil, ...)", got)
 	}
-	if got := len(series(t, m.Registry(), "cbc_otel_lines_rejected_total")); got != len(ingest.Reasons()) {
-		t.Errorf("%d rejected series, want all %d reasons pre-created", got, len(ingest.Reasons()))
+	if got := len(series(t, m.Registry(), "cbc_otel_lines_rejected_total")); got != len(streamjson.Reasons()) {
+		t.Errorf("%d rejected series, want all %d reasons pre-created", got, len(streamjson.Reasons()))
 	}
 	if got := len(series(t, m.Registry(), "cbc_protocol_violations_total")); got != len(ingest.Violations()) {
 		t.Errorf("%d violation series, want all %d kinds pre-created", got, len(ingest.Violations()))

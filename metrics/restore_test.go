@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // canonical renders the cumulative cbc_* families of g without what
@@ -71,7 +72,7 @@ func TestCumulativeRestartIsExact(t *testing.T) {
 	feed := func(m *Metrics, st *ingest.Stats, ls [][]byte) *ingest.Pipeline {
 		p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: st}})
 		for _, l := range ls {
-			p.Write(ingest.SourceStdout, l)
+			p.Write(tap.SourceStdout, l)
 		}
 		return p
 	}
@@ -124,7 +125,7 @@ func TestCumulativeRestartIsExact(t *testing.T) {
 			}
 		}
 		for _, l := range s2[cut:] {
-			q.Write(ingest.SourceStdout, l)
+			q.Write(tap.SourceStdout, l)
 		}
 		q.Close()
 		if got := canonical(t, c2); got != want {

@@ -29,6 +29,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
+	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
@@ -337,9 +338,9 @@ func hostileStream(rng *rand.Rand) []hostileWrite {
 		if err != nil {
 			panic(err)
 		}
-		src := ingest.SourceStdout
+		src := tap.SourceStdout
 		if l.stdin {
-			src = ingest.SourceStdin
+			src = tap.SourceStdin
 		}
 		out = append(out, hostileWrite{src, append(b, '\n')})
 	}
@@ -348,7 +349,7 @@ func hostileStream(rng *rand.Rand) []hostileWrite {
 
 // hostileWrite is one line of a generated stream and where it goes.
 type hostileWrite struct {
-	src  ingest.Source
+	src  tap.Source
 	line []byte
 }
 
@@ -367,7 +368,7 @@ func TestOutputsAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkAgree(t, runAll(t, ingest.Caps{}, func(p *ingest.Pipeline) { p.Write(ingest.SourceStdout, b) }))
+			checkAgree(t, runAll(t, ingest.Caps{}, func(p *ingest.Pipeline) { p.Write(tap.SourceStdout, b) }))
 		})
 	}
 	for seed := range uint64(40) {
@@ -397,11 +398,11 @@ func TestOutputsAgreeLateName(t *testing.T) {
 		return append(b, '\n')
 	}
 	out := runAll(t, ingest.Caps{}, func(p *ingest.Pipeline) {
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_progress", "task_id": "w1",
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_progress", "task_id": "w1",
 			"workflow_progress": []any{obj{"type": "workflow_agent", "index": 1, "state": "start", "startedAt": agreeT0}}}))
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_started", "task_id": "w1", "task_type": "local_workflow",
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_started", "task_id": "w1", "task_type": "local_workflow",
 			"workflow_name": "real", "written_at": time.UnixMilli(agreeT0 + 6000).UTC().Format("2006-01-02T15:04:05.000Z")}))
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_notification", "task_id": "w1", "status": "completed"}))
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_notification", "task_id": "w1", "status": "completed"}))
 	})
 	checkAgree(t, out)
 }
@@ -415,13 +416,13 @@ func TestOutputsAgreePhaseCap(t *testing.T) {
 		return append(b, '\n')
 	}
 	out := runAll(t, ingest.Caps{Phases: 1}, func(p *ingest.Pipeline) {
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_started", "task_id": "w1", "task_type": "local_workflow", "workflow_name": "wf"}))
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_progress", "task_id": "w1", "workflow_progress": []any{
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_started", "task_id": "w1", "task_type": "local_workflow", "workflow_name": "wf"}))
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_progress", "task_id": "w1", "workflow_progress": []any{
 			obj{"type": "workflow_phase", "index": 1, "title": "one"},
 			obj{"type": "workflow_agent", "index": 1, "phaseIndex": 1, "state": "done", "startedAt": agreeT0, "endedAt": agreeT0 + 10},
 			obj{"type": "workflow_agent", "index": 2, "phaseIndex": 2, "state": "done", "startedAt": agreeT0, "endedAt": agreeT0 + 20},
 		}}))
-		p.Write(ingest.SourceStdout, ln(obj{"type": "system", "subtype": "task_notification", "task_id": "w1", "status": "completed"}))
+		p.Write(tap.SourceStdout, ln(obj{"type": "system", "subtype": "task_notification", "task_id": "w1", "status": "completed"}))
 	})
 	checkAgree(t, out)
 }

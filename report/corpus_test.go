@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 var update = flag.Bool("update", false, "rewrite the waterfall golden files (never the hand-written *.expected.ndjson)")
@@ -27,8 +29,8 @@ func replay(t *testing.T, path string) ([]ingest.Run, *ingest.Stats) {
 	defer f.Close()
 	var col Collector
 	// Errors are kept: the expectations check their text is reconstructed.
-	p := ingest.NewPipeline(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}}})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {
+	p := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}}})
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()

@@ -14,6 +14,8 @@ import (
 	"sort"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Collector is an ingest.Sink that keeps every finalized run, in order of
@@ -124,11 +126,11 @@ func TaskOf(r *ingest.Run) Task {
 // StatsOf summarizes a pipeline's counters over all sources.
 func StatsOf(s *ingest.Stats) StatsLine {
 	out := StatsLine{Kind: "stats", Rejected: map[string]int64{}, Violations: map[string]int64{}}
-	for _, src := range []ingest.Source{ingest.SourceStdout, ingest.SourceStdin} {
+	for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
 		out.Lines += s.Lines(src)
 		out.Bytes += s.Bytes(src)
 	}
-	for _, r := range ingest.Reasons() {
+	for _, r := range streamjson.Reasons() {
 		if n := s.Rejected(r); n > 0 {
 			out.Rejected[r.String()] = n
 		}

@@ -62,7 +62,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // File name suffixes.
@@ -136,7 +136,7 @@ const (
 // Record is one parsed spool line.
 type Record struct {
 	Kind    RecordKind
-	Source  ingest.Source
+	Source  tap.Source
 	Line    []byte // RecordLine: the line, with its newline if it had one
 	At      int64  // RecordLine of stdin: when it passed the wrapper, Unix ns (0: unknown)
 	Dropped int64  // RecordGap: bytes lost (0 when unknown)
@@ -147,21 +147,21 @@ type Record struct {
 // newline). Line aliases line.
 func Parse(line []byte) Record {
 	if len(line) == 0 || line[0] != RS {
-		return Record{Kind: RecordLine, Source: ingest.SourceStdout, Line: line}
+		return Record{Kind: RecordLine, Source: tap.SourceStdout, Line: line}
 	}
 	body := line[1:]
 	tag, rest, _ := bytes.Cut(body, []byte{' '})
 	switch string(bytes.TrimRight(tag, "\r\n")) {
 	case tagStdout:
-		return Record{Kind: RecordLine, Source: ingest.SourceStdout, Line: rest}
+		return Record{Kind: RecordLine, Source: tap.SourceStdout, Line: rest}
 	case tagStdin:
 		at, line := StdinStamp(rest)
-		return Record{Kind: RecordLine, Source: ingest.SourceStdin, Line: line, At: at}
+		return Record{Kind: RecordLine, Source: tap.SourceStdin, Line: line, At: at}
 	case tagGap:
 		f := strings.Fields(string(rest))
-		r := Record{Kind: RecordGap, Source: ingest.SourceStdout}
-		if len(f) > 0 && f[0] == ingest.SourceStdin.String() {
-			r.Source = ingest.SourceStdin
+		r := Record{Kind: RecordGap, Source: tap.SourceStdout}
+		if len(f) > 0 && f[0] == tap.SourceStdin.String() {
+			r.Source = tap.SourceStdin
 		}
 		if len(f) > 1 {
 			r.Dropped, _ = strconv.ParseInt(f[1], 10, 64)

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // spoolOf writes stdout and stdin writes through taps (each slice element
@@ -26,7 +27,7 @@ func spoolOf(t *testing.T, stdout, stdin []string) (string, *Stats) {
 	if !strings.HasSuffix(w.Path(), OpenSuffix) {
 		t.Fatalf("path %s", w.Path())
 	}
-	out, in := ingest.NewTap(1<<20), ingest.NewTap(1<<20)
+	out, in := tap.NewTap(1<<20), tap.NewTap(1<<20)
 	for i := 0; i < max(len(stdout), len(stdin)); i++ {
 		if i < len(stdout) {
 			out.Write([]byte(stdout[i]))
@@ -63,7 +64,7 @@ func records(t *testing.T, data string) (stdout, stdin []string) {
 			switch {
 			case first && (r.Kind != RecordHeader || r.Version != Version):
 				t.Fatalf("first line is not the header: %q", l)
-			case r.Kind == RecordLine && r.Source == ingest.SourceStdout:
+			case r.Kind == RecordLine && r.Source == tap.SourceStdout:
 				stdout = append(stdout, string(r.Line))
 			case r.Kind == RecordLine:
 				stdin = append(stdin, string(r.Line))
@@ -134,17 +135,17 @@ func TestWriterGapRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := ingest.NewTap(512)
-	tap.Write(bytes.Repeat([]byte("a"), 600)) // more than the queue: the tail is dropped
-	_, lost, _ := tap.Stats()
+	tp := tap.NewTap(512)
+	tp.Write(bytes.Repeat([]byte("a"), 600)) // more than the queue: the tail is dropped
+	_, lost, _ := tp.Stats()
 	w.stdout([]byte(`{"type":"assistant","partial`))
-	w.gap(ingest.SourceStdout, tap, false)
+	w.gap(tap.SourceStdout, tp, false)
 	w.stdout([]byte("tail of a lost line\n{\"x\":1}\n"))
 	// A line start still held (type unknown yet) when the gap comes is
 	// never written at all; lost bytes that ended a line leave the next
 	// line whole.
 	w.stdout([]byte(`{"held`))
-	w.gap(ingest.SourceStdout, tap, true)
+	w.gap(tap.SourceStdout, tp, true)
 	w.stdout([]byte("{\"y\":2}\n"))
 	if err := w.finish(); err != nil {
 		t.Fatal(err)
@@ -156,13 +157,13 @@ func TestWriterGapRecord(t *testing.T) {
 			gaps = append(gaps, r)
 		}
 	}
-	if len(gaps) != 2 || gaps[0].Dropped != lost || lost == 0 || gaps[0].Source != ingest.SourceStdout {
+	if len(gaps) != 2 || gaps[0].Dropped != lost || lost == 0 || gaps[0].Source != tap.SourceStdout {
 		t.Fatalf("gap records %+v in %q", gaps, b)
 	}
 	// The cut line ends with RS, the tail after the gap is not written (its
 	// newline is), the next line is intact.
-	want := "\x1ecbcspool 1\n{\"type\":\"assistant\",\"partial\x1e\n" + string(FormatGap(ingest.SourceStdout, lost)) + "\n{\"x\":1}\n" +
-		string(FormatGap(ingest.SourceStdout, 0)) + "\n{\"y\":2}\n"
+	want := "\x1ecbcspool 1\n{\"type\":\"assistant\",\"partial\x1e\n" + string(FormatGap(tap.SourceStdout, lost)) + "\n{\"x\":1}\n" +
+		string(FormatGap(tap.SourceStdout, 0)) + "\n{\"y\":2}\n"
 	if string(b) != want {
 		t.Fatalf("spool file\n%q, want\n%q", b, want)
 	}
@@ -228,7 +229,7 @@ func TestWriterMergesInPassageOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, in := ingest.NewTap(1<<20), ingest.NewTap(1<<20)
+		out, in := tap.NewTap(1<<20), tap.NewTap(1<<20)
 		before := time.Now().UnixNano()
 		out.Write([]byte(`{"type":"assistant"}` + "\n"))
 		for range 20 { // stdin backlog: a select would likely take the notification first
@@ -249,7 +250,7 @@ func TestWriterMergesInPassageOrder(t *testing.T) {
 		}
 		line, _, _ := bytes.Cut(b[iRec:], []byte("\n"))
 		r := Parse(line)
-		if r.Kind != RecordLine || r.Source != ingest.SourceStdin || string(r.Line)+"\n" != interrupt || r.At < before-int64(time.Second) {
+		if r.Kind != RecordLine || r.Source != tap.SourceStdin || string(r.Line)+"\n" != interrupt || r.At < before-int64(time.Second) {
 			t.Fatalf("stdin record %q parsed as %+v", line, r)
 		}
 	}
@@ -271,7 +272,7 @@ func TestWriterHeartbeat(t *testing.T) {
 	if err := os.Chtimes(w.Path(), old, old); err != nil {
 		t.Fatal(err)
 	}
-	out, in := ingest.NewTap(1<<16), ingest.NewTap(1<<16)
+	out, in := tap.NewTap(1<<16), tap.NewTap(1<<16)
 	done := make(chan error)
 	go func() { done <- w.Consume(out, in) }()
 	path := w.Path()
@@ -304,7 +305,7 @@ func TestCreateMissingDirAndDrain(t *testing.T) {
 	if st.Errors.Load() != 1 {
 		t.Fatalf("errors %d", st.Errors.Load())
 	}
-	out, in := ingest.NewTap(1<<16), ingest.NewTap(1<<16)
+	out, in := tap.NewTap(1<<16), tap.NewTap(1<<16)
 	out.Write([]byte("hello\n"))
 	in.Write([]byte("x\n"))
 	out.Close()
@@ -328,7 +329,7 @@ func TestWriterDiskFull(t *testing.T) {
 	}
 	st := new(Stats)
 	w := &Writer{dir: dir, name: "x", f: full, bw: bufio.NewWriterSize(full, 16), log: nil, stats: st,
-		dec: ingest.NewDecoder(ingest.DecodeOptions{})}
+		dec: streamjson.NewDecoder(streamjson.DecodeOptions{})}
 	w.log = discard()
 	w.stdout(bytes.Repeat([]byte("y\n"), 100))
 	w.flush()
@@ -368,7 +369,7 @@ func TestWriterStdinGapAtLineEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.gap(ingest.SourceStdin, ingest.NewTap(512), atEOL)
+		w.gap(tap.SourceStdin, tap.NewTap(512), atEOL)
 		w.stdin([]byte(interrupt))
 		if err := w.finish(); err != nil {
 			t.Fatal(err)

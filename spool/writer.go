@@ -17,7 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Bounds of the writer. Control requests are a few hundred bytes; these
@@ -95,7 +96,7 @@ type Writer struct {
 	heartbeat    time.Duration
 	inLine       []byte // the stdin line being assembled
 	inSkip       bool   // skipping the rest of a stdin line (too long, or after a gap)
-	dec          *ingest.Decoder
+	dec          *streamjson.Decoder
 	reported     [2]int64 // tap drops already written as gap records
 	finishedPath string
 }
@@ -123,7 +124,7 @@ func Create(dir string, log *slog.Logger, stats *Stats) (*Writer, error) {
 		return nil, fmt.Errorf("spool: creating file in %s: %w", dir, err)
 	}
 	w := &Writer{dir: dir, name: name, f: f, bw: bufio.NewWriterSize(f, bufSize), log: log, stats: stats,
-		dec: ingest.NewDecoder(ingest.DecodeOptions{}), heartbeat: heartbeatEvery()}
+		dec: streamjson.NewDecoder(streamjson.DecodeOptions{}), heartbeat: heartbeatEvery()}
 	w.write([]byte(fmt.Sprintf("%c%s %d\n", RS, tagHeader, Version)))
 	w.flush()
 	return w, nil
@@ -152,23 +153,23 @@ func (w *Writer) Stats() *Stats { return w.stats }
 // stopped notification it caused, whichever queue happened to be looked at
 // first. While the taps are open the file's modification time is refreshed
 // every Heartbeat: the wrapper is alive.
-func (w *Writer) Consume(stdout, stdin *ingest.Tap) error {
-	taps := [2]*ingest.Tap{stdout, stdin}
-	_ = ingest.MergeTaps(context.Background(), stdout, stdin, ingest.TapMerge{
-		Chunk: func(src ingest.Source, c ingest.Chunk) {
+func (w *Writer) Consume(stdout, stdin *tap.Tap) error {
+	taps := [2]*tap.Tap{stdout, stdin}
+	_ = tap.Merge(context.Background(), stdout, stdin, tap.MergeOptions{
+		Chunk: func(src tap.Source, c tap.Chunk) {
 			w.at = c.At
 			if c.Gap {
 				w.gap(src, taps[src], c.GapAtLineEnd)
 			}
-			if src == ingest.SourceStdout {
+			if src == tap.SourceStdout {
 				w.stdout(c.Data)
 			} else {
 				w.stdin(c.Data)
 			}
 			taps[src].Release(c)
 		},
-		End: func(src ingest.Source) {
-			if src == ingest.SourceStdout {
+		End: func(src tap.Source) {
+			if src == tap.SourceStdout {
 				w.endStdout(taps[src])
 			} else {
 				w.endStdin(taps[src])
@@ -193,8 +194,8 @@ func (w *Writer) touch() {
 // Drain consumes both taps without writing anything, counting their bytes
 // as dropped: the consumer when the spool file could not be created, so that
 // the taps still never fill up and the passthrough goes on.
-func Drain(stdout, stdin *ingest.Tap, stats *Stats) {
-	var outC, inC <-chan ingest.Chunk
+func Drain(stdout, stdin *tap.Tap, stats *Stats) {
+	var outC, inC <-chan tap.Chunk
 	if stdout != nil {
 		outC = stdout.Chunks()
 	}
@@ -428,13 +429,13 @@ func (w *Writer) writePending() {
 // line whose head was lost is not written, only its newline, so that line
 // is empty (and when the lost bytes ended a line, an empty line is written
 // right away and the next line is kept whole).
-func (w *Writer) gap(src ingest.Source, tap *ingest.Tap, atEOL bool) {
-	_, dropped, _ := tap.Stats()
+func (w *Writer) gap(src tap.Source, t *tap.Tap, atEOL bool) {
+	_, dropped, _ := t.Stats()
 	n := dropped - w.reported[src]
 	w.reported[src] = dropped
 	w.stats.BytesDropped.Add(n)
 	rec := []byte(fmt.Sprintf("%c%s %s %d\n", RS, tagGap, src, n))
-	if src == ingest.SourceStdin {
+	if src == tap.SourceStdin {
 		w.inLine, w.inSkip = w.inLine[:0], !atEOL
 		w.queue(rec)
 		return
@@ -452,15 +453,15 @@ func (w *Writer) gap(src ingest.Source, tap *ingest.Tap, atEOL bool) {
 	w.writePending()
 }
 
-func (w *Writer) endStdout(tap *ingest.Tap) {
-	if _, dropped, _ := tap.Stats(); tap.GapPending() || dropped > w.reported[ingest.SourceStdout] {
-		w.gap(ingest.SourceStdout, tap, tap.GapPendingAtLineEnd())
+func (w *Writer) endStdout(t *tap.Tap) {
+	if _, dropped, _ := t.Stats(); t.GapPending() || dropped > w.reported[tap.SourceStdout] {
+		w.gap(tap.SourceStdout, t, t.GapPendingAtLineEnd())
 	}
 }
 
-func (w *Writer) endStdin(tap *ingest.Tap) {
-	if _, dropped, _ := tap.Stats(); dropped > w.reported[ingest.SourceStdin] {
-		w.gap(ingest.SourceStdin, tap, tap.GapPendingAtLineEnd())
+func (w *Writer) endStdin(t *tap.Tap) {
+	if _, dropped, _ := t.Stats(); dropped > w.reported[tap.SourceStdin] {
+		w.gap(tap.SourceStdin, t, t.GapPendingAtLineEnd())
 	}
 	// An unterminated last stdin line was never a request the CLI acted on
 	// as a line; drop it.
@@ -500,8 +501,8 @@ func (w *Writer) stdinLine(line []byte) {
 	if !bytes.Contains(line, []byte(`"control_request"`)) {
 		return // user messages: not needed, not kept
 	}
-	ev, _ := w.dec.Decode(ingest.SourceStdin, line)
-	if ev == nil || ev.Kind != ingest.KindControlRequest || (ev.RequestSubtype != "interrupt" && ev.RequestSubtype != "stop_task") {
+	ev, _ := w.dec.Decode(tap.SourceStdin, line)
+	if ev == nil || ev.Kind != streamjson.KindControlRequest || (ev.RequestSubtype != "interrupt" && ev.RequestSubtype != "stop_task") {
 		return
 	}
 	rec := make([]byte, 0, len(line)+len(tagStdin)+24)
@@ -584,6 +585,6 @@ func (w *Writer) finish() error {
 }
 
 // FormatGap returns a gap record, for tests and tools writing spool files.
-func FormatGap(src ingest.Source, n int64) []byte {
+func FormatGap(src tap.Source, n int64) []byte {
 	return []byte(string(rune(RS)) + tagGap + " " + src.String() + " " + strconv.FormatInt(n, 10) + "\n")
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // orderLate is how long a checkingTap gives the consumer to show that it
@@ -18,12 +18,12 @@ import (
 // consumer read them within microseconds, one that taps first never.
 const orderLate = 10 * time.Millisecond
 
-// checkingTap forwards to an ingest.Tap and counts the taps that came after
+// checkingTap forwards to an tap.Tap and counts the taps that came after
 // the consumer had the bytes (a Write or Commit of bytes it already read,
 // or a Begin of bytes already passed on), which would stamp an answer of
 // the consumer on stdin before the event it answers.
 type checkingTap struct {
-	tap    *ingest.Tap
+	tap    *tap.Tap
 	read   *atomic.Int64 // stdout bytes the consumer has read
 	tapped int64         // stdout bytes tapped so far; the pump's goroutine only
 	begun  bool          // a Begin is pending: the bytes were announced in time
@@ -121,7 +121,7 @@ func TestTapStampsBeforeConsumerAnswers(t *testing.T) {
 				cfg.Stdout = outW
 			}
 			var read atomic.Int64
-			outTap, inTap := ingest.NewTap(16<<20), ingest.NewTap(16<<20)
+			outTap, inTap := tap.NewTap(16<<20), tap.NewTap(16<<20)
 			ct := &checkingTap{tap: outTap, read: &read}
 			cfg.StdoutTap = ct
 			if tc.lend {
@@ -168,9 +168,9 @@ func TestTapStampsBeforeConsumerAnswers(t *testing.T) {
 			// k+1) may come before the whole of stdout line k.
 			var outN, inN int64
 			var order []string
-			err := ingest.MergeTaps(context.Background(), outTap, inTap, ingest.TapMerge{
-				Chunk: func(src ingest.Source, c ingest.Chunk) {
-					if src == ingest.SourceStdout {
+			err := tap.Merge(context.Background(), outTap, inTap, tap.MergeOptions{
+				Chunk: func(src tap.Source, c tap.Chunk) {
+					if src == tap.SourceStdout {
 						outN += int64(len(c.Data))
 						outTap.Release(c)
 						return

@@ -42,7 +42,7 @@ func (p *outPump) detach() outcome {
 }
 
 // lendingTap is a tap that lends the pump the buffers it reads into
-// (ingest.Tap is one): Commit then queues the bytes in that very buffer, so
+// (tap.Tap is one): Commit then queues the bytes in that very buffer, so
 // the child's output is copied once, by the read, instead of a second time
 // into the tap. Commit(p) taps p like Write; after it the pump asks Lend for
 // the buffer of its next read (the same one if the tap did not keep it).
@@ -54,7 +54,7 @@ type lendingTap interface {
 
 // beginningTap is a tap told when bytes pass on ahead of being tapped (by
 // tee(2)): Begin just before they may reach the consumer, then the Write
-// or Commit that taps them, or Cancel if none came (ingest.Tap is one).
+// or Commit that taps them, or Cancel if none came (tap.Tap is one).
 type beginningTap interface {
 	Begin()
 	Cancel()
@@ -162,7 +162,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	}
 	if tee != nil {
 		// The bytes tee passes on reach the consumer before emit taps
-		// them: the tap is told when they pass (see ingest.Tap.Begin).
+		// them: the tap is told when they pass (see tap.Tap.Begin).
 		if b, ok := tap.(beginningTap); ok {
 			tee.begin = func() {
 				st.mu.Lock()

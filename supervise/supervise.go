@@ -119,14 +119,14 @@ type Config struct {
 	// stdout and of Stdin before it is passed on: each side's bytes are
 	// stamped before the other side can react to them (the child to a
 	// request, the consumer to an event). They are called on the
-	// pumping goroutine, so they must never block: use an ingest.Tap. Run
+	// pumping goroutine, so they must never block: use an tap.Tap. Run
 	// makes no call on them after it returns. A StdoutTap that also has
-	// Lend() []byte and Commit([]byte) (int, error), as ingest.Tap does,
+	// Lend() []byte and Commit([]byte) (int, error), as tap.Tap does,
 	// lends the pump the buffers it reads into, so the bytes reach the tap
 	// without a second copy. With a StdoutTap and a pipe for Stdout, the
 	// bytes are passed on with tee(2), without a copy through user space,
 	// and so before they are tapped: a StdoutTap that also has Begin() and
-	// Cancel(), as ingest.Tap does, is told when they pass.
+	// Cancel(), as tap.Tap does, is told when they pass.
 	StdoutTap, StdinTap io.Writer
 
 	// Signals are forwarded to the child, except SIGCHLD, SIGURG and SIGPIPE

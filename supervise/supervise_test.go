@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 func TestMain(m *testing.M) {
@@ -179,7 +179,7 @@ func TestRoundTripByteExact(t *testing.T) {
 						cfg.StdoutTap, cfg.StdinTap = &o, &i
 						outTap, inTap = o.Bytes, i.Bytes
 					} else {
-						o, i := ingest.NewTap(32<<20), ingest.NewTap(32<<20)
+						o, i := tap.NewTap(32<<20), tap.NewTap(32<<20)
 						cfg.StdoutTap, cfg.StdinTap = o, i
 						outTap, inTap = drainTap(t, o), drainTap(t, i)
 					}
@@ -209,7 +209,7 @@ func TestRoundTripByteExact(t *testing.T) {
 // drainTap consumes tap on a goroutine; the returned func closes the tap
 // (Run is done with it), waits for the consumer and returns what it got,
 // failing t on any drop.
-func drainTap(t *testing.T, tap *ingest.Tap) func() []byte {
+func drainTap(t *testing.T, tap *tap.Tap) func() []byte {
 	var got bytes.Buffer
 	done := make(chan struct{})
 	go func() {
@@ -448,7 +448,7 @@ func TestStdoutConsumerGone(t *testing.T) {
 			outR, outW := pipe(t)
 			cfg.Stdout = outW
 			if tc.tap {
-				cfg.StdoutTap = ingest.NewTap(1 << 20) // never read: it drops
+				cfg.StdoutTap = tap.NewTap(1 << 20) // never read: it drops
 			}
 			go func() {
 				io.ReadFull(outR, make([]byte, 1<<20))
@@ -467,7 +467,7 @@ func TestStdoutConsumerGone(t *testing.T) {
 func TestStuckTapDoesNotStallPipe(t *testing.T) {
 	cfg := helper(t, "cat")
 	in := supervisetest.Pattern(32 << 20)
-	outTap, inTap := ingest.NewTap(64<<10), ingest.NewTap(64<<10)
+	outTap, inTap := tap.NewTap(64<<10), tap.NewTap(64<<10)
 	h := sha256.New()
 	cfg.Stdin, cfg.Stdout = bytes.NewReader(in), h
 	cfg.StdoutTap, cfg.StdinTap = outTap, inTap
@@ -478,7 +478,7 @@ func TestStuckTapDoesNotStallPipe(t *testing.T) {
 	if want := sha256.Sum256(in); !bytes.Equal(h.Sum(nil), want[:]) {
 		t.Fatal("output differs from input")
 	}
-	for name, tap := range map[string]*ingest.Tap{"stdout": outTap, "stdin": inTap} {
+	for name, tap := range map[string]*tap.Tap{"stdout": outTap, "stdin": inTap} {
 		bytesIn, dropped, _ := tap.Stats()
 		if bytesIn != int64(len(in)) || dropped < int64(len(in))-(64<<10) {
 			t.Errorf("%s tap: in %d dropped %d; want in %d, all but the queue dropped", name, bytesIn, dropped, len(in))

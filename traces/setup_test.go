@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -30,8 +32,8 @@ func feedProvider(t *testing.T, p *Provider, file string) *Sink {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pl := ingest.NewPipeline(ingest.PipelineOptions{Decode: ingest.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
-	if err := ingest.Feed(context.Background(), pl, ingest.SourceStdout, f); err != nil {
+	pl := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
+	if err := ingest.Feed(context.Background(), pl, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}
 	pl.Close()

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // ScopeName is the instrumentation scope of every span the Sink makes.
@@ -32,7 +33,7 @@ type Options struct {
 	Parent trace.SpanContext
 	// CapturePreviews exports resultPreview, promptPreview and summary as
 	// attributes. Off by default: they are user and model text. They only
-	// exist when the pipeline decodes them (ingest.DecodeOptions.KeepPreviews).
+	// exist when the pipeline decodes them (streamjson.DecodeOptions.KeepPreviews).
 	CapturePreviews bool
 }
 
@@ -284,16 +285,16 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 		kv = append(kv, attribute.String(AttrErrorType, ErrorTypeAbandoned))
 	}
 	if s.previews {
-		if v := ingest.Clean(a.PromptPreview, maxPreviewLen); v != "" {
+		if v := streamjson.Clean(a.PromptPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrPromptPreview, v))
 		}
-		if v := ingest.Clean(a.ResultPreview, maxPreviewLen); v != "" {
+		if v := streamjson.Clean(a.ResultPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrResultPreview, v))
 		}
 	}
 	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
 	if code == codes.Error {
-		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, streamjson.Clean(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }
@@ -408,7 +409,7 @@ func (s *Sink) task(r *ingest.Run) {
 // its parent task.
 func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute.KeyValue, failMsg string) {
 	if s.previews {
-		if v := ingest.Clean(r.Summary, maxPreviewLen); v != "" {
+		if v := streamjson.Clean(r.Summary, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrSummary, v))
 		}
 	}
@@ -416,7 +417,7 @@ func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute
 	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
 		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
 	if code == codes.Error {
-		sp.SetStatus(code, ingest.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, streamjson.Clean(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }

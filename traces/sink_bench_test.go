@@ -8,6 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // discardExporter drops every span, so the benchmark measures the sink and
@@ -26,14 +27,14 @@ const benchT0 = int64(1_700_000_000_000)
 // benchWorkflow is one workflow of n agents as decoded events: started, a
 // snapshot of every agent each time one starts and each time one ends,
 // and the notification (2n+2 events).
-func benchWorkflow(n int) []ingest.Event {
-	entries := make([]ingest.Entry, n)
+func benchWorkflow(n int) []streamjson.Event {
+	entries := make([]streamjson.Entry, n)
 	for i := range entries {
-		entries[i] = ingest.Entry{Index: i + 1, Label: fmt.Sprintf("scan:%04d", i+1), PhaseIndex: 1, PhaseTitle: "Scan", State: "start", QueuedAt: benchT0}
+		entries[i] = streamjson.Entry{Index: i + 1, Label: fmt.Sprintf("scan:%04d", i+1), PhaseIndex: 1, PhaseTitle: "Scan", State: "start", QueuedAt: benchT0}
 	}
-	evs := []ingest.Event{{Kind: ingest.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "bench"}}
+	evs := []streamjson.Event{{Kind: streamjson.KindTaskStarted, TaskID: "w1", TaskType: "local_workflow", WorkflowName: "bench"}}
 	snap := func() {
-		evs = append(evs, ingest.Event{Kind: ingest.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: append([]ingest.Entry(nil), entries...)})
+		evs = append(evs, streamjson.Event{Kind: streamjson.KindTaskProgress, TaskID: "w1", HasProgress: true, Entries: append([]streamjson.Entry(nil), entries...)})
 	}
 	for i := range entries {
 		entries[i].AgentID = fmt.Sprintf("a%d", i+1)
@@ -42,7 +43,7 @@ func benchWorkflow(n int) []ingest.Event {
 		entries[i].State, entries[i].EndedAt, entries[i].Tokens = "done", benchT0+int64(2*i+1), int64(100*i)
 		snap()
 	}
-	return append(evs, ingest.Event{Kind: ingest.KindTaskNotification, TaskID: "w1", Status: "completed"})
+	return append(evs, streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: "w1", Status: "completed"})
 }
 
 // BenchmarkSink is the traces sink behind a Tracker for one workflow per

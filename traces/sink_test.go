@@ -19,6 +19,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/simulate"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -61,10 +63,10 @@ func replay(t *testing.T, file string, opts Options, previews bool) tracetest.Sp
 	defer f.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{
 		// Errors are kept: the goldens show the status message they make.
-		Decode:  ingest.DecodeOptions{KeepPreviews: previews, KeepErrors: true},
+		Decode:  streamjson.DecodeOptions{KeepPreviews: previews, KeepErrors: true},
 		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}},
 	})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, f); err != nil {
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // `cbc-otel replay --json FILE` prints, for every recording of the corpus,
@@ -146,7 +146,7 @@ func withholdErrors(v any) {
 	case map[string]any:
 		for k, e := range v {
 			if s, ok := e.(string); ok && k == "error" && s != "" {
-				v[k] = ingest.WithheldError
+				v[k] = streamjson.WithheldError
 				continue
 			}
 			withholdErrors(e)

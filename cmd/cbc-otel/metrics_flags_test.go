@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 func parseMetricsFlags(t *testing.T, serve bool, args ...string) (*metricsFlags, error) {
@@ -139,7 +140,7 @@ func (s *syncBuffer) String() string {
 }
 
 func observeRun(sink ingest.Sink, name string) {
-	r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusCompleted, Start: 1000, End: 4000, Usage: ingest.Usage{TotalTokens: 11}}
+	r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusCompleted, Start: 1000, End: 4000, Usage: streamjson.Usage{TotalTokens: 11}}
 	sink.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	sink.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
 	sink.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})

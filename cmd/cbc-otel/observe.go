@@ -6,13 +6,14 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // observer connects the taps of a wrapped child to an ingest pipeline. The
 // pipeline runs on its own goroutine so that the passthrough only ever pays
 // for a copy into the tap.
 type observer struct {
-	stdout, stdin *ingest.Tap
+	stdout, stdin *tap.Tap
 	pipe          *ingest.Pipeline
 	runs          report.Collector
 	done          chan struct{}
@@ -22,8 +23,8 @@ type observer struct {
 // observer's run collector added) behind two taps of tapQueue bytes each.
 func startObserver(ctx context.Context, tapQueue int, opts ingest.PipelineOptions) *observer {
 	o := &observer{
-		stdout: ingest.NewTap(tapQueue),
-		stdin:  ingest.NewTap(tapQueue),
+		stdout: tap.NewTap(tapQueue),
+		stdin:  tap.NewTap(tapQueue),
 		done:   make(chan struct{}),
 	}
 	opts.Live = true

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // replayConfig holds replay's flags.
@@ -104,7 +105,7 @@ func replayFile(ctx context.Context, name string, opts ingest.PipelineOptions, s
 		r = f
 	}
 	p := ingest.NewPipeline(opts)
-	if err := ingest.Feed(ctx, p, ingest.SourceStdout, r); err != nil {
+	if err := ingest.Feed(ctx, p, tap.SourceStdout, r); err != nil {
 		return fmt.Errorf("reading %s: %w", name, err)
 	}
 	p.Close()

@@ -19,6 +19,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // forwardedSignals are passed on to the child. SIGINT, SIGTERM, SIGHUP and
@@ -116,7 +117,7 @@ type runner struct {
 	watchParent bool
 	// consume reads both taps until they are closed; nil means the ingest
 	// pipeline feeding the telemetry sinks. Tests swap in stuck consumers.
-	consume func(stdout, stdin *ingest.Tap, log *slog.Logger)
+	consume func(stdout, stdin *tap.Tap, log *slog.Logger)
 	// consumerWait bounds the wait for consume to return after the taps
 	// are closed.
 	consumerWait time.Duration
@@ -216,9 +217,9 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 	}
 	var runs report.Collector
 	consumed := make(chan struct{})
-	var stdoutTap, stdinTap *ingest.Tap
+	var stdoutTap, stdinTap *tap.Tap
 	if process {
-		stdoutTap, stdinTap = ingest.NewTap(cfg.tapQueue), ingest.NewTap(cfg.tapQueue)
+		stdoutTap, stdinTap = tap.NewTap(cfg.tapQueue), tap.NewTap(cfg.tapQueue)
 		consume := r.consume
 		if consume == nil {
 			// Runs are kept for a summary only when one is asked for: a
@@ -228,7 +229,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 				extra = append(extra, &runs)
 			}
 			opts := tel.pipelineOptions(&cfg.tel, true, extra...)
-			consume = func(stdout, stdin *ingest.Tap, log *slog.Logger) {
+			consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
 				p := ingest.NewPipeline(opts)
 				p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
 				logTapTotals(log, p.Stats(), stdout, stdin)
@@ -318,7 +319,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 // tapWriters is what supervise writes one stream's bytes to: the pipeline's
 // tap, the spool's, or both (Tap.Write never fails nor blocks, so a
 // MultiWriter of taps never stops early).
-func tapWriters(pipe *ingest.Tap, sp *spooling, stdout bool) io.Writer {
+func tapWriters(pipe *tap.Tap, sp *spooling, stdout bool) io.Writer {
 	var ws []io.Writer
 	if pipe != nil {
 		ws = append(ws, pipe)
@@ -347,7 +348,7 @@ func tapWriters(pipe *ingest.Tap, sp *spooling, stdout bool) io.Writer {
 // pipeline's, whose chunks carry the stamps.
 type spooledTap struct {
 	io.Writer
-	pipe *ingest.Tap
+	pipe *tap.Tap
 }
 
 // Begin tells the pipeline's tap that bytes are passing on now.
@@ -377,11 +378,11 @@ func stopWithParent(ctx context.Context, log *slog.Logger) {
 }
 
 // logTapTotals logs at debug level what the pipeline and the taps saw.
-func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *ingest.Tap) {
+func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
 	for _, t := range []struct {
-		src ingest.Source
-		tap *ingest.Tap
-	}{{ingest.SourceStdout, stdout}, {ingest.SourceStdin, stdin}} {
+		src tap.Source
+		tap *tap.Tap
+	}{{tap.SourceStdout, stdout}, {tap.SourceStdin, stdin}} {
 		in, dropped, droppedChunks := t.tap.Stats()
 		// Drops are counted in the metrics too; a warning says at exit that
 		// the telemetry of this run is incomplete.

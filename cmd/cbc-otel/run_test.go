@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // wrapperBin is the cbc-otel binary built once by TestMain for the
@@ -150,7 +150,7 @@ func TestRunStuckConsumer(t *testing.T) {
 	got := make(chan stats, 1)
 	r := testRunner(nil)
 	r.consumerWait = time.Millisecond
-	r.consume = func(stdout, stdin *ingest.Tap, _ *slog.Logger) {
+	r.consume = func(stdout, stdin *tap.Tap, _ *slog.Logger) {
 		<-release // stuck until the test is done with run
 		var s stats
 		s.outIn, s.outDropped, _ = stdout.Stats()

@@ -15,6 +15,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
@@ -184,7 +185,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		MaxStreams:      cfg.maxFiles,
 		Pipeline: ingest.PipelineOptions{
 			MaxLine: cfg.tel.maxLine,
-			Decode:  ingest.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
+			Decode:  streamjson.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
 			Tracker: cfg.tel.trackerOptions([]ingest.Sink{tel.metrics.sink()}, tel.stats),
 		},
 		Metrics:    tel.metrics.metrics(),

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/spool"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // spoolFlags are run's flags for handing the stream to a sidecar.
@@ -62,7 +62,7 @@ func (s *spoolFlags) validate(explicit map[string]bool) error {
 
 // spooling is the spool side of one run: its taps and its writer.
 type spooling struct {
-	stdout, stdin *ingest.Tap
+	stdout, stdin *tap.Tap
 	stats         *spool.Stats
 	done          chan struct{}
 	path          string
@@ -74,8 +74,8 @@ type spooling struct {
 // goes on.
 func startSpool(dir string, tapQueue int, log *slog.Logger) *spooling {
 	sp := &spooling{
-		stdout: ingest.NewTap(tapQueue),
-		stdin:  ingest.NewTap(tapQueue),
+		stdout: tap.NewTap(tapQueue),
+		stdin:  tap.NewTap(tapQueue),
 		stats:  new(spool.Stats),
 		done:   make(chan struct{}),
 	}

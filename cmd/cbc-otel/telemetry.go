@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // telemetryFlags are the flags every mode that runs the pipeline shares:
@@ -27,7 +28,7 @@ type telemetryFlags struct {
 // replay (files only, plus OTLP for backfill).
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
-	fs.IntVar(&f.maxLine, "max-line", ingest.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
+	fs.IntVar(&f.maxLine, "max-line", streamjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
 	for _, c := range f.capFlags() {
 		fs.IntVar(c.v, c.name, 0, fmt.Sprintf("%s (0 = %d)", c.usage, c.def))
 	}
@@ -124,7 +125,7 @@ func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...inges
 	return ingest.PipelineOptions{
 		MaxLine: f.maxLine,
 		Live:    live,
-		Decode:  ingest.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: f.captureErrors},
+		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: f.captureErrors},
 		Tracker: f.trackerOptions(sinks, t.stats),
 	}
 }

@@ -155,7 +155,7 @@ func (r *tracesRuntime) sink() ingest.Sink {
 }
 
 // capturePreviews tells the caller to decode previews
-// (ingest.DecodeOptions.KeepPreviews): only when they will be exported.
+// (streamjson.DecodeOptions.KeepPreviews): only when they will be exported.
 func (r *tracesRuntime) capturePreviews() bool { return r.enabled() && r.previews }
 
 // exemplar returns the trace and workflow span ids (hex) of a run, for

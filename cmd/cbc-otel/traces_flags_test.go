@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
@@ -104,10 +106,10 @@ func TestTracesRuntimeFile(t *testing.T) {
 	}
 	defer in.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{
-		Decode:  ingest.DecodeOptions{KeepPreviews: r.capturePreviews()},
+		Decode:  streamjson.DecodeOptions{KeepPreviews: r.capturePreviews()},
 		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}},
 	})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, in); err != nil {
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, in); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()

@@ -1,34 +1,10 @@
-package ingest
+package tap
 
 import (
 	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// Source says which stream bytes came from.
-type Source uint8
-
-// The tapped streams of a wrapped child.
-const (
-	// SourceStdout is what the child wrote to its stdout (the event stream).
-	SourceStdout Source = iota
-	// SourceStdin is what was written to the child's stdin (user messages and
-	// control requests such as interrupt).
-	SourceStdin
-)
-
-// String returns the label value used for the source in metrics and logs.
-func (s Source) String() string {
-	switch s {
-	case SourceStdout:
-		return "stdout"
-	case SourceStdin:
-		return "stdin"
-	default:
-		return "unknown"
-	}
-}
 
 // Chunk is a piece of tapped bytes. Gap reports that bytes were dropped just
 // before Data, so a line framer must discard the partial line it carries.
@@ -53,10 +29,10 @@ type Chunk struct {
 	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
 }
 
-// passedBefore reports whether c passed its tap before o passed its own
+// PassedBefore reports whether c passed its tap before o passed its own
 // (ties count as before). Chunks of a Tap compare by the monotonic clock;
 // others, by At.
-func (c *Chunk) passedBefore(o *Chunk) bool {
+func (c *Chunk) PassedBefore(o *Chunk) bool {
 	if !c.when.IsZero() && !o.when.IsZero() {
 		return c.when.Compare(o.when) <= 0
 	}
@@ -293,9 +269,9 @@ func (t *Tap) settleLocked() {
 	}
 }
 
-// passingBefore reports whether bytes announced by Begin, not queued yet,
+// PassingBefore reports whether bytes announced by Begin, not queued yet,
 // passed before chunk c of another tap.
-func (t *Tap) passingBefore(c *Chunk) bool {
+func (t *Tap) PassingBefore(c *Chunk) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.passing.IsZero() {
@@ -350,6 +326,10 @@ func (t *Tap) put(b *[]byte) {
 	}
 	t.freeMu.Unlock()
 }
+
+// Settled wakes a consumer waiting on PassingBefore: it receives when bytes
+// announced by Begin are queued, dropped or cancelled.
+func (t *Tap) Settled() <-chan struct{} { return t.settled }
 
 // Chunks returns the queue. It is closed after Close once everything queued
 // before Close has been received.

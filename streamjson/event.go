@@ -1,4 +1,8 @@
-package ingest
+package streamjson
+
+import (
+	"github.com/cbc-otel/cbc-otel/tap"
+)
 
 // Kind is the kind of a decoded protocol message.
 type Kind uint8
@@ -66,7 +70,7 @@ type Entry struct {
 // Event because the decoder has no field for them.
 type Event struct {
 	Kind   Kind
-	Source Source
+	Source tap.Source
 
 	// WrittenAt is the line's written_at (ISO-8601, Claude Code 2.1.334+)
 	// in epoch ms, 0 when absent: the time of an event that carries no
@@ -142,3 +146,15 @@ func (e *Event) Times() int64 {
 	}
 	return t
 }
+
+// Plausible bounds of an epoch-ms time: from 2001-09-09 (1e12 ms) to
+// 2100-01-01. A time outside them is not a time of this stream: most often
+// seconds written where milliseconds belong (which would make a span of
+// decades), or garbage. Such a time is counted as bad_time and not used.
+const (
+	minPlausibleMs = 1_000_000_000_000
+	maxPlausibleMs = 4_102_444_800_000
+)
+
+// Plausible reports whether v can be an epoch-ms time of a stream.
+func Plausible(v int64) bool { return v >= minPlausibleMs && v < maxPlausibleMs }

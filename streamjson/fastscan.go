@@ -1,4 +1,4 @@
-package ingest
+package streamjson
 
 import (
 	"encoding/binary"

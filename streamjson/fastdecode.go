@@ -1,11 +1,15 @@
-package ingest
+package streamjson
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/cbc-otel/cbc-otel/tap"
+)
 
 // decodeFast decodes a trimmed line of interest with the scanner.
 // handled is false when the scanner was unsure; the caller then decodes
 // the line with encoding/json.
-func (d *Decoder) decodeFast(src Source, line []byte) (ev *Event, reason Reason, handled bool) {
+func (d *Decoder) decodeFast(src tap.Source, line []byte) (ev *Event, reason Reason, handled bool) {
 	st := d.scanLine(line)
 	cur := d.snap.spare
 	if st != scanOK {

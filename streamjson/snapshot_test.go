@@ -1,7 +1,7 @@
 // Tests of the snapshot fast path of the decoder (snapshot.go): it must
 // decode exactly what the plain path (decodePlain) decodes, line after
 // line, and decode each unchanged agent of a snapshot only once.
-package ingest
+package streamjson
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // decodeBoth decodes lines with the fast path on and off, and fails on the
@@ -21,9 +23,9 @@ func decodeBoth(t *testing.T, lines [][]byte, keep bool) {
 	plain := NewDecoder(DecodeOptions{KeepPreviews: keep})
 	plain.plainOnly = true
 	for i, l := range lines {
-		ev1, r1 := fast.Decode(SourceStdout, l)
+		ev1, r1 := fast.Decode(tap.SourceStdout, l)
 		got := copyEvent(ev1)
-		ev2, r2 := plain.Decode(SourceStdout, l)
+		ev2, r2 := plain.Decode(tap.SourceStdout, l)
 		want := copyEvent(ev2)
 		if r1 != r2 || !reflect.DeepEqual(got, want) {
 			t.Fatalf("line %d %q:\nfast:  %v %+v\nplain: %v %+v", i, l, r1, got, r2, want)
@@ -171,7 +173,7 @@ func TestSnapshotDecodesChangedAgentsOnly(t *testing.T) {
 	for _, n := range []int{10, 100, 300} {
 		d := NewDecoder(DecodeOptions{})
 		for _, l := range growingSnapshots(n) {
-			if ev, r := d.Decode(SourceStdout, l); r != ReasonNone || ev == nil || len(ev.Entries) != n+1 {
+			if ev, r := d.Decode(tap.SourceStdout, l); r != ReasonNone || ev == nil || len(ev.Entries) != n+1 {
 				t.Fatalf("n=%d: reason %v, event %v", n, r, ev != nil)
 			}
 		}
@@ -188,49 +190,10 @@ func TestSnapshotDecodesChangedAgentsOnly(t *testing.T) {
 		}
 		last := []byte(snap(rows...))
 		d := NewDecoder(DecodeOptions{})
-		d.Decode(SourceStdout, last)
-		return testing.AllocsPerRun(20, func() { d.Decode(SourceStdout, last) })
+		d.Decode(tap.SourceStdout, last)
+		return testing.AllocsPerRun(20, func() { d.Decode(tap.SourceStdout, last) })
 	}
 	if a10, a1000 := allocs(10), allocs(1000); a1000 > a10 {
 		t.Errorf("a repeated snapshot allocates %v times with 1000 agents, %v with 10", a1000, a10)
-	}
-}
-
-// TestIgnoredLinesDoNotAllocate: the bulk of a stream, lines the Tracker
-// does not consume, costs no allocation in the decoder nor in the whole
-// pipeline (framing, counting, decoding).
-func TestIgnoredLinesDoNotAllocate(t *testing.T) {
-	big := strings.Repeat("x", 64<<10)
-	cases := map[string]string{
-		"assistant":        `{"type":"assistant","message":{"content":[{"type":"text","text":"` + big + `"}]}}`,
-		"user quoting":     `{"type":"user","message":{"content":"{\"type\":\"system\",\"subtype\":\"task_progress\"}"}}`,
-		"result":           `{"type":"result","subtype":"success","is_error":false,"result":"done"}`,
-		"system status":    `{"type":"system","subtype":"status","status":null,"session_id":"s"}`,
-		"stream event":     `{"type":"stream_event","event":{"type":"content_block_delta"}}`,
-		"keys reordered":   `{"uuid":"u","type":"assistant","message":{"content":"hi"}}`,
-		"blank":            `   `,
-		"crlf":             "{\"type\":\"assistant\"}\r",
-		"not json":         `hello world`,
-		"other system":     `{"type":"system","subtype":"compact_boundary","session_id":"s"}`,
-		"other subtype":    `{"subtype":"hook_response","type":"system","session_id":"s"}`,
-		"control elsewise": `{"type":"keep_alive"}`,
-	}
-	for name, line := range cases {
-		t.Run(name, func(t *testing.T) {
-			d := NewDecoder(DecodeOptions{})
-			b := []byte(line)
-			if ev, _ := d.Decode(SourceStdout, b); ev != nil {
-				t.Fatalf("decoded an event from %q", line)
-			}
-			if a := testing.AllocsPerRun(100, func() { d.Decode(SourceStdout, b) }); a != 0 {
-				t.Errorf("Decode: %v allocations per line", a)
-			}
-			p := NewPipeline(PipelineOptions{})
-			chunk := []byte(strings.Repeat(line+"\n", 8))
-			p.Write(SourceStdout, chunk)
-			if a := testing.AllocsPerRun(100, func() { p.Write(SourceStdout, chunk) }); a != 0 {
-				t.Errorf("Pipeline.Write: %v allocations per chunk of 8 lines", a)
-			}
-		})
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package tap
 
 import (
 	"context"
@@ -7,18 +7,18 @@ import (
 	"time"
 )
 
-// mergeLate is how long a test gives MergeTaps to deliver a chunk it must
+// mergeLate is how long a test gives Merge to deliver a chunk it must
 // hold back: one it would wrongly deliver comes within microseconds.
 const mergeLate = 20 * time.Millisecond
 
-// mergeRun runs MergeTaps in the background and sends what it delivers, as
+// mergeRun runs Merge in the background and sends what it delivers, as
 // "out:..." or "in:...", on the returned channel, closed at the end.
 func mergeRun(t *testing.T, out, in *Tap) <-chan string {
 	t.Helper()
 	got := make(chan string, 64)
 	go func() {
 		defer close(got)
-		err := MergeTaps(context.Background(), out, in, TapMerge{Chunk: func(src Source, c Chunk) {
+		err := Merge(context.Background(), out, in, MergeOptions{Chunk: func(src Source, c Chunk) {
 			prefix := "out:"
 			tap := out
 			if src == SourceStdin {
@@ -34,11 +34,11 @@ func mergeRun(t *testing.T, out, in *Tap) <-chan string {
 	return got
 }
 
-// MergeTaps delivers the chunks of both taps in the order they passed the
+// Merge delivers the chunks of both taps in the order they passed the
 // wrapper, stdin first on a tie; stdout bytes announced by Begin hold back
 // the stdin chunks that passed after them until they are queued, dropped,
 // or cancelled, and no longer.
-func TestMergeTapsOrder(t *testing.T) {
+func TestMergeOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// steps run before the merge starts; held runs once the merge has
@@ -133,7 +133,7 @@ func TestMergeTapsOrder(t *testing.T) {
 
 // Begin's bytes dropped for a full queue release the stdin chunks held
 // back for them: the merge must not wait for bytes that will never come.
-func TestMergeTapsBegunThenDropped(t *testing.T) {
+func TestMergeBegunThenDropped(t *testing.T) {
 	out, in := NewTap(tapClasses[0]), NewTap(1<<20)
 	out.Write(make([]byte, tapClasses[0])) // fills the queue
 	out.Begin()
@@ -151,5 +151,26 @@ func TestMergeTapsBegunThenDropped(t *testing.T) {
 	in.Close()
 	for s := range got {
 		t.Errorf("then %q", s)
+	}
+}
+
+// The order of the taps holds whatever their wall anchors say: here the
+// in tap's is an hour ahead (the wall clock stepped back an hour after it
+// was anchored), so by At the interrupt would come after the notification
+// it caused.
+func TestMergeOrdersByMonotonicClock(t *testing.T) {
+	out, in := NewTap(1<<20), NewTap(1<<20)
+	in.baseNs += int64(time.Hour)
+	out.Write([]byte("started"))
+	in.Write([]byte("interrupt"))
+	out.Write([]byte("stopped"))
+	out.Close()
+	in.Close()
+	var got []string
+	for s := range mergeRun(t, out, in) {
+		got = append(got, s)
+	}
+	if want := []string{"out:started", "in:interrupt", "out:stopped"}; !slices.Equal(got, want) {
+		t.Fatalf("merged %q, want %q", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package streamjson
 
 import (
 	"strings"
@@ -63,7 +63,7 @@ func plainASCII(s string) bool {
 }
 
 // isBidi reports the Unicode bidirectional formatting characters and the
-// invisible marks that attack displays (Trojan Source, CVE-2021-42574).
+// invisible marks that attack displays (Trojan tap.Source, CVE-2021-42574).
 func isBidi(r rune) bool {
 	switch {
 	case r == 0x061c, r == 0x200e, r == 0x200f:

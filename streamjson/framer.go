@@ -1,4 +1,4 @@
-package ingest
+package streamjson
 
 import "bytes"
 
@@ -164,3 +164,9 @@ func trimCR(b []byte, complete bool) []byte {
 	}
 	return b
 }
+
+// DefaultMaxLine is the per-line cap of the framer. Lines of interest
+// (task_* events) are small; a workflow with a thousand agents makes
+// snapshots of about a megabyte. Longer lines are passed through by the
+// wrapper untouched but only their prefix is looked at here.
+const DefaultMaxLine = 4 << 20

@@ -1,13 +1,13 @@
-package ingest
+package tap
 
 import (
 	"context"
 	"time"
 )
 
-// TapMerge says what MergeTaps does with what it reads. Nil funcs are
+// MergeOptions says what Merge does with what it reads. Nil funcs are
 // skipped.
-type TapMerge struct {
+type MergeOptions struct {
 	// Chunk receives every chunk, in the order its bytes passed the
 	// wrapper; it must give the chunk back to its tap (Tap.Release).
 	Chunk func(src Source, c Chunk)
@@ -21,29 +21,29 @@ type TapMerge struct {
 	Idle func()
 }
 
-// MergeTaps drains the stdout and stdin taps of a wrapped child until both
+// Merge drains the stdout and stdin taps of a wrapped child until both
 // are closed (either may be nil) or ctx is done. When both hold data, the
 // chunk that passed through the wrapper first comes first; ties go to stdin,
 // since a request precedes its effects. So an interrupt written to the child
 // is always handled before the stopped notification it caused, whichever
 // queue a plain select would have looked at first. Stdout bytes announced
-// by Tap.Begin (passed on, not queued yet) hold back the stdin chunks that
+// by Begin (passed on, not queued yet) hold back the stdin chunks that
 // passed after them. It returns ctx's error if ctx ended it.
-func MergeTaps(ctx context.Context, stdout, stdin *Tap, m TapMerge) error {
+func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 	var tick <-chan time.Time
 	if m.Tick != nil && m.Every > 0 {
 		t := time.NewTicker(m.Every)
 		defer t.Stop()
 		tick = t.C
 	}
-	taps := [numSources]*Tap{stdout, stdin}
-	var chans [numSources]<-chan Chunk
-	for i, tap := range taps {
-		if tap != nil {
-			chans[i] = tap.Chunks()
+	taps := [NumSources]*Tap{stdout, stdin}
+	var chans [NumSources]<-chan Chunk
+	for i, tp := range taps {
+		if tp != nil {
+			chans[i] = tp.Chunks()
 		}
 	}
-	var pend [numSources]*Chunk
+	var pend [NumSources]*Chunk
 	take := func(i int, c Chunk, ok bool) {
 		if !ok {
 			chans[i] = nil
@@ -83,10 +83,10 @@ func MergeTaps(ctx context.Context, stdout, stdin *Tap, m TapMerge) error {
 			}
 		}
 		i := SourceStdout
-		if pend[0] == nil || (pend[1] != nil && pend[1].passedBefore(pend[0])) {
+		if pend[0] == nil || (pend[1] != nil && pend[1].PassedBefore(pend[0])) {
 			i = SourceStdin
 		}
-		if i == SourceStdin && pend[0] == nil && chans[0] != nil && stdout.passingBefore(pend[1]) {
+		if i == SourceStdin && pend[0] == nil && chans[0] != nil && stdout.PassingBefore(pend[1]) {
 			// Stdout bytes passed on (by tee) before this stdin chunk but
 			// are not queued yet: what stdin says may be the consumer's
 			// answer to them. Wait for them, or for the tap to say they
@@ -94,7 +94,7 @@ func MergeTaps(ctx context.Context, stdout, stdin *Tap, m TapMerge) error {
 			select {
 			case c, ok := <-chans[0]:
 				take(0, c, ok)
-			case <-stdout.settled:
+			case <-stdout.Settled():
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -2,12 +2,14 @@
 // or its workflow_progress element (BadEntries), never the line, unless
 // it is the line's identity; names are matched case-sensitively. Every
 // case runs on both paths (the scanner and decodePlain).
-package ingest
+package streamjson
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // fieldCase is one line and what it must decode to.
@@ -280,7 +282,7 @@ func TestDecodeBadFields(t *testing.T) {
 			for _, plain := range []bool{false, true} {
 				d := NewDecoder(DecodeOptions{KeepErrors: true, KeepPreviews: true})
 				d.plainOnly = plain
-				ev, reason := d.Decode(SourceStdout, []byte(c.line))
+				ev, reason := d.Decode(tap.SourceStdout, []byte(c.line))
 				if reason != c.reason {
 					t.Fatalf("plain=%v: reason %v, want %v", plain, reason, c.reason)
 				}
@@ -302,7 +304,7 @@ func TestDecodeBadFields(t *testing.T) {
 			}
 			// The scanner decides every case but duplicates and escapes
 			// itself: a fallback would make the comparison above vacuous.
-			if _, _, ok := NewDecoder(DecodeOptions{}).decodeFast(SourceStdout, []byte(c.line)); ok == c.unsure {
+			if _, _, ok := NewDecoder(DecodeOptions{}).decodeFast(tap.SourceStdout, []byte(c.line)); ok == c.unsure {
 				t.Errorf("scanner handled the line: %v, want %v", ok, !c.unsure)
 			}
 		})
@@ -326,7 +328,7 @@ func TestDecodeBadFieldsInReusedElements(t *testing.T) {
 		d := NewDecoder(DecodeOptions{})
 		d.plainOnly = plain
 		for i, l := range lines {
-			ev, r := d.Decode(SourceStdout, []byte(l))
+			ev, r := d.Decode(tap.SourceStdout, []byte(l))
 			if r != ReasonNone || ev == nil {
 				t.Fatalf("plain=%v line %d: %v", plain, i, r)
 			}

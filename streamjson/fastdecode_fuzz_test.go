@@ -1,7 +1,7 @@
 // Differential tests of the scanner (fastscan.go, fastdecode.go) against
 // the plain path (decodePlain: encoding/json into maps of raw members),
 // which is the reference: same Events, same reasons, for any input.
-package ingest
+package streamjson
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // decodeOptionSets are the option combinations the comparisons run with:
@@ -23,9 +25,9 @@ func compareFastPlain(t *testing.T, lines [][]byte, opts DecodeOptions) {
 	fast, plain := NewDecoder(opts), NewDecoder(opts)
 	plain.plainOnly = true
 	for i, l := range lines {
-		ev1, r1 := fast.Decode(SourceStdout, l)
+		ev1, r1 := fast.Decode(tap.SourceStdout, l)
 		got := copyEvent(ev1)
-		ev2, r2 := plain.Decode(SourceStdout, l)
+		ev2, r2 := plain.Decode(tap.SourceStdout, l)
 		want := copyEvent(ev2)
 		if r1 != r2 || !reflect.DeepEqual(got, want) {
 			t.Fatalf("options %+v, line %d %q:\nfast:  %v %+v\nplain: %v %+v", opts, i, l, r1, got, r2, want)
@@ -213,7 +215,7 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 			continue
 		}
 		n++
-		if _, _, ok := d.decodeFast(SourceStdout, l); !ok {
+		if _, _, ok := d.decodeFast(tap.SourceStdout, l); !ok {
 			t.Errorf("the scanner left a recorded line to encoding/json: %.200q", l)
 		}
 	}
@@ -228,7 +230,7 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 		"duplicate in agent": `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"index":1,"index":2}]}`,
 	}
 	for name, l := range unsure {
-		if _, _, ok := d.decodeFast(SourceStdout, []byte(l)); ok {
+		if _, _, ok := d.decodeFast(tap.SourceStdout, []byte(l)); ok {
 			t.Errorf("%s: the scanner decoded %q itself", name, l)
 		}
 	}
@@ -244,7 +246,7 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 		`{"type":"system","subtype":"task_started","task_id":"a","Task_Id":"b"}`:                   ReasonNone,
 	}
 	for l, want := range sure {
-		_, r, ok := d.decodeFast(SourceStdout, []byte(l))
+		_, r, ok := d.decodeFast(tap.SourceStdout, []byte(l))
 		if !ok || r != want {
 			t.Errorf("%q: handled %v, reason %v; want handled, %v", l, ok, r, want)
 		}
@@ -277,8 +279,8 @@ func TestFastDecodeAllocations(t *testing.T) {
 	lines := growingSnapshots(50)
 	last := lines[len(lines)-1]
 	d := NewDecoder(DecodeOptions{})
-	d.Decode(SourceStdout, last)
-	if a := testing.AllocsPerRun(50, func() { d.Decode(SourceStdout, last) }); a > 4 {
+	d.Decode(tap.SourceStdout, last)
+	if a := testing.AllocsPerRun(50, func() { d.Decode(tap.SourceStdout, last) }); a > 4 {
 		t.Errorf("a repeated 50-agent snapshot costs %v allocations", a)
 	}
 }

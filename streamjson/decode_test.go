@@ -1,18 +1,20 @@
 // Tests of the decoder: event shapes of both dialects, the cheap prefilter,
 // rejection reasons, bounded and sanitized strings, and that secrets have no
 // field to land in.
-package ingest
+package streamjson
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 func TestDecode(t *testing.T) {
 	tests := []struct {
 		name   string
-		src    Source
+		src    tap.Source
 		line   string
 		kind   Kind
 		reason Reason
@@ -66,13 +68,13 @@ func TestDecode(t *testing.T) {
 				eq(t, ev.Reason, "worker_restart")
 				eq(t, ev.Summary, "")
 			}},
-		{name: "interrupt on stdin", src: SourceStdin, line: `{"type":"control_request","request_id":"stop-1","request":{"subtype":"interrupt","session_id":"s","reason":"user cancel"}}`, kind: KindControlRequest,
+		{name: "interrupt on stdin", src: tap.SourceStdin, line: `{"type":"control_request","request_id":"stop-1","request":{"subtype":"interrupt","session_id":"s","reason":"user cancel"}}`, kind: KindControlRequest,
 			check: func(t *testing.T, ev *Event) {
 				eq(t, ev.RequestSubtype, "interrupt")
 				eq(t, ev.SessionID, "s")
 				eq(t, ev.RequestID, "stop-1")
 			}},
-		{name: "stop_task", src: SourceStdin, line: `{"type":"control_request","request_id":"x","request":{"subtype":"stop_task","task_id":"t9"}}`, kind: KindControlRequest,
+		{name: "stop_task", src: tap.SourceStdin, line: `{"type":"control_request","request_id":"x","request":{"subtype":"stop_task","task_id":"t9"}}`, kind: KindControlRequest,
 			check: func(t *testing.T, ev *Event) { eq(t, ev.TaskID, "t9") }},
 		{name: "initialize response keeps no account", line: `{"type":"control_response","response":{"subtype":"success","request_id":"init","response":{"account":{"token":"JWT-SECRET","email":"a@b"}}}}`, kind: KindControlResponse,
 			check: func(t *testing.T, ev *Event) {
@@ -134,10 +136,10 @@ func TestDecoderReuseDoesNotLeak(t *testing.T) {
 	d := NewDecoder(DecodeOptions{})
 	first := `{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","index":1,"state":"error","error":"boom","tokens":9,"agentId":"x"}]}`
 	second := `{"type":"system","subtype":"task_progress","task_id":"b","workflow_progress":[{"type":"workflow_agent","index":1,"state":"start"}]}`
-	if _, r := d.Decode(SourceStdout, []byte(first)); r != ReasonNone {
+	if _, r := d.Decode(tap.SourceStdout, []byte(first)); r != ReasonNone {
 		t.Fatal(r)
 	}
-	ev, r := d.Decode(SourceStdout, []byte(second))
+	ev, r := d.Decode(tap.SourceStdout, []byte(second))
 	if r != ReasonNone || len(ev.Entries) != 1 {
 		t.Fatalf("%v %+v", r, ev)
 	}
@@ -148,7 +150,7 @@ func TestDecoderReuseDoesNotLeak(t *testing.T) {
 
 func TestDecodeKeepPreviews(t *testing.T) {
 	line := `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done","resultPreview":"R\u0000X","promptPreview":"P"}]}`
-	ev, _ := NewDecoder(DecodeOptions{KeepPreviews: true}).Decode(SourceStdout, []byte(line))
+	ev, _ := NewDecoder(DecodeOptions{KeepPreviews: true}).Decode(tap.SourceStdout, []byte(line))
 	eq(t, ev.Entries[0].ResultPreview, "RX")
 	eq(t, ev.Entries[0].PromptPreview, "P")
 }
@@ -186,7 +188,7 @@ func BenchmarkDecodeIgnored(b *testing.B) {
 	b.SetBytes(int64(len(line)))
 	b.ReportAllocs()
 	for b.Loop() {
-		d.Decode(SourceStdout, line)
+		d.Decode(tap.SourceStdout, line)
 	}
 }
 
@@ -210,7 +212,7 @@ func TestLeadingType(t *testing.T) {
 		}
 	}
 	// A task event written with "type" after other keys is still decoded.
-	ev, r := NewDecoder(DecodeOptions{}).Decode(SourceStdout, []byte(`{"subtype":"task_started","task_id":"t","type":"system"}`))
+	ev, r := NewDecoder(DecodeOptions{}).Decode(tap.SourceStdout, []byte(`{"subtype":"task_started","task_id":"t","type":"system"}`))
 	if r != ReasonNone || ev == nil || ev.Kind != KindTaskStarted {
 		t.Fatalf("got %v %v", ev, r)
 	}
@@ -230,12 +232,12 @@ func TestDecodeWithholdsErrors(t *testing.T) {
 		{true, "token sk-canary[31m", "mail me@example.com"},
 	} {
 		d := NewDecoder(DecodeOptions{KeepErrors: tt.keep})
-		ev, r := d.Decode(SourceStdout, []byte(updated))
+		ev, r := d.Decode(tap.SourceStdout, []byte(updated))
 		if r != ReasonNone {
 			t.Fatalf("keep=%v: updated rejected: %v", tt.keep, r)
 		}
 		eq(t, ev.PatchError, tt.patchErr)
-		ev, r = d.Decode(SourceStdout, []byte(progress))
+		ev, r = d.Decode(tap.SourceStdout, []byte(progress))
 		if r != ReasonNone || len(ev.Entries) != 2 {
 			t.Fatalf("keep=%v: progress: %v %+v", tt.keep, r, ev)
 		}

@@ -1,4 +1,4 @@
-package ingest
+package tap
 
 import (
 	"bytes"
@@ -8,14 +8,6 @@ import (
 	"testing"
 	"time"
 )
-
-func TestSourceString(t *testing.T) {
-	for s, want := range map[Source]string{SourceStdout: "stdout", SourceStdin: "stdin", Source(9): "unknown"} {
-		if got := s.String(); got != want {
-			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
-		}
-	}
-}
 
 // drain receives every chunk until Chunks is closed and returns the
 // concatenated data and the number of gap flags seen.

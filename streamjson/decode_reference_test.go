@@ -2,7 +2,7 @@
 // json.Decoder with UseNumber into generic values (maps match names
 // exactly; the last of duplicate keys wins), and a differential fuzz test
 // of both real decoding paths against it.
-package ingest
+package streamjson
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // refEntry is what the comparison checks of an Entry.
@@ -322,11 +324,11 @@ func compareReference(t *testing.T, lines [][]byte) {
 		plain.plainOnly = true
 		for i, l := range lines {
 			want := refDecode(l)
-			ev, r := fast.Decode(SourceStdout, l)
+			ev, r := fast.Decode(tap.SourceStdout, l)
 			if got := fromEvent(ev, r); !reflect.DeepEqual(got, want) {
 				t.Fatalf("fast path, options %+v, line %d %q:\ngot:       %+v\nreference: %+v", opts, i, l, got, want)
 			}
-			ev, r = plain.Decode(SourceStdout, l)
+			ev, r = plain.Decode(tap.SourceStdout, l)
 			if got := fromEvent(ev, r); !reflect.DeepEqual(got, want) {
 				t.Fatalf("plain path, options %+v, line %d %q:\ngot:       %+v\nreference: %+v", opts, i, l, got, want)
 			}

@@ -1,4 +1,4 @@
-package ingest
+package streamjson
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Reason is why a line was rejected. The set is closed so that it can be a
@@ -22,7 +24,7 @@ const (
 	ReasonInvalidJSON        // not a JSON object
 	ReasonTooLong            // a line of interest over the per-line cap
 	ReasonBadShape           // valid JSON whose identity (type, subtype, task_id, request, response) cannot be read
-	numReasons
+	NumReasons               // the number of reasons, for arrays indexed by Reason
 )
 
 var reasonNames = [...]string{"none", "invalid_json", "too_long", "bad_shape"}
@@ -396,7 +398,7 @@ func NewDecoder(opts DecodeOptions) *Decoder { return &Decoder{opts: opts} }
 // cannot be read is bad_shape (see convert); any other unusable value
 // costs only its field (Event.BadFields) or its workflow_progress element
 // (Event.BadEntries).
-func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
+func (d *Decoder) Decode(src tap.Source, line []byte) (*Event, Reason) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil, ReasonNone
@@ -427,7 +429,7 @@ func (d *Decoder) Decode(src Source, line []byte) (*Event, Reason) {
 // the wrong type; a map matches names exactly (the last of duplicates
 // wins) and leaves each value to its field. It is the reference the fast
 // path must agree with.
-func (d *Decoder) decodePlain(src Source, line []byte) (*Event, Reason) {
+func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 	if err := plainObject(line, &d.obj); err != nil {
 		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
 			return nil, ReasonInvalidJSON
@@ -652,7 +654,7 @@ func entryIndex(f float64) (int, bool) {
 // the event reads that is unusable reads as absent and counts in
 // BadFields, so that one bad value (a task_notification's usage) cannot
 // cost the event (its status, which ends the run).
-func (d *Decoder) convert(src Source) (*Event, Reason) {
+func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 	w := &d.w
 	ev := &d.ev
 	// Not ev.Entries: after the fast path it is a snapshot cache's.

@@ -1,6 +1,6 @@
 // Tests of the line framer: CRLF, partial lines across writes, the per-line
 // cap, gaps and the unterminated last line.
-package ingest
+package streamjson
 
 import (
 	"bytes"

@@ -1,0 +1,11 @@
+// Package streamjson reads the wire format of a stream-json session: it
+// frames bytes into lines (Framer, capped, never holding a long line whole)
+// and decodes the lines of interest (system/task_*, system/init,
+// control_request and control_response) into Events, leaving every other
+// line undecoded. Two decoding paths give the same result: a scanner that
+// touches each byte once and reuses unchanged snapshot rows, and a plain
+// path on encoding/json that the fuzz targets compare it with.
+//
+// It judges lines, not workflows: what an event means for a run is the
+// Tracker's (package ingest).
+package streamjson
