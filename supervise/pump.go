@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // outPump is the state of an output pump, shared with Run, which may stop
@@ -41,25 +43,6 @@ func (p *outPump) detach() outcome {
 	return outcome{n: p.n, broken: p.broken, timedOut: p.timedOut}
 }
 
-// lendingTap is a tap that lends the pump the buffers it reads into
-// (tap.Tap is one): Commit then queues the bytes in that very buffer, so
-// the child's output is copied once, by the read, instead of a second time
-// into the tap. Commit(p) taps p like Write; after it the pump asks Lend for
-// the buffer of its next read (the same one if the tap did not keep it).
-type lendingTap interface {
-	io.Writer
-	Lend() []byte
-	Commit(p []byte) (int, error)
-}
-
-// beginningTap is a tap told when bytes pass on ahead of being tapped (by
-// tee(2)): Begin just before they may reach the consumer, then the Write
-// or Commit that taps them, or Cancel if none came (tap.Tap is one).
-type beginningTap interface {
-	Begin()
-	Cancel()
-}
-
 // pumpOut copies the child's stdout (or stderr) from r to w, and to tap,
 // until EOF. Each read is written out as it is, at once, through a fixed
 // buffer: no line is ever held whole and nothing waits for a newline.
@@ -69,7 +52,7 @@ type beginningTap interface {
 // swept up without waiting. Writing to w is never cut short by the
 // deadline, so a slow consumer loses nothing the child wrote (Run may still
 // abandon the pump on a stop request: see superviseSignals).
-func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout bool) {
+func (s *supervisor) pumpOut(st *outPump, r *os.File, w io.Writer, tw tap.Writer, stdout bool) {
 	defer r.Close()
 	if w == nil {
 		w = io.Discard
@@ -92,22 +75,22 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	// buf is what the next read fills: a buffer lent by the tap when it
 	// lends (no copy into the tap), else our own. Only this goroutine
 	// touches it; the tap, only under st.mu while not detached.
-	lender, _ := tap.(lendingTap)
 	var buf []byte
+	lending := false
 	lend := func() {
-		b := lender.Lend()
+		b := tw.Lend()
 		buf = b[:min(len(b), s.cfg.BufSize)]
 	}
-	if lender != nil {
+	if tw != nil {
 		st.mu.Lock()
 		if !st.detached {
 			lend()
+			lending = buf != nil
 		}
 		st.mu.Unlock()
 	}
-	if buf == nil {
+	if !lending {
 		buf = make([]byte, s.cfg.BufSize)
-		lender = nil
 	}
 	// emit taps p, then passes it on (unless tee already did).
 	emit := func(p []byte, teed bool) bool {
@@ -122,13 +105,13 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		// stamped earlier than what it answers.
 		st.n += int64(len(p))
 		switch {
-		case lender != nil:
+		case lending:
 			// p is queued in the lent buffer itself. The consumer only
 			// reads it, and it comes back to be lent again only through
 			// lend below, after the Write: p stays ours to write out.
-			lender.Commit(p)
-		case tap != nil:
-			tap.Write(p)
+			tw.Commit(p)
+		case tw != nil:
+			tw.Write(p)
 		}
 		st.mu.Unlock()
 		var err error
@@ -140,7 +123,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		if st.detached {
 			return false
 		}
-		if lender != nil {
+		if lending {
 			lend()
 		}
 		if err != nil {
@@ -157,26 +140,24 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	// With a tap and a pipe for w, tee(2) passes the bytes on without
 	// copying them through us; the read that follows is only for the tap.
 	var tee *teeReader
-	if tap != nil {
+	if tw != nil {
 		tee = newTeeReader(r, w, s.log)
 	}
 	if tee != nil {
 		// The bytes tee passes on reach the consumer before emit taps
-		// them: the tap is told when they pass (see tap.Tap.Begin).
-		if b, ok := tap.(beginningTap); ok {
-			tee.begin = func() {
-				st.mu.Lock()
-				defer st.mu.Unlock()
-				if !st.detached {
-					b.Begin()
-				}
+		// them: the tap is told when they pass (see tap.Writer.Begin).
+		tee.begin = func() {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if !st.detached {
+				tw.Begin()
 			}
-			tee.cancel = func() {
-				st.mu.Lock()
-				defer st.mu.Unlock()
-				if !st.detached {
-					b.Cancel()
-				}
+		}
+		tee.cancel = func() {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if !st.detached {
+				tw.Cancel()
 			}
 		}
 	}

@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
-	"github.com/cbc-otel/cbc-otel/supervise"
 )
 
 // demoConfig holds demo's flags.
@@ -32,19 +29,17 @@ type demoConfig struct {
 	tel       telemetryFlags
 }
 
-// cmdDemo is the embedded default: it starts `cbc-otel simulate` as a child
-// under the same supervisor and pipeline as `run`, drives it the way an SDK
-// would (initialize, one user message per scenario, an interrupt for the
-// stopped scenario), and prints what the pipeline observed.
-func cmdDemo(ctx context.Context, args []string, sio stdio) int {
-	cfg := demoConfig{}
+const demoUsage = `usage: cbc-otel demo [flags]
+
+Runs simulated workflows under the wrapper and prints what cbc-otel observed.
+
+flags:
+`
+
+// parseDemoArgs parses and validates demo's command line.
+func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, code int) {
 	var scenarios string
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(sio.err)
-	fs.Usage = func() {
-		fmt.Fprintf(sio.err, "usage: cbc-otel demo [flags]\n\nRuns simulated workflows under the wrapper and prints what cbc-otel observed.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("demo", demoUsage, stderr)
 	fs.StringVar(&scenarios, "scenarios", "completed,failed,stopped,cached,mixed", "comma-separated simulator scenarios, one workflow each")
 	fs.StringVar(&cfg.dialect, "dialect", "cbc", "stream dialect of the simulated CLI: cbc or claude")
 	fs.Float64Var(&cfg.speed, "speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
@@ -54,15 +49,11 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 	fs.BoolVar(&cfg.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
 	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	cfg.tel.register(fs, true)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if ok, code := parseFlags(fs, args); !ok {
+		return cfg, false, code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(sio.err, "cbc-otel demo: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+		return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	for _, s := range strings.Split(scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -70,41 +61,43 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		}
 	}
 	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 {
-		fmt.Fprintln(sio.err, "cbc-otel demo: need at least one scenario, --dialect cbc|claude and --speed >= 0")
-		return exitUsage
+		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude and --speed >= 0"))
 	}
-	level, lerr := parseLogLevel(cfg.logLevel)
+	_, lerr := parseLogLevel(cfg.logLevel)
 	if err := errors.Join(lerr, cfg.tel.validate()); err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
-		return exitUsage
+		return cfg, false, fail(stderr, "demo", exitUsage, err)
 	}
-	logger := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
+	return cfg, true, exitOK
+}
+
+// runConfig is what demo runs: this binary's simulate as the child, under
+// the same runner, supervisor and pipeline as `run`.
+func (c *demoConfig) runConfig(exe string) runConfig {
+	rc := defaultRunConfig()
+	rc.command = []string{exe, "simulate", "--dialect", c.dialect, "--speed", fmt.Sprint(c.speed), "--noise", "4096"}
+	rc.killTimeout, rc.drainTimeout = 5*time.Second, 2*time.Second
+	rc.logLevel = c.logLevel
+	rc.tel = c.tel
+	rc.collect = true
+	return rc
+}
+
+// cmdDemo is the embedded default: it runs `cbc-otel simulate` as a child
+// through the runner of `run` (supervisor, taps, pipeline, sinks), drives it
+// the way an SDK would (initialize, one user message per scenario, an
+// interrupt for the stopped scenario), and prints what the pipeline
+// observed.
+func cmdDemo(ctx context.Context, args []string, sio stdio) int {
+	cfg, ok, code := parseDemoArgs(args, sio.err)
+	if !ok {
+		return code
+	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: locating own binary: %v\n", err)
-		return exitFailure
+		return fail(sio.err, "demo", exitFailure, fmt.Errorf("locating own binary: %w", err))
 	}
-	tel, err := cfg.tel.start(ctx, os.Getenv, logger)
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
-		return exitUsage
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
-		defer cancel()
-		tel.shutdown(sctx)
-	}()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-
-	fmt.Fprintf(sio.err, "cbc-otel demo: running %d simulated %s workflow(s) under the wrapper: %s\n", len(cfg.scenarios), cfg.dialect, strings.Join(cfg.scenarios, ", "))
-	if a := tel.metrics.listenAddr(); a != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
-	}
-	if tel.traces.enabled() {
-		fmt.Fprintf(sio.err, "cbc-otel demo: traces to %s\n", tel.traces.describe())
-	}
-	obs := startObserver(runCtx, 4<<20, tel.pipelineOptions(&cfg.tel, true))
 	childIn, drvOut := io.Pipe() // driver → child stdin
 	drvIn, childOut := io.Pipe() // child stdout → driver
 	drvErr := make(chan error, 1)
@@ -114,48 +107,51 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
 		drvErr <- err
 	}()
-	res, err := supervise.Run(runCtx, supervise.Config{
-		Path:         exe,
-		Args:         []string{"simulate", "--dialect", cfg.dialect, "--speed", fmt.Sprint(cfg.speed), "--noise", "4096"},
-		Stdin:        childIn,
-		Stdout:       childOut,
-		Stderr:       sio.err,
-		StdoutTap:    obs.stdout,
-		StdinTap:     obs.stdin,
-		KillTimeout:  5 * time.Second,
-		DrainTimeout: 2 * time.Second,
-	})
-	childOut.Close()
-	childIn.Close()
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
-		return exitFailure
+	ran := false
+	r := runner{
+		signals:      func() (<-chan os.Signal, func()) { return nil, func() {} },
+		consumerWait: 10 * time.Second,
+		started:      func(tel *telemetry) { announceDemo(sio.err, &cfg, tel) },
+		finished: func(tel *telemetry, out outcome) {
+			childOut.Close() // the child is done: the driver gets EOF
+			childIn.Close()
+			code, ran = finishDemo(ctx, &cfg, sio, tel, out, <-drvErr), true
+		},
 	}
-	if err := <-drvErr; err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: driving the simulator: %v\n", err)
-		return exitFailure
+	out := r.exec(runCtx, cfg.runConfig(exe), stdio{in: childIn, out: childOut, err: sio.err})
+	if !ran {
+		return out.code // the telemetry did not start: exec said why
 	}
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer fcancel()
-	if err := obs.finish(fctx); err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
-		return exitFailure
+	return code
+}
+
+// announceDemo says what the demo runs and where to look.
+func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
+	fmt.Fprintf(w, "cbc-otel demo: running %d simulated %s workflow(s) under the wrapper: %s\n", len(cfg.scenarios), cfg.dialect, strings.Join(cfg.scenarios, ", "))
+	if a := tel.metrics.listenAddr(); a != nil {
+		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
 	}
-	if res.ExitCode != 0 {
-		fmt.Fprintf(sio.err, "cbc-otel demo: simulator exited with status %d\n", res.ExitCode)
-		return exitFailure
+	if tel.traces.enabled() {
+		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.traces.describe())
 	}
-	if cfg.json {
-		err = report.WriteJSON(sio.out, obs.runs.Runs, obs.stats())
-	} else {
-		err = report.WriteWaterfall(sio.out, obs.runs.Runs, obs.stats(), report.WaterfallOptions{Width: cfg.width})
+}
+
+// finishDemo prints what the pipeline saw once the simulator and the
+// driver are done, and with --hold keeps /metrics up until ctx ends.
+func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry, out outcome, drvErr error) int {
+	switch {
+	case drvErr != nil:
+		return fail(sio.err, "demo", exitFailure, fmt.Errorf("driving the simulator: %w", drvErr))
+	case out.stats == nil:
+		return fail(sio.err, "demo", exitFailure, errors.New("telemetry pipeline did not finish"))
+	case out.code != exitOK:
+		return fail(sio.err, "demo", exitFailure, fmt.Errorf("simulator exited with status %d", out.code))
 	}
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: %v\n", err)
-		return exitFailure
+	if err := writeRuns(sio.out, cfg.json, cfg.width, out.runs, out.stats); err != nil {
+		return fail(sio.err, "demo", exitFailure, err)
 	}
-	if cfg.hold && tel.metrics.listenAddr() != nil {
-		fmt.Fprintf(sio.err, "cbc-otel demo: serving http://%s/metrics until interrupted\n", displayAddr(tel.metrics.listenAddr()))
+	if a := tel.metrics.listenAddr(); cfg.hold && a != nil {
+		fmt.Fprintf(sio.err, "cbc-otel demo: serving http://%s/metrics until interrupted\n", displayAddr(a))
 		<-ctx.Done()
 	}
 	return exitOK

@@ -35,6 +35,24 @@ type stdio struct {
 	inFile, outFile *os.File
 }
 
+// stdin is the stream to pass to a child as its stdin: the real file when
+// there is one (the pump then reads it directly).
+func (s stdio) stdin() io.Reader {
+	if s.inFile != nil {
+		return s.inFile
+	}
+	return s.in
+}
+
+// stdout is the stream to pass a child's stdout to: the real file when
+// there is one (the pump may then tee(2) into it).
+func (s stdio) stdout() io.Writer {
+	if s.outFile != nil {
+		return s.outFile
+	}
+	return s.out
+}
+
 // runMemoryLimit is run's soft Go memory limit unless GOMEMLIMIT is set.
 // What run holds is bounded (tap queues, one line of interest, a few
 // snapshots), but with the default GOGC alone the heap grows to twice that

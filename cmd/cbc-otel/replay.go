@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -35,64 +33,59 @@ func (c *replayConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+const replayUsage = `usage: cbc-otel replay [flags] FILE... (- for stdin)
+
+Replays recorded stream-json stdout and prints every workflow run as a waterfall,
+or with --json one JSON object per run and a final stats line.
+
+flags:
+`
+
 // cmdReplay runs recordings through the pipeline, exports what they hold
 // (metrics file, traces file or OTLP) and prints what it found. Each FILE is
 // its own stream (its own Tracker); the counters and sinks are shared.
 func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	cfg := replayConfig{logLevel: "error"}
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(sio.err)
-	fs.Usage = func() {
-		fmt.Fprintf(sio.err, "usage: cbc-otel replay [flags] FILE... (- for stdin)\n\nReplays recorded stream-json stdout and prints every workflow run as a waterfall,\nor with --json one JSON object per run and a final stats line.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("replay", replayUsage, sio.err)
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per run and a stats line instead of the waterfall")
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	cfg.tel.register(fs, false)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
 	}
 	cfg.files = fs.Args()
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
-		return exitUsage
+		return fail(sio.err, "replay", exitUsage, err)
 	}
-	level, _ := parseLogLevel(cfg.logLevel)
-	logger := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
-
-	tel, err := cfg.tel.start(ctx, os.Getenv, logger)
+	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel))
 	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
-		return exitUsage
+		return fail(sio.err, "replay", exitUsage, err)
 	}
 	var col report.Collector
 	for _, name := range cfg.files {
-		if err := replayFile(ctx, name, tel.pipelineOptions(&cfg.tel, false, &col), sio.in); err != nil {
-			tel.shutdown(context.Background())
-			fmt.Fprintf(sio.err, "cbc-otel replay: %v\n", err)
-			return exitFailure
+		if err := replayFile(ctx, name, tel.newPipeline(stream{extra: []ingest.Sink{&col}}), sio.in); err != nil {
+			tel.shutdown(ctx)
+			return fail(sio.err, "replay", exitFailure, err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
-	defer cancel()
-	tel.shutdown(sctx)
-	if cfg.json {
-		err = report.WriteJSON(sio.out, col.Runs, tel.stats)
-	} else {
-		err = report.WriteWaterfall(sio.out, col.Runs, tel.stats, report.WaterfallOptions{Width: cfg.width})
-	}
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel replay: writing output: %v\n", err)
-		return exitFailure
+	tel.shutdown(ctx)
+	if err := writeRuns(sio.out, cfg.json, cfg.width, col.Runs, tel.stats); err != nil {
+		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	return exitOK
 }
 
-func replayFile(ctx context.Context, name string, opts ingest.PipelineOptions, stdin io.Reader) error {
+// writeRuns prints runs as the replay --json lines or as a waterfall.
+func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, st *ingest.Stats) error {
+	if asJSON {
+		return report.WriteJSON(w, runs, st)
+	}
+	return report.WriteWaterfall(w, runs, st, report.WaterfallOptions{Width: width})
+}
+
+// replayFile feeds the recording name ("-": stdin) to p and closes p.
+func replayFile(ctx context.Context, name string, p *ingest.Pipeline, stdin io.Reader) error {
 	var r io.Reader
 	if name == "-" {
 		r = stdin
@@ -104,7 +97,6 @@ func replayFile(ctx context.Context, name string, opts ingest.PipelineOptions, s
 		defer f.Close()
 		r = f
 	}
-	p := ingest.NewPipeline(opts)
 	if err := ingest.Feed(ctx, p, tap.SourceStdout, r); err != nil {
 		return fmt.Errorf("reading %s: %w", name, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +43,7 @@ type runConfig struct {
 	summaryFile  string
 	tel          telemetryFlags
 	spool        spoolFlags
+	collect      bool            // keep the runs seen for the caller (demo)
 	explicit     map[string]bool // flags set on the command line
 	command      []string        // CMD [ARGS...], after --
 }
@@ -94,20 +94,6 @@ func (c *runConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func parseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "error":
-		return slog.LevelError, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "debug":
-		return slog.LevelDebug, nil
-	}
-	return 0, fmt.Errorf("--log.level must be error, warn, info or debug, got %q", s)
-}
-
 // runner holds what `run` needs from its environment, so that tests can run
 // it in-process without touching the test process's signals.
 type runner struct {
@@ -121,6 +107,13 @@ type runner struct {
 	// consumerWait bounds the wait for consume to return after the taps
 	// are closed.
 	consumerWait time.Duration
+	// started, if set, is told the telemetry once it runs, before the
+	// child starts (demo says where to look).
+	started func(*telemetry)
+	// finished, if set, is called after the child and the consumers are
+	// done, before the telemetry shuts down (demo prints what it saw, and
+	// may keep /metrics up).
+	finished func(*telemetry, outcome)
 }
 
 // cmdRun is `cbc-otel run [flags] -- CMD [ARGS...]`.
@@ -154,21 +147,22 @@ signal N killed it; 127 not found, 126 not executable, 2 usage, 1 internal).
 flags:
 `
 
+// run is `cbc-otel run`: it parses args, then runs the command.
 func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
-	cfg := defaultRunConfig()
-	fs := flag.NewFlagSet("cbc-otel run", flag.ContinueOnError)
-	// Everything of ours goes to stderr: stdout belongs to the child.
-	fs.SetOutput(sio.err)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), runUsage)
-		fs.PrintDefaults()
+	cfg, ok, code := parseRunArgs(args, sio.err)
+	if !ok {
+		return code
 	}
+	return r.exec(ctx, cfg, sio).code
+}
+
+// parseRunArgs parses and validates run's command line.
+func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code int) {
+	cfg = defaultRunConfig()
+	fs := newFlagSet("cbc-otel run", runUsage, stderr)
 	cfg.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if ok, code := parseFlags(fs, args); !ok {
+		return cfg, false, code
 	}
 	cfg.command = fs.Args()
 	cfg.explicit = map[string]bool{}
@@ -179,12 +173,26 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		cfg.tel.metrics.listen = ""
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
-		return exitUsage
+		return cfg, false, fail(stderr, "run", exitUsage, err)
 	}
-	level, _ := parseLogLevel(cfg.logLevel)
-	log := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
+	return cfg, true, exitOK
+}
 
+// outcome is what a run ended with: the exit code and, when the config
+// asked to collect them, the runs seen.
+type outcome struct {
+	code  int
+	runs  []ingest.Run
+	stats *ingest.Stats
+}
+
+// exec runs cfg.command under the supervisor with telemetry and spooling
+// as configured, and writes the summaries asked for. Telemetry starts
+// before the child, so that /metrics is up for its whole life, and nothing
+// of it can fail the run: outputs that cannot start are logged and
+// skipped.
+func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
+	log := newLogger(sio.err, cfg.logLevel)
 	sigs, stopSignals := r.signals()
 	defer stopSignals()
 	if r.watchParent {
@@ -192,170 +200,162 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 		defer stopWatch()
 		stopWithParent(wctx, log)
 	}
-
-	// Telemetry starts before the child so that /metrics is up for its
-	// whole life. Nothing here can fail the run: outputs that cannot start
-	// are logged and skipped. With --spool-dir (and no --spool.process) the
-	// wrapper only spools: no pipeline, no telemetry.
-	process := cfg.spool.dir == "" || cfg.spool.process
-	var tel *telemetry
-	if process {
-		var err error
-		if tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
-			fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
-			return exitUsage
-		}
+	c, err := r.startConsumers(ctx, &cfg, log)
+	if err != nil {
+		return outcome{code: fail(sio.err, "run", exitUsage, err)}
 	}
-	var sp *spooling
-	if cfg.spool.dir != "" {
-		sp = startSpool(cfg.spool.dir, cfg.tapQueue, log)
-		if tel != nil {
-			if err := tel.metrics.registry().Register(sp.collector()); err != nil {
-				log.Error("registering the spool metrics", "err", err)
-			}
-		}
-	}
-	var runs report.Collector
-	consumed := make(chan struct{})
-	var stdoutTap, stdinTap *tap.Tap
-	if process {
-		stdoutTap, stdinTap = tap.NewTap(cfg.tapQueue), tap.NewTap(cfg.tapQueue)
-		consume := r.consume
-		if consume == nil {
-			// Runs are kept for a summary only when one is asked for: a
-			// days-long session must not grow with every run it saw.
-			var extra []ingest.Sink
-			if cfg.summary || cfg.summaryFile != "" {
-				extra = append(extra, &runs)
-			}
-			opts := tel.pipelineOptions(&cfg.tel, true, extra...)
-			consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
-				p := ingest.NewPipeline(opts)
-				p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
-				logTapTotals(log, p.Stats(), stdout, stdin)
-			}
-		}
-		go func() {
-			defer close(consumed)
-			yieldToPassthrough(log)
-			consume(stdoutTap, stdinTap, log)
-		}()
-	} else {
-		close(consumed)
-	}
-	outTap, inTap := tapWriters(stdoutTap, sp, true), tapWriters(stdinTap, sp, false)
-
-	var stdin io.Reader = sio.in
-	if sio.inFile != nil {
-		stdin = sio.inFile
-	}
-	var stdout io.Writer = sio.out
-	if sio.outFile != nil {
-		stdout = sio.outFile
+	if r.started != nil {
+		r.started(c.tel)
 	}
 	res, err := supervise.Run(ctx, supervise.Config{
 		Path:         cfg.command[0],
 		Args:         cfg.command[1:],
-		Stdin:        stdin,
-		Stdout:       stdout,
+		Stdin:        sio.stdin(),
+		Stdout:       sio.stdout(),
 		Stderr:       sio.err,
-		StdoutTap:    outTap,
-		StdinTap:     inTap,
+		StdoutTap:    c.stdoutTap(),
+		StdinTap:     c.stdinTap(),
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
 	})
-	if process {
-		stdoutTap.Close()
-		stdinTap.Close()
+	out := c.finish(ctx, r.consumerWait, log)
+	out.code = res.ExitCode
+	if err != nil {
+		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
+		out.code = exitFailure
+		var se *supervise.StartError
+		if errors.As(err, &se) {
+			out.code = se.ExitCode()
+		}
 	}
-	if sp != nil {
-		sp.close()
+	c.summarize(&cfg, sio.err, log)
+	if r.finished != nil {
+		r.finished(c.tel, out)
 	}
-	// One deadline for both consumers: telemetry never holds up the exit.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), r.consumerWait)
-	defer wcancel()
-	if sp != nil {
+	c.tel.shutdown(ctx) // under deadlines of its own: a dead backend never costs the exit status
+	return out
+}
+
+// consumers are what reads the taps of one run: the pipeline feeding the
+// telemetry sinks and the spool writer, either or both.
+type consumers struct {
+	tel      *telemetry // nil when only spooling
+	pipe     *tap.Tap   // stdout tap of the pipeline; nil when only spooling
+	pipeIn   *tap.Tap
+	sp       *spooling // nil without --spool-dir
+	runs     report.Collector
+	collect  bool
+	consumed chan struct{}
+}
+
+// startConsumers starts the telemetry and the spool writer that cfg asks
+// for. With --spool-dir (and no --spool.process) the wrapper only spools:
+// no pipeline, no telemetry.
+func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger) (*consumers, error) {
+	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != ""}
+	if cfg.spool.dir == "" || cfg.spool.process {
+		var err error
+		if c.tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.spool.dir != "" {
+		c.sp = startSpool(cfg.spool.dir, cfg.tapQueue, log)
+		if c.tel != nil {
+			if err := c.tel.metrics.registry().Register(c.sp.collector()); err != nil {
+				log.Error("registering the spool metrics", "err", err)
+			}
+		}
+	}
+	if c.tel == nil {
+		close(c.consumed)
+		return c, nil
+	}
+	c.pipe, c.pipeIn = tap.NewTap(cfg.tapQueue), tap.NewTap(cfg.tapQueue)
+	consume := r.consume
+	if consume == nil {
+		// Runs are kept only when asked for: a days-long session must not
+		// grow with every run it saw.
+		var extra []ingest.Sink
+		if c.collect {
+			extra = append(extra, &c.runs)
+		}
+		p := c.tel.newPipeline(stream{live: true, extra: extra})
+		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
+			p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
+			logTapTotals(log, p.Stats(), stdout, stdin)
+		}
+	}
+	go func() {
+		defer close(c.consumed)
+		yieldToPassthrough(log)
+		consume(c.pipe, c.pipeIn, log)
+	}()
+	return c, nil
+}
+
+// stdoutTap is what the supervisor writes the child's stdout to: the
+// pipeline's tap, the spool's, or both (nil when neither).
+func (c *consumers) stdoutTap() tap.Writer {
+	return tap.Join(c.pipe, c.sp.tapOf(tap.SourceStdout))
+}
+
+// stdinTap is what the supervisor writes the child's stdin to.
+func (c *consumers) stdinTap() io.Writer {
+	return tap.Join(c.pipeIn, c.sp.tapOf(tap.SourceStdin))
+}
+
+// finish closes the taps and waits for the consumers, at most wait in all:
+// telemetry never holds up the exit.
+func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Logger) outcome {
+	if c.pipe != nil {
+		c.pipe.Close()
+		c.pipeIn.Close()
+	}
+	if c.sp != nil {
+		c.sp.close()
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	if c.sp != nil {
 		select {
-		case <-sp.done:
-			sp.logTotals(log)
+		case <-c.sp.done:
+			c.sp.logTotals(log)
 		case <-wctx.Done():
-			log.Warn("spool writer did not finish; exiting without it (the file stays .open and the sidecar finalizes it after its idle timeout)", "waited", r.consumerWait)
+			log.Warn("spool writer did not finish; exiting without it (the file stays .open and the sidecar finalizes it after its idle timeout)", "waited", wait)
 		}
 	}
 	select {
-	case <-consumed:
-		if cfg.summary {
-			if werr := report.WriteWaterfall(sio.err, runs.Runs, tel.stats, report.WaterfallOptions{}); werr != nil {
-				log.Error("writing the summary", "err", werr)
-			}
-		}
-		if cfg.summaryFile != "" {
-			if werr := report.WriteJSONFile(cfg.summaryFile, runs.Runs, tel.stats); werr != nil {
-				log.Error("writing the summary file", "err", werr)
-			}
+	case <-c.consumed:
+		if c.tel != nil {
+			return outcome{runs: c.runs.Runs, stats: c.tel.stats}
 		}
 	case <-wctx.Done():
-		log.Warn("telemetry consumer did not finish; exiting without it", "waited", r.consumerWait)
+		log.Warn("telemetry consumer did not finish; exiting without it", "waited", wait)
+		c.collect = false // what was collected is incomplete and still being written
 	}
-	// Flush under a deadline of its own: a dead backend costs at most the
-	// flush timeouts, never the child's exit status.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
-	tel.shutdown(sctx)
-	cancel()
-
-	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
-		var se *supervise.StartError
-		if errors.As(err, &se) {
-			return se.ExitCode()
-		}
-		return exitFailure
-	}
-	return res.ExitCode
+	return outcome{}
 }
 
-// tapWriters is what supervise writes one stream's bytes to: the pipeline's
-// tap, the spool's, or both (Tap.Write never fails nor blocks, so a
-// MultiWriter of taps never stops early).
-func tapWriters(pipe *tap.Tap, sp *spooling, stdout bool) io.Writer {
-	var ws []io.Writer
-	if pipe != nil {
-		ws = append(ws, pipe)
+// summarize writes the waterfall (--summary) and the runs file
+// (--summary-file) of a consumer that finished.
+func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger) {
+	if c.tel == nil || !c.collect {
+		return
 	}
-	if sp != nil {
-		if stdout {
-			ws = append(ws, sp.stdout)
-		} else {
-			ws = append(ws, sp.stdin)
+	if cfg.summary {
+		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{}); err != nil {
+			log.Error("writing the summary", "err", err)
 		}
 	}
-	switch len(ws) {
-	case 0:
-		return nil
-	case 1:
-		return ws[0]
+	if cfg.summaryFile != "" {
+		if err := report.WriteJSONFile(cfg.summaryFile, c.runs.Runs, c.tel.stats); err != nil {
+			log.Error("writing the summary file", "err", err)
+		}
 	}
-	if pipe != nil {
-		return spooledTap{Writer: io.MultiWriter(ws...), pipe: pipe}
-	}
-	return io.MultiWriter(ws...)
 }
-
-// spooledTap writes to the pipeline's tap and the spool's, and passes
-// Begin and Cancel (bytes passed on before they are tapped) to the
-// pipeline's, whose chunks carry the stamps.
-type spooledTap struct {
-	io.Writer
-	pipe *tap.Tap
-}
-
-// Begin tells the pipeline's tap that bytes are passing on now.
-func (s spooledTap) Begin() { s.pipe.Begin() }
-
-// Cancel withdraws a Begin that no bytes followed.
-func (s spooledTap) Cancel() { s.pipe.Cancel() }
 
 // stopWithParent sends us SIGTERM when our parent process exits, which the
 // supervisor forwards to the child (then SIGKILL after the kill timeout),

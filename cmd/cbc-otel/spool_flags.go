@@ -98,6 +98,17 @@ func startSpool(dir string, tapQueue int, log *slog.Logger) *spooling {
 	return sp
 }
 
+// tapOf returns the spool's tap of src; nil on a nil spooling.
+func (sp *spooling) tapOf(src tap.Source) *tap.Tap {
+	switch {
+	case sp == nil:
+		return nil
+	case src == tap.SourceStdin:
+		return sp.stdin
+	}
+	return sp.stdout
+}
+
 // close ends the taps (the writer then finishes the file and renames it).
 func (sp *spooling) close() {
 	sp.stdout.Close()

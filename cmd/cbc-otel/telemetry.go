@@ -76,9 +76,10 @@ func (f *telemetryFlags) validate() error {
 	return errors.Join(errs...)
 }
 
-// telemetry is the running sink side of one pipeline: one Stats, one
-// metrics registry, one tracer provider.
+// telemetry is the running sink side of a process: one Stats, one metrics
+// registry, one tracer provider, and the flags they were built from.
 type telemetry struct {
+	flags   *telemetryFlags
 	stats   *ingest.Stats
 	metrics *metricsRuntime
 	traces  *tracesRuntime
@@ -89,7 +90,7 @@ type telemetry struct {
 // exporter that cannot be built) are logged by the sinks themselves; an
 // error here means a configuration that validate should have refused.
 func (f *telemetryFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*telemetry, error) {
-	t := &telemetry{stats: new(ingest.Stats), logger: logger}
+	t := &telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
 	tr, err := f.traces.start(ctx, env, logger)
 	if err != nil {
 		return nil, err
@@ -116,27 +117,51 @@ func (f *telemetryFlags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats
 	return ingest.TrackerOptions{Grace: grace, Sinks: sinks, Stats: stats, Caps: f.caps}
 }
 
-// pipelineOptions returns the options of a pipeline feeding these sinks.
-func (t *telemetry) pipelineOptions(f *telemetryFlags, live bool, extra ...ingest.Sink) ingest.PipelineOptions {
-	sinks := append([]ingest.Sink{t.metrics.sink()}, extra...)
-	if s := t.traces.sink(); s != nil {
-		sinks = append(sinks, s)
+// stream says what one pipeline reads, beyond the flags.
+type stream struct {
+	// live selects the wall clock (run, demo, serve); else the stream's
+	// own timestamps are its clock (replay).
+	live bool
+	// now is the wall clock; nil means time.Now (serve's engine passes
+	// its own).
+	now func() time.Time
+	// extra sinks come after the metrics sink and before the traces sink.
+	extra []ingest.Sink
+	// traces is the stream's traces sink; nil means the process's shared
+	// one (if tracing is on).
+	traces ingest.Sink
+}
+
+// newPipeline is the one place a pipeline is built: framing → decoding →
+// Tracker → the sinks (metrics, s.extra, traces). run, demo, replay and
+// serve all build theirs here.
+func (t *telemetry) newPipeline(s stream) *ingest.Pipeline {
+	sinks := append([]ingest.Sink{t.metrics.sink()}, s.extra...)
+	if s.traces == nil {
+		s.traces = t.traces.sink()
 	}
-	return ingest.PipelineOptions{
-		MaxLine: f.maxLine,
-		Live:    live,
-		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: f.captureErrors},
-		Tracker: f.trackerOptions(sinks, t.stats),
+	if s.traces != nil {
+		sinks = append(sinks, s.traces)
 	}
+	return ingest.NewPipeline(ingest.PipelineOptions{
+		MaxLine: t.flags.maxLine,
+		Live:    s.live,
+		Now:     s.now,
+		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: t.flags.captureErrors},
+		Tracker: t.flags.trackerOptions(sinks, t.stats),
+	})
 }
 
 // shutdown flushes spans, then writes, pushes and stops the metrics side,
-// all within ctx. Errors are logged, never returned: telemetry never
-// changes an exit status.
+// within the flush timeouts of the flags, whatever ctx says (a stop signal
+// must not cost the last spans). Errors are logged, never returned:
+// telemetry never changes an exit status.
 func (t *telemetry) shutdown(ctx context.Context) {
 	if t == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.flags.traces.flushTimeout+t.flags.metrics.flushTimeout)
+	defer cancel()
 	if err := t.traces.shutdown(ctx); err != nil {
 		t.logger.Error("flushing traces", "err", err)
 	}
