@@ -94,7 +94,7 @@ func TestSnapshotRestoreEveryLine(t *testing.T) {
 }
 
 func TestRestoreKeepsRemainingGrace(t *testing.T) {
-	tr := NewTracker(TrackerOptions{})
+	tr := NewTracker(TrackerOptions{Grace: DefaultGrace})
 	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: "t1", TaskType: "local_workflow", WorkflowName: "w"}, 1000)
 	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskNotification, TaskID: "t1", Status: "completed"}, 2000)
 	st := tr.Snapshot()

@@ -16,8 +16,8 @@ const DefaultGrace = 5 * time.Second
 // TrackerOptions configures a Tracker.
 type TrackerOptions struct {
 	// Grace is the window after a run's notification during which late
-	// snapshots still update its agents. 0 means DefaultGrace; a negative
-	// value closes the window at once.
+	// snapshots still update its agents; 0 (or less) closes it at once.
+	// The flags default it to DefaultGrace.
 	Grace time.Duration
 	// Sinks receive every lifecycle event, in order.
 	Sinks []Sink
@@ -142,13 +142,7 @@ type Tracker struct {
 
 // NewTracker returns a Tracker.
 func NewTracker(opts TrackerOptions) *Tracker {
-	g := opts.Grace
-	if g == 0 {
-		g = DefaultGrace
-	}
-	if g < 0 {
-		g = 0
-	}
+	g := max(opts.Grace, 0)
 	st := opts.Stats
 	if st == nil {
 		st = new(Stats)

@@ -202,7 +202,7 @@ func TestTrustAbandonedRunEnd(t *testing.T) {
 // flipped without endedAt ends with the (widened) run. The start must not
 // move: the pair is only ever widened.
 func TestTrustLateFlipsWidenStoppedRun(t *testing.T) {
-	rig := newPipeRig(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}})
+	rig := newPipeRig(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Grace: ingest.DefaultGrace}})
 	rig.out(
 		lnWorkflow("w1"),
 		lnProgress("w1", phaseRow(1, "plan"), phaseRow(2, "build"), phaseRow(3, "never"),

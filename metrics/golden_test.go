@@ -65,7 +65,7 @@ func replay(t *testing.T, stream io.Reader) *Metrics {
 	stats := new(ingest.Stats)
 	m := newTest(t, Options{Stats: stats})
 	p := ingest.NewPipeline(ingest.PipelineOptions{
-		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats},
+		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats, Grace: ingest.DefaultGrace},
 	})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, stream); err != nil {
 		t.Fatalf("Feed: %v", err)

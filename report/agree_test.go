@@ -58,7 +58,7 @@ func runAll(t *testing.T, caps ingest.Caps, feed func(p *ingest.Pipeline)) outpu
 	defer tp.Shutdown(context.Background())
 	rec := new(ingest.Recorder)
 	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{
-		Sinks: []ingest.Sink{m, traces.New(tp, traces.Options{}), rec}, Caps: caps}})
+		Sinks: []ingest.Sink{m, traces.New(tp, traces.Options{}), rec}, Caps: caps, Grace: ingest.DefaultGrace}})
 	feed(p)
 	p.Close()
 	out := outputs{spans: exp.GetSpans(), reg: m.Registry()}

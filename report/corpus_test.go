@@ -29,7 +29,7 @@ func replay(t *testing.T, path string) ([]ingest.Run, *ingest.Stats) {
 	defer f.Close()
 	var col Collector
 	// Errors are kept: the expectations check their text is reconstructed.
-	p := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}}})
+	p := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{&col}, Grace: ingest.DefaultGrace}})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func replay(t *testing.T, file string, opts Options, previews bool) tracetest.Sp
 	p := ingest.NewPipeline(ingest.PipelineOptions{
 		// Errors are kept: the goldens show the status message they make.
 		Decode:  streamjson.DecodeOptions{KeepPreviews: previews, KeepErrors: true},
-		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}},
+		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}, Grace: ingest.DefaultGrace},
 	})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)

@@ -110,11 +110,7 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 
 // trackerOptions returns the options of a Tracker under these flags.
 func (f *telemetryFlags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats) ingest.TrackerOptions {
-	grace := f.grace
-	if grace == 0 {
-		grace = -1 // the Tracker reads 0 as "default"
-	}
-	return ingest.TrackerOptions{Grace: grace, Sinks: sinks, Stats: stats, Caps: f.caps}
+	return ingest.TrackerOptions{Grace: f.grace, Sinks: sinks, Stats: stats, Caps: f.caps}
 }
 
 // stream says what one pipeline reads, beyond the flags.
