@@ -122,6 +122,9 @@ type metricsRuntime struct {
 	flags  metricsFlags
 	m      *metrics.Metrics
 	logger *slog.Logger
+	// gatherer is what /metrics and the file expose: the registry, or
+	// serve's cumulative totals around it.
+	gatherer prometheus.Gatherer
 
 	ready      atomic.Bool
 	addr       net.Addr // nil when not serving
@@ -133,9 +136,8 @@ type metricsRuntime struct {
 }
 
 // start builds the Metrics and, if --web.listen-address is set, binds and
-// serves it. A bind or web-config failure is logged at error and the
-// process carries on without a server: telemetry never stops the child.
-// The returned error is for what cannot happen with validated flags.
+// serves it (see listen). The returned error is for what cannot happen
+// with validated flags.
 func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar func(*ingest.Run) (string, string), logger *slog.Logger) (*metricsRuntime, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -151,24 +153,39 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	if err != nil {
 		return nil, err
 	}
-	r := &metricsRuntime{flags: *m, m: met, logger: logger}
+	r := &metricsRuntime{flags: *m, m: met, logger: logger, gatherer: met.Registry()}
 	if r.flags.flushTimeout <= 0 {
 		r.flags.flushTimeout = defaultFlushTimeout
 	}
 	r.ready.Store(true)
-	if m.listen == "" {
-		return r, nil
+	if m.listen != "" {
+		r.listen(ctx, nil, nil)
+	}
+	return r, nil
+}
+
+// listen serves g (nil: the registry) on --web.listen-address, with
+// /readyz answering ready (nil: until shutdown), until shutdown. It is the
+// one place a metrics server starts. A bind or web-config failure is logged
+// at error and the process carries on without a server: telemetry never
+// stops the child; it is returned for serve, which has no other job.
+func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, ready func() bool) error {
+	if g != nil {
+		r.gatherer = g
+	}
+	if ready == nil {
+		ready = r.ready.Load
 	}
 	srv, err := metrics.Listen(metrics.ServeOptions{
-		Addr:          m.listen,
-		WebConfigFile: m.webConfig,
-		Gatherer:      met.Registry(),
-		Logger:        logger,
-		Ready:         r.ready.Load,
+		Addr:          r.flags.listen,
+		WebConfigFile: r.flags.webConfig,
+		Gatherer:      r.gatherer,
+		Logger:        r.logger,
+		Ready:         ready,
 	})
 	if err != nil {
-		logger.Error("metrics endpoint not started; continuing without it", "addr", m.listen, "err", err)
-		return r, nil
+		r.logger.Error("metrics endpoint not started; continuing without it", "addr", r.flags.listen, "err", err)
+		return err
 	}
 	r.addr = srv.Addr()
 	// The server lives until shutdown, not until ctx: the final state must
@@ -177,8 +194,8 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	r.stopServer = cancel
 	r.served = make(chan error, 1)
 	go func() { r.served <- srv.Serve(sctx) }()
-	logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", m.webConfig != "")
-	return r, nil
+	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
+	return nil
 }
 
 // sink is the ingest.Sink to add to the pipeline.
@@ -213,7 +230,7 @@ func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 	// The file first: it is local and quick, and a gateway that never
 	// answers must not cost it (the process may be killed while it waits).
 	if r.flags.file != "" {
-		if err := metrics.WriteFile(r.flags.file, r.m.Registry()); err != nil {
+		if err := metrics.WriteFile(r.flags.file, r.gatherer); err != nil {
 			errs = append(errs, err)
 		}
 	}
