@@ -35,8 +35,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "rewrite the chart's generated files/ and the golden renderings")
-
 const (
 	chartDir = "cbc-otel"
 	// kubeVersion is what the templates are rendered for: the oldest with
@@ -306,44 +304,6 @@ func checkFlags(t *testing.T, what string, args []string, fl binFlags) map[strin
 		got[name] = val
 	}
 	return got
-}
-
-// goldenCheck compares got with the file, or writes it with -update.
-func goldenCheck(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./deploy/helm -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is stale: run go test ./deploy/helm -update and review the diff\n%s", path, firstDiff(string(want), string(got)))
-	}
-}
-
-func firstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := 0; i < len(al) || i < len(bl); i++ {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, x, y)
-		}
-	}
-	return ""
 }
 
 // examples are the documented values files.
