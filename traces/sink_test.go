@@ -227,15 +227,15 @@ func allText(spans tracetest.SpanStubs) string {
 	for _, s := range spans {
 		b.WriteString(s.Name + "\n" + s.Status.Description + "\n")
 		for _, kv := range s.Attributes {
-			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 		}
 		for _, l := range s.Links {
 			for _, kv := range l.Attributes {
-				fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+				fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 			}
 		}
 		for _, kv := range s.Resource.Attributes() {
-			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 		}
 	}
 	return b.String()
@@ -362,7 +362,7 @@ func Tree(spans tracetest.SpanStubs) string {
 func attrLine(kvs []attribute.KeyValue) string {
 	parts := make([]string, 0, len(kvs))
 	for _, kv := range kvs {
-		parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+		parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")

@@ -16,7 +16,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -340,5 +339,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-var errNoRender = errors.New("no render")
