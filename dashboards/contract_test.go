@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
@@ -285,7 +286,7 @@ func TestContractMetricsAndLabels(t *testing.T) {
 					shown[baseName(name, types)] = true
 				}
 				for _, m := range n.LabelMatchers {
-					if m.Name == labels.MetricName || isTarget(m.Name) {
+					if m.Name == model.MetricNameLabel || isTarget(m.Name) {
 						continue
 					}
 					vals, ok := f.labels[m.Name]

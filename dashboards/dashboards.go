@@ -81,7 +81,7 @@ type PanelSpec struct {
 	width         uint32
 	height        uint32
 	exemplars     bool // duration panels: exemplars on, trace data link
-	min, max      *float64
+	min           *float64
 	steps         []dashboard.Threshold
 	mappings      []dashboard.ValueMapping
 	thresholdLine bool
@@ -473,11 +473,17 @@ var (
 
 // Build turns a spec into a Grafana dashboard (schemaVersion of the SDK,
 // importable into Grafana 11 and 12).
-func Build(spec DashboardSpec, opts Options) (dashboard.Dashboard, error) {
+//
+// The dashboard is Grafana's classic JSON model, which the SDK marks
+// deprecated in favour of dashboardv2: see doc.go for why it stays.
+//
+//lint:ignore SA1019 the classic model on purpose (doc.go)
+func Build(spec DashboardSpec, opts Options) (d dashboard.Dashboard, err error) {
 	o, err := opts.withDefaults()
 	if err != nil {
-		return dashboard.Dashboard{}, err
+		return d, err
 	}
+	//lint:ignore SA1019 the classic model on purpose (doc.go)
 	b := dashboard.NewDashboardBuilder(spec.Title).
 		Uid(spec.UID).
 		Description(spec.Description).
@@ -503,17 +509,13 @@ func Build(spec DashboardSpec, opts Options) (dashboard.Dashboard, error) {
 		for _, p := range row.Panels {
 			pb, err := buildPanel(p, id, o)
 			if err != nil {
-				return dashboard.Dashboard{}, fmt.Errorf("panel %q: %w", p.Title, err)
+				return d, fmt.Errorf("panel %q: %w", p.Title, err)
 			}
 			b = b.WithPanel(pb)
 			id++
 		}
 	}
-	d, err := b.Build()
-	if err != nil {
-		return dashboard.Dashboard{}, err
-	}
-	return d, nil
+	return b.Build()
 }
 
 func variables(spec DashboardSpec, o Options) []cog.Builder[dashboard.VariableModel] {

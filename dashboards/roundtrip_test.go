@@ -154,8 +154,8 @@ func TestDashboardsRoundTripStrictly(t *testing.T) {
 // and reports any real error.
 type strictUnmarshaler interface{ UnmarshalJSONStrict([]byte) error }
 
-func strictDashboard(raw []byte) (dashboard.Dashboard, error) {
-	var d dashboard.Dashboard
+//lint:ignore SA1019 the classic model on purpose (doc.go)
+func strictDashboard(raw []byte) (d dashboard.Dashboard, err error) {
 	if err := strictErr(d.UnmarshalJSONStrict(raw)); err != nil {
 		return d, err
 	}

@@ -90,7 +90,7 @@ func (o RuleOptions) withDefaults() (RuleOptions, error) {
 		return o, fmt.Errorf("dashboards: unknown stopped policy %q (want excluded, good or bad)", o.Stopped)
 	}
 	for _, l := range o.GroupBy {
-		if !model.LabelName(l).IsValidLegacy() {
+		if !model.LegacyValidation.IsValidLabelName(l) {
 			return o, fmt.Errorf("dashboards: bad group-by label %q", l)
 		}
 	}

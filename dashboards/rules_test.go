@@ -11,20 +11,15 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v2"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // requirePromtool returns promtool's path. Without it the test skips
 // locally and fails in CI (.ci/run installs Debian's prometheus package).
 func requirePromtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("promtool not installed (apt-get install -y --no-install-recommends prometheus); set CI=true to make this a failure")
-		}
-		t.Fatalf("CI is set but promtool is missing: %v", err)
-	}
-	return p
+	return realtool.Find(t, "promtool", "", "apt-get install -y --no-install-recommends prometheus")
 }
 
 func promtool(t *testing.T, bin string, args ...string) {

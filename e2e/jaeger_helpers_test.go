@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // jaegerConfig is TOOLING.md's loopback-only all-in-one configuration with
@@ -46,29 +48,21 @@ type jaeger struct {
 
 // jaegerBinary returns the Jaeger binary: $JAEGER_BIN (CI builds it first
 // with tools/jaeger/build.sh), else one built here from tools/jaeger. It
-// skips when neither works, unless $CI is set: then a missing Jaeger fails.
+// skips when neither works, unless CI is set: then a missing Jaeger fails.
+// With -short it does not build one: the test skips (CI: fails) too.
 func jaegerBinary(t *testing.T) string {
 	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Jaeger is required in CI: "+format, args...)
-		}
-		t.Skipf("Jaeger unavailable (set JAEGER_BIN, see tools/jaeger/build.sh): "+format, args...)
-	}
-	if bin := os.Getenv("JAEGER_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			unavailable("JAEGER_BIN: %v", err)
-		}
+	const hint = "set JAEGER_BIN to a Jaeger v2 built by tools/jaeger/build.sh"
+	if bin, ok := realtool.FromEnv(t, "jaeger", "JAEGER_BIN", hint); ok {
 		return bin
 	}
 	if testing.Short() {
-		unavailable("not building it in -short mode")
+		realtool.Missing(t, "jaeger", "-short: not building it from tools/jaeger ("+hint+")")
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("sh", "../tools/jaeger/build.sh", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		unavailable("building: %v\n%s", err, out)
+		realtool.Missing(t, "jaeger", fmt.Sprintf("building it with tools/jaeger/build.sh: %v (%s)\n%s", err, hint, out))
 	}
 	return filepath.Join(dir, "jaeger")
 }

@@ -237,28 +237,6 @@ func (m *mockAnthropic) requests() []mockRequest {
 	return append([]mockRequest(nil), m.reqs...)
 }
 
-// waitFor blocks until pred holds for the requests served, or the deadline.
-func (m *mockAnthropic) waitFor(t *testing.T, timeout time.Duration, what string, pred func([]mockRequest) bool) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		m.mu.Lock()
-		ok := pred(m.reqs)
-		ch := make(chan struct{})
-		m.waiters = append(m.waiters, ch)
-		m.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("mock API: %s not seen within %v; served: %+v", what, timeout, m.requests())
-		}
-	}
-}
-
 func (m *mockAnthropic) record(r mockRequest) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -18,20 +18,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // requirePrometheus returns the prometheus binary. Without it the test
 // skips locally and fails in CI, which installs it.
 func requirePrometheus(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("prometheus not installed (apt-get install -y --no-install-recommends prometheus); set CI=true to make this a failure")
-		}
-		t.Fatalf("CI is set but the prometheus binary is missing: %v", err)
-	}
-	return p
+	return realtool.Find(t, "prometheus", "", "apt-get install -y --no-install-recommends prometheus")
 }
 
 // promBuildCLI builds ./cmd/cbc-otel into a temporary directory, or

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // sdkDir returns the npm install dir with node_modules, or skips/fails.
@@ -33,35 +35,14 @@ func sdkDir(t *testing.T) string {
 	if os.Getenv("CBC_SKIP_SDK_E2E") == "1" {
 		msg := "!!! CBC_SKIP_SDK_E2E=1: SKIPPING the SDK / Claude Code end-to-end tests (Issue #9) ON PURPOSE !!!"
 		fmt.Fprintln(os.Stderr, msg)
-		t.Skip(msg)
+		realtool.Skip(t, "agent SDKs", msg)
 	}
-	dir := os.Getenv("CBC_SDK_DIR")
-	if dir == "" {
-		dir = "sdk"
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{
+	dir := realtool.Dir(t, "agent SDKs", "CBC_SDK_DIR", "sdk",
+		"run: cd e2e/sdk && npm ci --no-audit --no-fund; CBC_SKIP_SDK_E2E=1 skips on purpose",
 		"node_modules/@anthropic-ai/claude-agent-sdk/package.json",
-		"node_modules/@tencent-ai/agent-sdk/package.json",
-	} {
-		if _, err := os.Stat(filepath.Join(abs, p)); err != nil {
-			hint := fmt.Sprintf("npm packages not installed in %s (run: cd e2e/sdk && npm ci --no-audit --no-fund; or set CBC_SDK_DIR)", abs)
-			if os.Getenv("CI") == "" {
-				t.Skip(hint + "; set CI=true to make this a failure, CBC_SKIP_SDK_E2E=1 to skip on purpose")
-			}
-			t.Fatalf("CI is set but %s: %v", hint, err)
-		}
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("node not installed")
-		}
-		t.Fatalf("CI is set but node is missing: %v", err)
-	}
-	return abs
+		"node_modules/@tencent-ai/agent-sdk/package.json")
+	realtool.Find(t, "node", "", "install Node.js and npm")
+	return dir
 }
 
 // claudeBin returns the native Claude Code CLI shipped with the SDK.
@@ -69,10 +50,7 @@ func claudeBin(t *testing.T) string {
 	t.Helper()
 	b := filepath.Join(sdkDir(t), "node_modules/@anthropic-ai/claude-agent-sdk-linux-x64/claude")
 	if _, err := os.Stat(b); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skipf("Claude Code native binary missing: %v", err)
-		}
-		t.Fatalf("CI is set but the Claude Code native binary is missing: %v", err)
+		realtool.Missing(t, "claude", fmt.Sprintf("the Claude Code native binary of the SDK: %v (npm ci in e2e/sdk on linux-x64 installs it)", err))
 	}
 	return b
 }

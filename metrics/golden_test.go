@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,16 +15,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
-
-var update = flag.Bool("update", false, "rewrite metrics/testdata/*.prom from the current output")
 
 // simEpoch is the simulator's virtual clock start used by the goldens.
 const simEpoch = 1796205994000
@@ -78,30 +75,16 @@ func replay(t *testing.T, stream io.Reader) *Metrics {
 // rewrites it under -update.
 func checkGolden(t *testing.T, m *Metrics, name string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	g := cbcFamilies(m.Registry())
-	if *update {
-		// Not testutil.GatherAndFormat: without names it keeps nothing.
-		mfs, err := g.Gather()
-		if err != nil {
-			t.Fatalf("gather: %v", err)
-		}
-		var b bytes.Buffer
-		if err := encodeText(&b, mfs); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
+	// Not testutil.GatherAndFormat: without names it keeps nothing.
+	mfs, err := cbcFamilies(m.Registry()).Gather()
 	if err != nil {
-		t.Fatalf("%v (run go test ./metrics/ -update to create it)", err)
+		t.Fatalf("gather: %v", err)
 	}
-	if err := testutil.GatherAndCompare(g, bytes.NewReader(want)); err != nil {
-		t.Errorf("%s differs (go test ./metrics/ -update rewrites it):\n%v", path, err)
+	var b bytes.Buffer
+	if err := encodeText(&b, mfs); err != nil {
+		t.Fatal(err)
 	}
+	golden.Assert(t, filepath.Join("testdata", name), b.Bytes())
 }
 
 // expected is the ground truth of one stream: the corpus's hand-written

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,11 +11,10 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
-
-var update = flag.Bool("update", false, "rewrite the waterfall golden files (never the hand-written *.expected.ndjson)")
 
 // replay runs one recording through a fresh pipeline, as `cbc-otel replay`
 // does, and returns the finalized runs and counters.
@@ -68,19 +66,9 @@ func TestCorpus(t *testing.T) {
 			if err := WriteWaterfall(&wf, runs, stats, WaterfallOptions{Width: 100}); err != nil {
 				t.Fatal(err)
 			}
-			golden := strings.TrimSuffix(rec, ".ndjson") + ".waterfall.golden"
-			if *update {
-				if err := os.WriteFile(golden, wf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wantWF, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(wf.Bytes(), wantWF) {
-				t.Errorf("waterfall differs from %s:\n--- got\n%s\n--- want\n%s", golden, wf.Bytes(), wantWF)
-			}
+			// -update rewrites the waterfall golden, never the hand-written
+			// expectations above.
+			golden.Assert(t, strings.TrimSuffix(rec, ".ndjson")+".waterfall.golden", wf.Bytes())
 		})
 	}
 	if n < 7 {

@@ -149,12 +149,11 @@ func noiseText(g *ids, size int) string {
 	}
 	s := sb.String()
 	// Cut at a rune boundary so the text stays valid UTF-8.
-	for len(s) > size && size > 0 {
+	if len(s) > size && size > 0 {
 		s = s[:size]
 		for len(s) > 0 && !utf8ValidTail(s) {
 			s = s[:len(s)-1]
 		}
-		break
 	}
 	return s
 }

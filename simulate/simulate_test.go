@@ -5,17 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite the goldens in testdata/simulate")
+	"github.com/cbc-otel/cbc-otel/internal/golden"
+)
 
 const (
 	testEpoch = 1796205994000
@@ -125,32 +123,17 @@ func TestScenariosGolden(t *testing.T) {
 				if !bytes.Equal(out, again) {
 					t.Fatal("output with --epoch is not reproducible")
 				}
-				golden(t, c.name(d)+".ndjson", out)
-				golden(t, c.name(d)+".expect.ndjson", expect)
+				checkGolden(t, c.name(d)+".ndjson", out)
+				checkGolden(t, c.name(d)+".expect.ndjson", expect)
 			})
 		}
 	}
 }
 
-func golden(t *testing.T, name string, got []byte) {
+// checkGolden compares got with testdata/simulate/name (-update rewrites it).
+func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("..", "testdata", "simulate", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./simulate -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden (run go test ./simulate -update and review the diff)", name)
-	}
+	golden.Assert(t, filepath.Join("..", "testdata", "simulate", name), got)
 }
 
 // checkStream asserts the protocol invariants the consumers rely on.

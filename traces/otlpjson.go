@@ -352,7 +352,7 @@ func anyValue(v attribute.Value) *commonpb.AnyValue {
 	}
 	// Types this package never produces (maps, bytes) are written as their
 	// string form rather than dropped.
-	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.Emit()}}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.String()}}
 }
 
 func arrayValue(a []*commonpb.AnyValue) *commonpb.AnyValue {

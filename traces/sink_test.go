@@ -3,7 +3,6 @@ package traces
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,12 +17,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // recordings are the real CLI recordings and the simulator's reference
 // streams.
@@ -83,20 +81,7 @@ func TestGoldenSpanTrees(t *testing.T) {
 		t.Run(strings.TrimPrefix(file, "../testdata/"), func(t *testing.T) {
 			got := Tree(replay(t, file, Options{}, false))
 			checkTreeInvariants(t, replay(t, file, Options{}, false))
-			name := goldenName(file)
-			if *update {
-				if err := os.WriteFile(name, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(name)
-			if err != nil {
-				t.Fatalf("%v (run go test ./traces -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("span tree differs from %s (go test ./traces -update to accept):\n%s", name, diff(string(want), got))
-			}
+			golden.Assert(t, goldenName(file), []byte(got))
 		})
 	}
 }
@@ -244,15 +229,15 @@ func allText(spans tracetest.SpanStubs) string {
 	for _, s := range spans {
 		b.WriteString(s.Name + "\n" + s.Status.Description + "\n")
 		for _, kv := range s.Attributes {
-			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 		}
 		for _, l := range s.Links {
 			for _, kv := range l.Attributes {
-				fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+				fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 			}
 		}
 		for _, kv := range s.Resource.Attributes() {
-			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 		}
 	}
 	return b.String()
@@ -379,31 +364,10 @@ func Tree(spans tracetest.SpanStubs) string {
 func attrLine(kvs []attribute.KeyValue) string {
 	parts := make([]string, 0, len(kvs))
 	for _, kv := range kvs {
-		parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+		parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
-}
-
-// diff shows the first differing lines.
-func diff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	n := 0
-	for i := 0; i < max(len(w), len(g)) && n < 10; i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n  want %s\n  got  %s\n", i+1, wl, gl)
-			n++
-		}
-	}
-	return b.String()
 }
 
 // TestParentTaskLink: a workflow launched by a task seen in the stream links

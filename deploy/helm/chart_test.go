@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cbc-otel/cbc-otel/dashboards"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 )
 
 func TestLint(t *testing.T) {
@@ -447,7 +448,7 @@ func TestPrometheusRule(t *testing.T) {
 			if !reflect.DeepEqual(normalize(got), normalize(wantM)) {
 				gb, _ := yaml.Marshal(got)
 				wb, _ := yaml.Marshal(wantM)
-				t.Errorf("PrometheusRule spec differs from dashboards.RenderRules:\n%s", firstDiff(string(wb), string(gb)))
+				t.Errorf("PrometheusRule spec differs from dashboards.RenderRules:\n%s", golden.Diff(string(wb), string(gb)))
 			}
 		})
 	}

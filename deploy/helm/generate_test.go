@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/dashboards"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 )
 
 // Sentinels of the generated rule file: templates/prometheusrule.yaml
@@ -28,7 +29,7 @@ func TestGeneratedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenCheck(t, filepath.Join(chartDir, "files", "rules", "cbc-otel.rules.yml"), rules)
+	golden.Assert(t, filepath.Join(chartDir, "files", "rules", "cbc-otel.rules.yml"), rules)
 	for _, tracing := range []string{"tempo", "jaeger"} {
 		files, err := dashboards.Files(dashboards.Options{Tracing: tracing})
 		if err != nil {
@@ -39,7 +40,7 @@ func TestGeneratedFiles(t *testing.T) {
 			if !ok {
 				t.Fatalf("dashboards.Files has no %s", name)
 			}
-			goldenCheck(t, filepath.Join(chartDir, "files", "dashboards", tracing, filepath.Base(name)), b)
+			golden.Assert(t, filepath.Join(chartDir, "files", "dashboards", tracing, filepath.Base(name)), b)
 		}
 	}
 }
@@ -50,5 +51,5 @@ func TestGoldenDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenCheck(t, filepath.Join("testdata", "default.golden.yaml"), []byte(out))
+	golden.Assert(t, filepath.Join("testdata", "default.golden.yaml"), []byte(out))
 }

@@ -5,7 +5,8 @@
 // assertions on the wiring, values.schema.json rejections, and goldens.
 //
 // Helm is HELM_BIN, else built from tools/helm (the pinned tools module).
-// When neither works the tests skip, unless CI=true: then they fail.
+// When neither works the tests skip, unless CI is set: then they fail
+// (internal/realtool).
 //
 //	go test ./deploy/helm/            # checks
 //	go test ./deploy/helm/ -update    # rewrites files/ and testdata/ goldens
@@ -15,7 +16,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -33,9 +33,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite the chart's generated files/ and the golden renderings")
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
+)
 
 const (
 	chartDir = "cbc-otel"
@@ -50,7 +50,8 @@ var (
 	toolsOnce sync.Once
 	helmBin   string
 	cbcBin    string
-	toolsErr  error
+	buildErr  error // building cbc-otel: a failure, never a skip
+	helmErr   error // getting helm: a skip (CI: a failure)
 )
 
 // repoRoot is the module root (deploy/helm is two levels down).
@@ -63,13 +64,19 @@ func repoRoot(t testing.TB) string {
 	return filepath.Clean(filepath.Join(wd, "..", ".."))
 }
 
+// helmHint says how to get the pinned Helm without building it here.
+const helmHint = "set HELM_BIN to a Helm v3 built by tools/helm/build.sh"
+
 // tools returns helm and a freshly built cbc-otel, building them once.
 func tools(t *testing.T) (helm, cbc string) {
 	t.Helper()
+	// Read before the Once: a HELM_BIN naming no file skips every test
+	// (CI: fails it), not only the first.
+	fromEnv, useEnv := realtool.FromEnv(t, "helm", "HELM_BIN", helmHint)
 	toolsOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cbc-otel-helm-test-")
 		if err != nil {
-			toolsErr = err
+			buildErr = err
 			return
 		}
 		// Left for the process: both binaries are used by every test.
@@ -80,25 +87,25 @@ func tools(t *testing.T) (helm, cbc string) {
 		build := exec.CommandContext(ctx, "go", "build", "-o", cbcBin, "./cmd/cbc-otel")
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
-			toolsErr = fmt.Errorf("building cbc-otel: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building cbc-otel: %v\n%s", err, out)
 			return
 		}
-		if h := os.Getenv("HELM_BIN"); h != "" {
-			helmBin = h
+		if useEnv {
+			helmBin = fromEnv
 			return
 		}
 		cmd := exec.CommandContext(ctx, filepath.Join(root, "tools", "helm", "build.sh"), dir)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			toolsErr = fmt.Errorf("building helm with tools/helm/build.sh (set HELM_BIN to use another): %v\n%s", err, out)
+			helmErr = fmt.Errorf("building it with tools/helm/build.sh: %v (%s)\n%s", err, helmHint, out)
 			return
 		}
 		helmBin = filepath.Join(dir, "helm")
 	})
-	if toolsErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(toolsErr)
-		}
-		t.Skip("skipping (CI=true would fail): ", toolsErr)
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	if helmErr != nil {
+		realtool.Missing(t, "helm", helmErr.Error())
 	}
 	return helmBin, cbcBin
 }
@@ -308,44 +315,6 @@ func checkFlags(t *testing.T, what string, args []string, fl binFlags) map[strin
 	return got
 }
 
-// goldenCheck compares got with the file, or writes it with -update.
-func goldenCheck(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./deploy/helm -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is stale: run go test ./deploy/helm -update and review the diff\n%s", path, firstDiff(string(want), string(got)))
-	}
-}
-
-func firstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := 0; i < len(al) || i < len(bl); i++ {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, x, y)
-		}
-	}
-	return ""
-}
-
 // examples are the documented values files.
 func examples(t *testing.T) []string {
 	t.Helper()
@@ -370,5 +339,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-var errNoRender = errors.New("no render")
