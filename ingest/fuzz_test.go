@@ -54,8 +54,7 @@ type fLine struct {
 
 func frameChunks(t *testing.T, max int, chunks [][]byte) []fLine {
 	var out []fLine
-	var f *streamjson.Framer
-	f = streamjson.NewFramer(max, func(l streamjson.Line) {
+	f := streamjson.NewFramer(max, func(l streamjson.Line) {
 		if len(l.Data) > max {
 			t.Fatalf("line kept %d bytes, cap %d", len(l.Data), max)
 		}

@@ -104,7 +104,7 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 			pend[i] = nil
 			m.Chunk(i, *c)
 		}
-		if m.Idle != nil && pend[0] == nil && pend[1] == nil && (chans[0] == nil || len(chans[0]) == 0) && (chans[1] == nil || len(chans[1]) == 0) {
+		if m.Idle != nil && pend[0] == nil && pend[1] == nil && len(chans[0]) == 0 && len(chans[1]) == 0 {
 			m.Idle()
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,6 +40,62 @@ func TestNoLongFunctions(t *testing.T) {
 			start, end := fset.Position(fn.Pos()).Line, fset.Position(fn.End()).Line
 			if n := end - start + 1; n > maxFuncLines {
 				t.Errorf("%s:%d: %s is %d lines, more than %d", name, start, fn.Name.Name, n, maxFuncLines)
+			}
+		}
+	}
+}
+
+// TestPackageGraph holds the direction of the imports (README, Layout):
+// the taps know no protocol, the wire format knows only the taps, the
+// Tracker knows no sink, no sink knows another, and no source (supervise,
+// spool, follow) knows a sink. Only this command knows them all.
+func TestPackageGraph(t *testing.T) {
+	const mod = "github.com/cbc-otel/cbc-otel/"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], mod)
+		for _, imp := range f[1:] {
+			if rest, ok := strings.CutPrefix(imp, mod); ok {
+				imports[pkg] = append(imports[pkg], rest)
+			}
+		}
+		if _, ok := imports[pkg]; !ok {
+			imports[pkg] = nil
+		}
+	}
+	sinks := []string{"traces", "metrics", "report"}
+	allowed := map[string][]string{
+		"tap":        {},
+		"streamjson": {"tap"},
+		"ingest":     {"tap", "streamjson"},
+		"supervise":  {"tap"},
+		"spool":      {"tap", "streamjson"},
+		"follow":     {"tap", "streamjson", "ingest", "spool"},
+		"traces":     {"ingest", "streamjson"},
+		"metrics":    {"tap", "streamjson", "ingest"},
+		"report":     {"tap", "streamjson", "ingest"},
+	}
+	for pkg, ok := range allowed {
+		got, found := imports[pkg]
+		if !found {
+			t.Errorf("package %s not found", pkg)
+			continue
+		}
+		for _, imp := range got {
+			if !slices.Contains(ok, imp) {
+				t.Errorf("%s imports %s; it may import only %v", pkg, imp, ok)
+			}
+		}
+	}
+	for _, s := range sinks {
+		for _, imp := range imports[s] {
+			if slices.Contains(sinks, imp) {
+				t.Errorf("sink %s imports sink %s", s, imp)
 			}
 		}
 	}

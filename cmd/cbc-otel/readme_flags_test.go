@@ -92,8 +92,9 @@ func sameDefault(doc, value string) bool {
 	case "false":
 		return doc == "off"
 	}
-	v, ok := strings.CutPrefix(doc, "`")
-	if v, ok = strings.CutSuffix(v, "`"); !ok {
+	v, pre := strings.CutPrefix(doc, "`")
+	v, suf := strings.CutSuffix(v, "`")
+	if !pre || !suf {
 		return false
 	}
 	if v == value {
