@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -30,7 +29,7 @@ func TestSplitterChunking(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 7, 64, len(data)} {
 		var gaps int64
 		st := new(ingest.Stats)
-		s := &stream{kind: spool.Done, stats: st,
+		s := &stream{kind: spool.Done,
 			pipe: ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}),
 			onRecord: func(_ *stream, r spool.Record) {
 				if r.Kind == spool.RecordGap {
@@ -65,7 +64,7 @@ func TestStateRoundTripAndCorrupt(t *testing.T) {
 	if err != nil || len(got.Streams) != 1 || got.Streams[0].Size != 10 {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
-	for _, bad := range []string{"{", `{"version":99}`, `{"version":1,"streams":[{"offset":-1,"ino":1}]}`} {
+	for _, bad := range []string{"{", `{"version":99}`, `{"version":1}`, `{"version":2,"streams":[{"offset":-1,"ino":1}]}`} {
 		os.WriteFile(filepath.Join(dir, StateFile), []byte(bad), 0o600)
 		if _, err := LoadState(dir); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%q: %v, want ErrCorrupt", bad, err)
@@ -102,7 +101,7 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 5, 7, 64, len(data)} {
 		st := new(ingest.Stats)
 		e := &Engine{mGapRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}), warned: map[string]bool{}}
-		s := &stream{kind: spool.Done, stats: st,
+		s := &stream{kind: spool.Done,
 			pipe:     ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}),
 			onRecord: e.onRecord}
 		for i := 0; i < len(data); i += size {
@@ -143,16 +142,13 @@ func TestMaxStreams(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m, err := metrics.New(metrics.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			now := time.Unix(1_800_000_000, 0)
 			st := new(ingest.Stats)
 			e, err := New(Options{
 				Globs: []string{filepath.Join(dir, "*.ndjson")}, IdleTimeout: time.Second, MaxStreams: tc.max,
-				Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st, Sinks: []ingest.Sink{m}}},
-				Metrics:  m, Cumulative: metrics.NewCumulative(m.Registry()),
+				NewStream: func() StreamConfig {
+					return StreamConfig{Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}}
+				},
 				Now: func() time.Time { return now },
 			})
 			if err != nil {

@@ -72,13 +72,12 @@ const maxStamp = 20
 
 // stream is one followed file and its pipeline.
 type stream struct {
-	path   string
-	id     fileID
-	kind   spool.Kind
-	f      *os.File
-	pipe   *ingest.Pipeline
-	traces ingest.Sink // this stream's traces sink, nil when tracing is off
-	stats  *ingest.Stats
+	path string
+	id   fileID
+	kind spool.Kind
+	f    *os.File
+	pipe *ingest.Pipeline
+	ckpt map[string]ingest.StreamCheckpointer
 
 	offset  int64 // consumed up to the end of the last complete line
 	readPos int64 // read so far (offset + the partial line fed)
