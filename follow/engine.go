@@ -63,7 +63,6 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/spool"
-	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Defaults of Options.
@@ -271,6 +270,7 @@ func (e *Engine) newStream(f *os.File, path string, id fileID) *stream {
 		pipe: ingest.NewPipeline(opts), ckpt: cfg.Checkpointers,
 		lastGrowth: e.nowMs(), onRecord: e.onRecord,
 	}
+	s.rd = spool.NewReader(s.kind, s)
 	// A complete spool file (found so, or renamed while serve was down and
 	// restored from a checkpoint) is finalized once read to its end.
 	s.complete = s.kind == spool.Done
@@ -285,14 +285,9 @@ func (e *Engine) onRecord(s *stream, r spool.Record) {
 			e.log.Warn("spool file of a newer format; reading what this version understands", "file", s.path, "version", r.Version)
 		}
 	case spool.RecordGap:
+		// (The Reader drops what the gap left of a line.)
 		e.mGapRecords.Inc()
 		s.pipe.Stats().AddDropped(r.Source, r.Dropped)
-		if r.Source == tap.SourceStdout {
-			// What follows a stdout gap up to the next newline is the tail
-			// of a line whose head was lost: not a line. (stdin records are
-			// whole lines: the writer drops a cut stdin line itself.)
-			s.pipe.Gap(tap.SourceStdout)
-		}
 	}
 }
 
@@ -381,7 +376,7 @@ func (e *Engine) apply(st State) error {
 			}
 			commits = append(commits, commit)
 		}
-		s.offset, s.readPos = ss.Size, ss.Size
+		s.rd.Reset(ss.Size)
 		s.fp, s.fpLen = ss.FP, ss.FPLen
 		ok = append(ok, restored{s, ss})
 	}
@@ -399,7 +394,7 @@ func (e *Engine) apply(st State) error {
 			continue
 		}
 		e.streams[r.s.id] = r.s
-		e.log.Info("resuming stream", "file", r.s.path, "offset", r.s.offset, "open_runs", len(r.ss.Tracker.Runs))
+		e.log.Info("resuming stream", "file", r.s.path, "offset", r.s.offset(), "open_runs", len(r.ss.Tracker.Runs))
 	}
 	e.mStreams.Set(float64(len(e.streams)))
 	return nil
@@ -536,12 +531,13 @@ func (e *Engine) check(s *stream) {
 		s.gone = true
 		e.log.Info("followed file deleted; reading it to its end, then finalizing", "file", s.path)
 	}
-	if fi.Size() < s.readPos {
-		// Truncated (copytruncate, or > file): what is there now is new.
+	if fi.Size() < s.rd.Pos() {
+		// Truncated (copytruncate, or > file): what is there now is new,
+		// and the partial line read before belongs to nothing.
 		e.mTruncated.Inc()
-		e.log.Info("followed file truncated; reading it again from the start", "file", s.path, "size", fi.Size(), "was", s.readPos)
-		s.reset()
-		s.offset, s.readPos, s.fp, s.fpLen = 0, 0, "", 0
+		e.log.Info("followed file truncated; reading it again from the start", "file", s.path, "size", fi.Size(), "was", s.rd.Pos())
+		s.rd.Reset(0)
+		s.fp, s.fpLen = "", 0
 		e.dirty = true
 	}
 	if s.kind == spool.Open && !s.complete {
@@ -570,7 +566,7 @@ func (e *Engine) finalize(s *stream, reason string) {
 	}
 	fs := s.identity()
 	s.f.Close()
-	e.log.Info("stream finalized", "file", s.path, "reason", reason, "bytes", s.offset)
+	e.log.Info("stream finalized", "file", s.path, "reason", reason, "bytes", s.offset())
 	if s.gone {
 		return
 	}
@@ -726,7 +722,7 @@ func (e *Engine) open(c candidate) bool {
 		delete(e.finished, c.id)
 	}
 	s := e.newStream(f, c.path, c.id)
-	s.offset, s.readPos = start, start
+	s.rd.Reset(start)
 	e.streams[c.id] = s
 	e.dirty = true
 	e.log.Info("following", "file", c.path, "kind", kindName(s.kind), "offset", start)
