@@ -1,8 +1,15 @@
 // Package follow is the engine of `cbc-otel serve`: it follows files (spool
 // files written by `cbc-otel run --spool-dir`, or the CLI's stdout written
 // by tee), runs one ingest pipeline per file into one shared set of sinks,
-// and checkpoints offsets, open runs and cumulative totals so that a
+// and checkpoints offsets, open runs and the sinks' state so that a
 // restart, even after kill -9, counts every run exactly once.
+//
+// The engine knows no sink: each stream's pipeline comes from
+// Options.NewStream, and what the sinks must remember across a restart is
+// theirs to encode, through the ingest.Checkpointer (process-wide, e.g. the
+// metrics' cumulative totals) and ingest.StreamCheckpointer (per stream,
+// e.g. the metrics' marks of open runs, the traces' deferred agents)
+// interfaces; the engine stores their opaque states under their names.
 //
 // # One goroutine
 //
@@ -17,10 +24,14 @@
 // A checkpoint holds, at one instant: per stream the offset of the end of
 // the last complete line fed and the Tracker's state after that line (open
 // runs, which agents were reported ended, which runs were reported
-// finished), what the metrics sink remembers of those runs, and the
-// cumulative cbc_* counter and histogram totals. A restarted engine sets
-// the totals as the base of its /metrics (metrics.Cumulative), restores each
-// Tracker and re-reads from each offset. Every count made before the
+// finished), what the stream's sinks remember of those runs, and the
+// sinks' process-wide state (for the metrics: the cumulative cbc_* counter
+// and histogram totals). A restarted engine restores every sink (the
+// metrics' totals become the base of its /metrics), restores each Tracker
+// and re-reads from each offset. Restoring is all or nothing: no sink
+// changes before every piece of the checkpoint decoded cleanly (see
+// ingest.Checkpointer), so an unusable checkpoint still falls back to a
+// clean start. Every count made before the
 // checkpoint is in the base and is not made again, because the restored
 // Tracker knows it was reported (a finished run does not finish twice, an
 // ended agent does not end twice); every count made after it was lost with
@@ -35,10 +46,12 @@ package follow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,9 +62,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
-	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Defaults of Options.
@@ -105,23 +116,30 @@ type Options struct {
 	// with their creation time), until followed ones are finalized. 0
 	// means DefaultMaxStreams.
 	MaxStreams int
-	// Pipeline is the template of every stream's pipeline: its sinks (the
-	// shared metrics sink), Stats, grace, line cap, decode options. Live is
-	// forced on.
-	Pipeline ingest.PipelineOptions
-	// Metrics is the shared metrics sink (also in Pipeline's sinks): its
-	// run marks are checkpointed. Cumulative is the gatherer behind
-	// /metrics whose base is restored.
-	Metrics    *metrics.Metrics
-	Cumulative *metrics.Cumulative
-	// TraceSink returns a new traces sink for one stream (each stream has
-	// its own: the sink keeps per-stream state); nil when tracing is off.
-	TraceSink func() ingest.Sink
+	// NewStream returns what a new stream is made of. It is called for
+	// every stream followed, restored ones included. Required.
+	NewStream func() StreamConfig
+	// Checkpointers are the sinks' process-wide states, checkpointed under
+	// their names (e.g. the metrics' cumulative totals).
+	Checkpointers map[string]ingest.Checkpointer
 	// Registerer receives the engine's own metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	// Now is the wall clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// StreamConfig is what one followed stream is made of.
+type StreamConfig struct {
+	// Pipeline configures the stream's pipeline: its sinks (e.g. a metrics
+	// sink shared by every stream, a traces sink of its own), Stats, grace,
+	// line cap, decode options. The engine sets Live and Now (its clock)
+	// and adds a sink of its own (it checkpoints soon after a run ends).
+	Pipeline ingest.PipelineOptions
+	// Checkpointers are the sinks whose memory of the stream's open runs
+	// is checkpointed with it, under their names. A sink shared by every
+	// stream is given each stream's open runs in turn.
+	Checkpointers map[string]ingest.StreamCheckpointer
 }
 
 // Engine follows files into pipelines. Build it with New, call Restore,
@@ -161,8 +179,8 @@ func New(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("follow: pattern %q: %w", g, err)
 		}
 	}
-	if opts.Metrics == nil || opts.Cumulative == nil {
-		return nil, errors.New("follow: Metrics and Cumulative are required")
+	if opts.NewStream == nil {
+		return nil, errors.New("follow: NewStream is required")
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
@@ -184,9 +202,6 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Pipeline.Tracker.Stats == nil {
-		opts.Pipeline.Tracker.Stats = new(ingest.Stats)
 	}
 	e := &Engine{
 		opts:     opts,
@@ -245,22 +260,17 @@ func (t terminalSink) Observe(l ingest.Lifecycle) {
 
 // newStream builds a stream around an open file with a fresh pipeline.
 func (e *Engine) newStream(f *os.File, path string, id fileID) *stream {
-	opts := e.opts.Pipeline
+	cfg := e.opts.NewStream()
+	opts := cfg.Pipeline
 	opts.Live = true
 	opts.Now = e.opts.Now
-	sinks := slices.Clone(opts.Tracker.Sinks)
-	var ts ingest.Sink
-	if e.opts.TraceSink != nil {
-		if ts = e.opts.TraceSink(); ts != nil {
-			sinks = append(sinks, ts)
-		}
-	}
-	opts.Tracker.Sinks = append(sinks, terminalSink{e})
+	opts.Tracker.Sinks = append(slices.Clone(opts.Tracker.Sinks), terminalSink{e})
 	s := &stream{
 		path: path, id: id, kind: spool.KindOf(path), f: f,
-		pipe: ingest.NewPipeline(opts), stats: opts.Tracker.Stats,
-		lastGrowth: e.nowMs(), onRecord: e.onRecord, traces: ts,
+		pipe: ingest.NewPipeline(opts), ckpt: cfg.Checkpointers,
+		lastGrowth: e.nowMs(), onRecord: e.onRecord,
 	}
+	s.rd = spool.NewReader(s.kind, s)
 	// A complete spool file (found so, or renamed while serve was down and
 	// restored from a checkpoint) is finalized once read to its end.
 	s.complete = s.kind == spool.Done
@@ -275,22 +285,19 @@ func (e *Engine) onRecord(s *stream, r spool.Record) {
 			e.log.Warn("spool file of a newer format; reading what this version understands", "file", s.path, "version", r.Version)
 		}
 	case spool.RecordGap:
+		// (The Reader drops what the gap left of a line.)
 		e.mGapRecords.Inc()
-		s.stats.AddDropped(r.Source, r.Dropped)
-		if r.Source == tap.SourceStdout {
-			// What follows a stdout gap up to the next newline is the tail
-			// of a line whose head was lost: not a line. (stdin records are
-			// whole lines: the writer drops a cut stdin line itself.)
-			s.pipe.Gap(tap.SourceStdout)
-		}
+		s.pipe.Stats().AddDropped(r.Source, r.Dropped)
 	}
 }
 
-// Restore loads the checkpoint (if any), restores every stream it holds
-// and sets the totals base. A corrupt checkpoint is moved aside and logged:
-// every file is then read from the start and the totals restart from zero
-// (a counter reset, which Prometheus handles), so nothing is counted twice
-// within the new totals. Only an unreadable state directory is an error.
+// Restore loads the checkpoint (if any), restores every sink's state and
+// every stream it holds. A corrupt checkpoint (undecodable, of another
+// version, or one whose sink or Tracker state does not restore) is moved
+// aside and logged: every file is then read from the start and the totals
+// restart from zero (a counter reset, which Prometheus handles), so nothing
+// is counted twice within the new totals. Only an unreadable state
+// directory is an error.
 func (e *Engine) Restore() error {
 	if e.opts.StateDir == "" {
 		return nil
@@ -318,22 +325,38 @@ func (e *Engine) corrupt(err error) {
 		delete(e.streams, id)
 	}
 	clear(e.finished)
-	e.opts.Cumulative.SetBase(nil)
+	// No sink was changed: apply commits nothing unless all restored.
 }
 
 // apply restores a decoded checkpoint. Nothing reaches the sinks before
-// every stream restored cleanly, so a bad entry can still fall back to a
-// clean start.
+// every sink state and every stream restored cleanly, so a bad entry can
+// still fall back to a clean start. Sink states saved under a name no sink
+// has now are ignored; a sink without a saved state is restored from nil.
 func (e *Engine) apply(st State) error {
-	base, err := metrics.UnmarshalFamilies(st.Metrics)
-	if err != nil {
-		return err
+	var commits []func()
+	for _, name := range slices.Sorted(maps.Keys(e.opts.Checkpointers)) {
+		commit, err := e.opts.Checkpointers[name].RestoreCheckpoint(st.Sinks[name])
+		if err != nil {
+			return fmt.Errorf("%w: sink %s: %w", ErrCorrupt, name, err)
+		}
+		commits = append(commits, commit)
 	}
 	type restored struct {
 		s  *stream
 		ss StreamState
 	}
 	var ok []restored
+	fail := func(s *stream, err error) error {
+		if s.f != nil {
+			s.f.Close()
+		}
+		for _, r := range ok {
+			if r.s.f != nil {
+				r.s.f.Close()
+			}
+		}
+		return err
+	}
 	now := e.nowMs()
 	for _, ss := range st.Streams {
 		f, path, id, found := e.locate(ss.FileState)
@@ -343,69 +366,38 @@ func (e *Engine) apply(st State) error {
 			s.complete = s.kind == spool.Done
 		}
 		if err := s.pipe.Tracker().Restore(ss.Tracker, now); err != nil {
-			if f != nil {
-				f.Close()
-			}
-			for _, r := range ok {
-				r.s.f.Close()
-			}
-			return fmt.Errorf("%w: stream %s: %w", ErrCorrupt, ss.Path, err)
+			return fail(s, fmt.Errorf("%w: stream %s: %w", ErrCorrupt, ss.Path, err))
 		}
-		s.offset, s.readPos = ss.Size, ss.Size
+		open := s.pipe.Tracker().Open()
+		for _, name := range slices.Sorted(maps.Keys(s.ckpt)) {
+			commit, err := s.ckpt[name].RestoreStream(ss.Sinks[name], open)
+			if err != nil {
+				return fail(s, fmt.Errorf("%w: stream %s: sink %s: %w", ErrCorrupt, ss.Path, name, err))
+			}
+			commits = append(commits, commit)
+		}
+		s.rd.Reset(ss.Size)
 		s.fp, s.fpLen = ss.FP, ss.FPLen
 		ok = append(ok, restored{s, ss})
 	}
-	// Committed: from here on the sinks learn of the restored runs.
-	e.opts.Cumulative.SetBase(base)
-	e.opts.Metrics.RestoreLabels(st.Workflows, st.TaskTypes)
+	// Committed: from here on the sinks know the restored state.
+	for _, commit := range commits {
+		commit()
+	}
 	for _, fs := range st.Finished {
 		e.finished[fileID{fs.Dev, fs.Ino}] = fs
 	}
 	for _, r := range ok {
-		e.primeSinks(r.s, r.ss)
 		if r.s.f == nil {
 			e.log.Warn("followed file gone while serve was down; its open runs are abandoned", "file", r.ss.Path, "open_runs", len(r.ss.Tracker.Runs))
 			e.finalize(r.s, ReasonVanished)
 			continue
 		}
 		e.streams[r.s.id] = r.s
-		e.log.Info("resuming stream", "file", r.s.path, "offset", r.s.offset, "open_runs", len(r.ss.Tracker.Runs))
+		e.log.Info("resuming stream", "file", r.s.path, "offset", r.s.offset(), "open_runs", len(r.ss.Tracker.Runs))
 	}
 	e.mStreams.Set(float64(len(e.streams)))
 	return nil
-}
-
-// primeSinks tells the sinks about a restored stream's open runs: the
-// metrics sink gets its marks back, the stream's traces sink learns the
-// runs (for parent links) and the agents it had deferred until the run
-// ends (ended without both times).
-func (e *Engine) primeSinks(s *stream, ss StreamState) {
-	open := s.pipe.Tracker().Open()
-	for _, m := range ss.Marks {
-		if m.Run >= 0 && m.Run < len(open) {
-			e.opts.Metrics.RestoreRun(open[m.Run], m.Mark)
-		}
-	}
-	if s.traces == nil {
-		return
-	}
-	for i, r := range open {
-		kind := ingest.TaskStarted
-		if r.Workflow {
-			kind = ingest.RunStarted
-		}
-		s.traces.Observe(ingest.Lifecycle{Kind: kind, Run: r})
-		if i >= len(ss.Tracker.Runs) {
-			continue
-		}
-		for _, idx := range ss.Tracker.Runs[i].AgentsEnded {
-			for j := range r.Agents {
-				if a := &r.Agents[j]; a.Index == idx && !(a.Start > 0 && a.End > 0) {
-					s.traces.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: a})
-				}
-			}
-		}
-	}
 }
 
 // locate finds the file a checkpointed stream was reading: at its path, at
@@ -539,12 +531,13 @@ func (e *Engine) check(s *stream) {
 		s.gone = true
 		e.log.Info("followed file deleted; reading it to its end, then finalizing", "file", s.path)
 	}
-	if fi.Size() < s.readPos {
-		// Truncated (copytruncate, or > file): what is there now is new.
+	if fi.Size() < s.rd.Pos() {
+		// Truncated (copytruncate, or > file): what is there now is new,
+		// and the partial line read before belongs to nothing.
 		e.mTruncated.Inc()
-		e.log.Info("followed file truncated; reading it again from the start", "file", s.path, "size", fi.Size(), "was", s.readPos)
-		s.reset()
-		s.offset, s.readPos, s.fp, s.fpLen = 0, 0, "", 0
+		e.log.Info("followed file truncated; reading it again from the start", "file", s.path, "size", fi.Size(), "was", s.rd.Pos())
+		s.rd.Reset(0)
+		s.fp, s.fpLen = "", 0
 		e.dirty = true
 	}
 	if s.kind == spool.Open && !s.complete {
@@ -573,7 +566,7 @@ func (e *Engine) finalize(s *stream, reason string) {
 	}
 	fs := s.identity()
 	s.f.Close()
-	e.log.Info("stream finalized", "file", s.path, "reason", reason, "bytes", s.offset)
+	e.log.Info("stream finalized", "file", s.path, "reason", reason, "bytes", s.offset())
 	if s.gone {
 		return
 	}
@@ -729,7 +722,7 @@ func (e *Engine) open(c candidate) bool {
 		delete(e.finished, c.id)
 	}
 	s := e.newStream(f, c.path, c.id)
-	s.offset, s.readPos = start, start
+	s.rd.Reset(start)
 	e.streams[c.id] = s
 	e.dirty = true
 	e.log.Info("following", "file", c.path, "kind", kindName(s.kind), "offset", start)
@@ -820,26 +813,8 @@ func (e *Engine) evict(cands []candidate) []candidate {
 
 // checkpoint writes the state now.
 func (e *Engine) checkpoint() error {
-	st := State{SavedAt: e.nowMs()}
-	totals, err := e.opts.Cumulative.Totals()
+	st, err := e.state()
 	if err == nil {
-		st.Metrics, err = metrics.MarshalFamilies(totals)
-	}
-	if err == nil {
-		st.Workflows, st.TaskTypes = e.opts.Metrics.Labels()
-		for _, s := range e.sorted() {
-			ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
-			for i, r := range s.pipe.Tracker().Open() {
-				if mk, ok := e.opts.Metrics.MarkOf(r); ok {
-					ss.Marks = append(ss.Marks, RunMark{Run: i, Mark: mk})
-				}
-			}
-			st.Streams = append(st.Streams, ss)
-		}
-		for _, fs := range e.finished {
-			st.Finished = append(st.Finished, fs)
-		}
-		sort.Slice(st.Finished, func(i, j int) bool { return st.Finished[i].Path < st.Finished[j].Path })
 		err = SaveState(e.opts.StateDir, st)
 	}
 	if err != nil {
@@ -858,4 +833,46 @@ func (e *Engine) checkpoint() error {
 	e.terminal, e.dirty = false, false
 	e.lastCheckpoint = e.opts.Now()
 	return nil
+}
+
+// state collects the checkpoint: every sink's state, every stream's, the
+// finished files.
+func (e *Engine) state() (State, error) {
+	st := State{SavedAt: e.nowMs()}
+	for name, c := range e.opts.Checkpointers {
+		raw, err := c.SaveCheckpoint()
+		if err != nil {
+			return State{}, fmt.Errorf("saving the state of sink %s: %w", name, err)
+		}
+		st.Sinks = withRaw(st.Sinks, name, raw)
+	}
+	for _, s := range e.sorted() {
+		ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+		open := s.pipe.Tracker().Open()
+		for name, c := range s.ckpt {
+			raw, err := c.SaveStream(open)
+			if err != nil {
+				return State{}, fmt.Errorf("saving the state of sink %s for %s: %w", name, s.path, err)
+			}
+			ss.Sinks = withRaw(ss.Sinks, name, raw)
+		}
+		st.Streams = append(st.Streams, ss)
+	}
+	for _, fs := range e.finished {
+		st.Finished = append(st.Finished, fs)
+	}
+	sort.Slice(st.Finished, func(i, j int) bool { return st.Finished[i].Path < st.Finished[j].Path })
+	return st, nil
+}
+
+// withRaw sets m[name] to a saved state, leaving out an empty one.
+func withRaw(m map[string]json.RawMessage, name string, raw json.RawMessage) map[string]json.RawMessage {
+	if len(raw) == 0 {
+		return m
+	}
+	if m == nil {
+		m = make(map[string]json.RawMessage)
+	}
+	m[name] = raw
+	return m
 }

@@ -7,50 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
-
-// The spool splitter gives the same lines, sources and line-boundary
-// offsets however the bytes are chunked by reads.
-func TestSplitterChunking(t *testing.T) {
-	data := "\x1ecbcspool 1\n" +
-		`{"type":"system","subtype":"init","session_id":"s"}` + "\n" +
-		"\x1estdin " + `{"type":"control_request","request_id":"r","request":{"subtype":"interrupt"}}` + "\n" +
-		"\x1estdout \x1enot json\n" +
-		"\x1egap stdout 12\n" +
-		"\x1efuture whatever\n" +
-		`{"partial":`
-	for _, size := range []int{1, 2, 3, 7, 64, len(data)} {
-		var gaps int64
-		st := new(ingest.Stats)
-		s := &stream{kind: spool.Done, stats: st,
-			pipe: ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}),
-			onRecord: func(_ *stream, r spool.Record) {
-				if r.Kind == spool.RecordGap {
-					gaps += r.Dropped
-				}
-			}}
-		for i := 0; i < len(data); i += size {
-			s.feed([]byte(data[i:min(i+size, len(data))]))
-		}
-		if want := int64(len(data) - len(`{"partial":`)); s.offset != want || s.readPos != int64(len(data)) {
-			t.Fatalf("chunks of %d: offset %d readPos %d, want %d %d", size, s.offset, s.readPos, want, len(data))
-		}
-		if st.Lines(tap.SourceStdout) != 2 || st.Lines(tap.SourceStdin) != 1 || gaps != 12 {
-			t.Fatalf("chunks of %d: stdout lines %d stdin %d gaps %d", size, st.Lines(tap.SourceStdout), st.Lines(tap.SourceStdin), gaps)
-		}
-		if st.Events() != 2 { // init and the interrupt reached the Tracker
-			t.Fatalf("chunks of %d: events %d, want 2", size, st.Events())
-		}
-	}
-}
 
 func TestStateRoundTripAndCorrupt(t *testing.T) {
 	dir := t.TempDir()
@@ -65,7 +28,7 @@ func TestStateRoundTripAndCorrupt(t *testing.T) {
 	if err != nil || len(got.Streams) != 1 || got.Streams[0].Size != 10 {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
-	for _, bad := range []string{"{", `{"version":99}`, `{"version":1,"streams":[{"offset":-1,"ino":1}]}`} {
+	for _, bad := range []string{"{", `{"version":99}`, `{"version":1}`, `{"version":2,"streams":[{"offset":-1,"ino":1}]}`} {
 		os.WriteFile(filepath.Join(dir, StateFile), []byte(bad), 0o600)
 		if _, err := LoadState(dir); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%q: %v, want ErrCorrupt", bad, err)
@@ -79,12 +42,13 @@ func TestStateRoundTripAndCorrupt(t *testing.T) {
 	}
 }
 
-// Around a gap record nothing is decoded as invalid JSON: the stdout line
-// cut by the gap (ended with RS by the writer) is discarded, and so is the
-// tail after the gap (an empty line from a current writer, the raw
-// fragment from an older one). Stamped and unstamped stdin records both
-// reach the Tracker.
-func TestSplitterGapAndStdinStamp(t *testing.T) {
+// A spool stream feeds its pipeline through the spool Reader: around a gap
+// record nothing is decoded as invalid JSON (the stdout line cut by the
+// gap, ended with RS by the writer, is discarded, and so is the tail after
+// the gap: an empty line from a current writer, the raw fragment from an
+// older one), gaps are counted, and stamped and unstamped stdin records
+// both reach the Tracker.
+func TestStreamGapAndStdinStamp(t *testing.T) {
 	data := "\x1ecbcspool 1\n" +
 		`{"type":"system","subtype":"init","session_id":"s"}` + "\n" +
 		`{"type":"assistant","message":{"content":"cut he` + "\x1e\n" +
@@ -101,15 +65,18 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 		`{"type":"system","subtype":"task_progress","task_id":"w"}` + "\n"
 	for _, size := range []int{1, 2, 3, 5, 7, 64, len(data)} {
 		st := new(ingest.Stats)
-		e := &Engine{mGapRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}), warned: map[string]bool{}}
-		s := &stream{kind: spool.Done, stats: st,
-			pipe:     ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}),
-			onRecord: e.onRecord}
-		for i := 0; i < len(data); i += size {
-			s.feed([]byte(data[i:min(i+size, len(data))]))
+		e, err := New(Options{Globs: []string{"x"}, NewStream: func() StreamConfig {
+			return StreamConfig{Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}}
+		}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if s.offset != int64(len(data)) {
-			t.Fatalf("chunks of %d: offset %d, want %d", size, s.offset, len(data))
+		s := e.newStream(nil, "x"+spool.DoneSuffix, fileID{})
+		for i := 0; i < len(data); i += size {
+			s.rd.Write([]byte(data[i:min(i+size, len(data))]))
+		}
+		if s.offset() != int64(len(data)) {
+			t.Fatalf("chunks of %d: offset %d, want %d", size, s.offset(), len(data))
 		}
 		for _, r := range []streamjson.Reason{streamjson.ReasonInvalidJSON, streamjson.ReasonTooLong, streamjson.ReasonBadShape} {
 			if n := st.Rejected(r); n != 0 {
@@ -118,6 +85,9 @@ func TestSplitterGapAndStdinStamp(t *testing.T) {
 		}
 		if st.Lines(tap.SourceStdin) != 3 || st.Events() != 5 {
 			t.Fatalf("chunks of %d: stdin lines %d, events %d; want 3, 5", size, st.Lines(tap.SourceStdin), st.Events())
+		}
+		if g, d := testutil.ToFloat64(e.mGapRecords), st.Dropped(tap.SourceStdout); g != 4 || d != 110 {
+			t.Fatalf("chunks of %d: %v gap records, %d stdout bytes dropped; want 4, 110", size, g, d)
 		}
 	}
 }
@@ -143,16 +113,13 @@ func TestMaxStreams(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m, err := metrics.New(metrics.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			now := time.Unix(1_800_000_000, 0)
 			st := new(ingest.Stats)
 			e, err := New(Options{
 				Globs: []string{filepath.Join(dir, "*.ndjson")}, IdleTimeout: time.Second, MaxStreams: tc.max,
-				Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st, Sinks: []ingest.Sink{m}}},
-				Metrics:  m, Cumulative: metrics.NewCumulative(m.Registry()),
+				NewStream: func() StreamConfig {
+					return StreamConfig{Pipeline: ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Stats: st}}}
+				},
 				Now: func() time.Time { return now },
 			})
 			if err != nil {

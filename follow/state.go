@@ -10,30 +10,30 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 )
 
 // StateFile is the checkpoint's name in the state directory.
 const StateFile = "cbc-otel-serve.state.json"
 
-// stateVersion is the checkpoint format version; a file of another version
-// is refused like a corrupt one.
-const stateVersion = 1
+// stateVersion is the checkpoint format version. A file of another version
+// is refused like a corrupt one: it is moved aside, every file is read from
+// the start and the totals restart from zero (a counter reset). Version 1
+// held the metrics' state in fields of its own; version 2 holds every
+// sink's state, opaque, under the sink's name.
+const stateVersion = 2
 
 // State is the checkpoint: everything a restarted serve needs to go on as if
 // it had never stopped. It is one file, written atomically (temp file,
 // fsync, rename, fsync of the directory), so that the offsets, the open-run
-// state and the cumulative totals always belong to the same instant.
+// state and every sink's state always belong to the same instant.
 type State struct {
 	Version int `json:"version"`
 	// SavedAt is the wall clock of the checkpoint, epoch ms.
 	SavedAt int64 `json:"saved_at"`
-	// Metrics are the cumulative cbc_* counter and histogram families (the
-	// totals since the first process), protobuf JSON.
-	Metrics json.RawMessage `json:"metrics,omitempty"`
-	// Workflows and TaskTypes are the label values admitted so far.
-	Workflows []string `json:"workflows,omitempty"`
-	TaskTypes []string `json:"task_types,omitempty"`
+	// Sinks are the process-wide states of the sinks (e.g. the metrics'
+	// cumulative totals and admitted labels), by name: what each
+	// ingest.Checkpointer of Options.Checkpointers saved.
+	Sinks map[string]json.RawMessage `json:"sinks,omitempty"`
 	// Streams are the streams being followed.
 	Streams []StreamState `json:"streams"`
 	// Finished are files read to their end and finalized that are still on
@@ -60,18 +60,12 @@ type StreamState struct {
 	FileState
 	// Tracker is the open-run state after the line ending at Size.
 	Tracker ingest.TrackerState `json:"tracker"`
-	// Marks are what the metrics sink remembers of the open runs, by their
-	// position in Tracker.Runs.
-	Marks []RunMark `json:"marks,omitempty"`
+	// Sinks are what the stream's sinks remember of its open runs, by
+	// name: what each ingest.StreamCheckpointer of the stream saved.
+	Sinks map[string]json.RawMessage `json:"sinks,omitempty"`
 	// LastGrowth is when the file last grew (epoch ms), for the idle
 	// timeout.
 	LastGrowth int64 `json:"last_growth"`
-}
-
-// RunMark pairs a metrics.RunMark with the run it belongs to.
-type RunMark struct {
-	Run  int             `json:"run"`
-	Mark metrics.RunMark `json:"mark"`
 }
 
 // ErrCorrupt wraps a checkpoint that cannot be used.
@@ -98,9 +92,6 @@ func LoadState(dir string) (State, error) {
 		if st.Size < 0 || st.Ino == 0 {
 			return State{}, fmt.Errorf("%w: stream %d (%s): bad offset or inode", ErrCorrupt, i, st.Path)
 		}
-	}
-	if _, err := metrics.UnmarshalFamilies(s.Metrics); err != nil {
-		return State{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return s, nil
 }

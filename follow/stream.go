@@ -1,7 +1,6 @@
 package follow
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,12 +17,6 @@ import (
 
 // fpMax is how many leading bytes identify a file besides its inode.
 const fpMax = 1024
-
-// maxTag bounds a spool record tag; maxRecord a header or gap record.
-const (
-	maxTag    = 32
-	maxRecord = 256
-)
 
 // fileID is a file's device and inode.
 type fileID struct{ dev, ino uint64 }
@@ -57,202 +50,54 @@ func fingerprint(f *os.File, n int64) (string, bool) {
 	return hex.EncodeToString(sum[:]), true
 }
 
-// splitter modes.
-const (
-	modeStart  = iota // at the start of a line
-	modeTag           // after RS, reading the tag
-	modeStream        // forwarding the line to the pipeline as src
-	modeRecord        // buffering a small record (header, gap)
-	modeSkip          // discarding up to the end of the line
-	modeStamp         // after "\x1estdin ": reading an optional time stamp
-)
-
-// maxStamp bounds the digits of a stdin record's time stamp.
-const maxStamp = 20
-
 // stream is one followed file and its pipeline.
 type stream struct {
-	path   string
-	id     fileID
-	kind   spool.Kind
-	f      *os.File
-	pipe   *ingest.Pipeline
-	traces ingest.Sink // this stream's traces sink, nil when tracing is off
-	stats  *ingest.Stats
+	path string
+	id   fileID
+	kind spool.Kind
+	f    *os.File
+	pipe *ingest.Pipeline
+	ckpt map[string]ingest.StreamCheckpointer
 
-	offset  int64 // consumed up to the end of the last complete line
-	readPos int64 // read so far (offset + the partial line fed)
-	fp      string
-	fpLen   int64
+	rd    *spool.Reader // splits the file's bytes into the pipeline's lines
+	fp    string
+	fpLen int64
 
 	lastGrowth int64 // epoch ms
 	complete   bool  // a spool file renamed to its complete name
 	gone       bool  // unlinked: read to the end, then finalize
 
-	mode   int
-	src    tap.Source
-	buf    []byte // tag, stamp or record being assembled
-	heldRS bool   // a stream line's last byte so far is RS, not yet fed: a cut line if the newline follows
 	// onRecord reports records to the engine (version header, gaps).
 	onRecord func(*stream, spool.Record)
 }
 
-// reset discards the partial line: after a truncation the bytes before it
-// belong to nothing.
-func (s *stream) reset() {
-	s.pipe.Gap(tap.SourceStdout)
-	s.pipe.Gap(tap.SourceStdin)
-	s.mode, s.buf, s.heldRS = modeStart, s.buf[:0], false
-}
+// Write, Discard and Record make the stream the Handler of its Reader.
 
-// feed processes bytes read at readPos. Plain files are stdout verbatim;
-// spool files are split into records (see package spool). Line contents are
-// streamed into the pipeline as they come, so a long line is never held
-// here: the pipeline's framer caps it.
-func (s *stream) feed(data []byte) {
-	spoolFmt := s.kind != spool.Plain
-	for len(data) > 0 {
-		switch s.mode {
-		case modeStart:
-			if spoolFmt && data[0] == spool.RS {
-				s.mode, s.buf = modeTag, s.buf[:0]
-				data = s.advance(data, 1)
-				continue
-			}
-			s.mode, s.src = modeStream, tap.SourceStdout
-		case modeTag:
-			i := bytes.IndexAny(data, " \n")
-			if i < 0 {
-				s.buf = append(s.buf, data...)
-				if len(s.buf) > maxTag {
-					s.mode = modeSkip
-				}
-				data = s.advance(data, len(data))
-				continue
-			}
-			s.buf = append(s.buf, data[:i]...)
-			nl := data[i] == '\n'
-			data = s.advance(data, i+1)
-			switch string(s.buf) {
-			case "stdout", "stdin":
-				s.mode, s.src = modeStream, tap.SourceStdout
-				if string(s.buf) == "stdin" {
-					s.mode, s.src, s.buf = modeStamp, tap.SourceStdin, s.buf[:0]
-				}
-				if nl {
-					s.pipe.Write(s.src, []byte{'\n'})
-				}
-			case "gap", "cbcspool":
-				s.buf = append(append([]byte{spool.RS}, s.buf...), ' ')
-				s.mode = modeRecord
-				if nl {
-					s.record()
-				}
-			default:
-				s.mode = modeSkip
-			}
-			if nl {
-				s.lineEnd()
-			}
-		case modeStamp:
-			// "\x1estdin <ns> <json>", or the older "\x1estdin <json>".
-			j := 0
-			for j < len(data) && data[j] >= '0' && data[j] <= '9' {
-				j++
-			}
-			s.buf = append(s.buf, data[:j]...)
-			data = s.advance(data, j)
-			switch {
-			case len(s.buf) > maxStamp || (len(data) > 0 && (data[0] != ' ' || len(s.buf) == 0)):
-				s.pipe.Write(s.src, s.buf) // no stamp: the digits are the line's
-				s.mode = modeStream
-			case len(data) > 0:
-				data = s.advance(data, 1) // the space after the stamp
-				s.mode = modeStream
-			}
-		case modeStream:
-			i := bytes.IndexByte(data, '\n')
-			seg := data
-			if i >= 0 {
-				seg = data[:i]
-			}
-			if s.heldRS && len(seg) > 0 {
-				s.pipe.Write(s.src, []byte{spool.RS})
-				s.heldRS = false
-			}
-			// A spool line ending with RS was cut by a gap (see package
-			// spool): hold a trailing RS until the next byte tells.
-			cut := spoolFmt && len(seg) > 0 && seg[len(seg)-1] == spool.RS
-			if i < 0 {
-				if cut {
-					seg = seg[:len(seg)-1]
-					s.heldRS = true
-				}
-				s.pipe.Write(s.src, seg)
-				data = s.advance(data, len(data))
-				continue
-			}
-			if cut || s.heldRS {
-				if cut {
-					s.pipe.Write(s.src, seg[:len(seg)-1])
-				}
-				s.heldRS = false
-				s.pipe.Gap(s.src)                 // discard the cut line...
-				s.pipe.Write(s.src, []byte{'\n'}) // ...up to its newline
-			} else {
-				s.pipe.Write(s.src, data[:i+1])
-			}
-			data = s.advance(data, i+1)
-			s.lineEnd()
-		case modeRecord, modeSkip:
-			i := bytes.IndexByte(data, '\n')
-			end := len(data)
-			if i >= 0 {
-				end = i
-			}
-			if s.mode == modeRecord {
-				s.buf = append(s.buf, data[:end]...)
-				if len(s.buf) > maxRecord {
-					s.mode = modeSkip
-				}
-			}
-			if i < 0 {
-				data = s.advance(data, len(data))
-				continue
-			}
-			data = s.advance(data, i+1)
-			if s.mode == modeRecord {
-				s.record()
-			}
-			s.lineEnd()
-		}
-	}
-}
+// Write feeds a line's bytes to the pipeline.
+func (s *stream) Write(src tap.Source, b []byte) { s.pipe.Write(src, b) }
 
-func (s *stream) advance(data []byte, n int) []byte {
-	s.readPos += int64(n)
-	return data[n:]
-}
+// Discard drops the pipeline's partial line of src; the next byte starts a
+// line.
+func (s *stream) Discard(src tap.Source) { s.pipe.GapAtLineEnd(src) }
 
-func (s *stream) lineEnd() {
-	s.mode = modeStart
-	s.offset = s.readPos
-}
-
-func (s *stream) record() {
+// Record reports a header or gap record to the engine.
+func (s *stream) Record(r spool.Record) {
 	if s.onRecord != nil {
-		s.onRecord(s, spool.Parse(s.buf))
+		s.onRecord(s, r)
 	}
 }
 
-// readSome reads up to budget bytes from readPos and feeds them. It
-// reports how many bytes were read.
+// offset is where the last complete line fed ends: what a checkpoint saves.
+func (s *stream) offset() int64 { return s.rd.Offset() }
+
+// readSome reads up to budget bytes from where the Reader is and feeds
+// them. It reports how many bytes were read.
 func (s *stream) readSome(buf []byte, budget int) (int, error) {
 	total := 0
 	for total < budget {
-		n, err := s.f.ReadAt(buf[:min(len(buf), budget-total)], s.readPos)
+		n, err := s.f.ReadAt(buf[:min(len(buf), budget-total)], s.rd.Pos())
 		if n > 0 {
-			s.feed(buf[:n])
+			s.rd.Write(buf[:n])
 			total += n
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
@@ -267,13 +112,13 @@ func (s *stream) readSome(buf []byte, budget int) (int, error) {
 
 // identity returns the file's identity at the current offset.
 func (s *stream) identity() FileState {
-	n := min(s.offset, fpMax)
+	n := min(s.offset(), fpMax)
 	if s.fpLen != n {
 		if fp, ok := fingerprint(s.f, n); ok {
 			s.fp, s.fpLen = fp, n
 		}
 	}
-	return FileState{Path: s.path, Dev: s.id.dev, Ino: s.id.ino, FP: s.fp, FPLen: s.fpLen, Size: s.offset}
+	return FileState{Path: s.path, Dev: s.id.dev, Ino: s.id.ino, FP: s.fp, FPLen: s.fpLen, Size: s.offset()}
 }
 
 // matches reports whether the open file f (of identity id, at path) is

@@ -18,15 +18,26 @@ import (
 )
 
 // This file lets a long-lived process (cbc-otel serve) survive its own
-// restart with exact cumulative totals: what Metrics remembers of runs in
-// flight can be saved and restored (RunMark), and a Cumulative gatherer
-// adds the totals saved by the previous process to the live registry's.
+// restart with exact cumulative totals. Metrics is an
+// ingest.StreamCheckpointer (what it remembers of a stream's runs in
+// flight), Checkpoint an ingest.Checkpointer (the cumulative totals and the
+// label values admitted), and a Cumulative gatherer adds the totals saved
+// by the previous process to the live registry's.
 
-// RunMark is what a Metrics remembers of a run between its first event and
+// CheckpointName is the name the metrics' state is saved under, in a
+// checkpoint and in each of its streams.
+const CheckpointName = "metrics"
+
+var (
+	_ ingest.StreamCheckpointer = (*Metrics)(nil)
+	_ ingest.Checkpointer       = (*Checkpoint)(nil)
+)
+
+// runMark is what a Metrics remembers of a run between its first event and
 // its RunFinalized: the label it was counted under, whether it is in
 // cbc_workflow_runs_active, whether its terminal status was counted and
-// which agents were. It encodes to JSON.
-type RunMark struct {
+// which agents were.
+type runMark struct {
 	Label    string `json:"label"`
 	Workflow bool   `json:"workflow,omitempty"`
 	Active   bool   `json:"active,omitempty"`
@@ -37,16 +48,66 @@ type RunMark struct {
 	Agents []int `json:"agents,omitempty"`
 }
 
-// MarkOf returns what m remembers of r; ok is false when m never saw it.
+// streamMark is a runMark and the run's position in the stream's open runs.
+type streamMark struct {
+	Run  int     `json:"run"`
+	Mark runMark `json:"mark"`
+}
+
+// SaveStream implements ingest.StreamCheckpointer: the marks of the open
+// runs m has seen (nil when none).
+func (m *Metrics) SaveStream(open []*ingest.Run) (json.RawMessage, error) {
+	var marks []streamMark
+	for i, r := range open {
+		if mk, ok := m.markOf(r); ok {
+			marks = append(marks, streamMark{Run: i, Mark: mk})
+		}
+	}
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(marks)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: encoding run marks: %w", err)
+	}
+	return b, nil
+}
+
+// RestoreStream implements ingest.StreamCheckpointer. The commit makes m
+// remember the marked runs without counting anything again (the counters
+// come from the totals Checkpoint restores); only the gauge
+// cbc_workflow_runs_active, which is not cumulative, is raised for the runs
+// that were active. A mark of a run that is not open is an error: the marks
+// and the Tracker's state were saved at the same instant.
+func (m *Metrics) RestoreStream(state json.RawMessage, open []*ingest.Run) (func(), error) {
+	var marks []streamMark
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &marks); err != nil {
+			return nil, fmt.Errorf("metrics: decoding run marks: %w", err)
+		}
+	}
+	for _, sm := range marks {
+		if sm.Run < 0 || sm.Run >= len(open) {
+			return nil, fmt.Errorf("metrics: a run mark of run %d, but %d runs are open", sm.Run, len(open))
+		}
+	}
+	return func() {
+		for _, sm := range marks {
+			m.restoreRun(open[sm.Run], sm.Mark)
+		}
+	}, nil
+}
+
+// markOf returns what m remembers of r; ok is false when m never saw it.
 // Call it from the goroutine feeding r's Tracker (r must not change).
-func (m *Metrics) MarkOf(r *ingest.Run) (mk RunMark, ok bool) {
+func (m *Metrics) markOf(r *ingest.Run) (mk runMark, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st, ok := m.runs[r]
 	if !ok {
-		return RunMark{}, false
+		return runMark{}, false
 	}
-	mk = RunMark{Label: st.label, Workflow: r.Workflow, Active: st.active, Finished: st.finished, Timed: st.timed}
+	mk = runMark{Label: st.label, Workflow: r.Workflow, Active: st.active, Finished: st.finished, Timed: st.timed}
 	for i := range st.agents {
 		mk.Agents = append(mk.Agents, i)
 	}
@@ -54,11 +115,8 @@ func (m *Metrics) MarkOf(r *ingest.Run) (mk RunMark, ok bool) {
 	return mk, true
 }
 
-// RestoreRun makes m remember r (a run restored into a Tracker) as mk says,
-// without counting anything again: the counters come from the saved totals
-// (Cumulative). Only the gauge cbc_workflow_runs_active, which is not
-// cumulative, is raised for a run that was active.
-func (m *Metrics) RestoreRun(r *ingest.Run, mk RunMark) {
+// restoreRun makes m remember r (a run restored into a Tracker) as mk says.
+func (m *Metrics) restoreRun(r *ingest.Run, mk runMark) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.runs[r]; ok {
@@ -87,9 +145,9 @@ func (m *Metrics) RestoreRun(r *ingest.Run, mk RunMark) {
 	}
 }
 
-// Labels returns the workflow and task_type label values admitted so far,
+// labels returns the workflow and task_type label values admitted so far,
 // sorted, so that a restarted process admits the same ones first.
-func (m *Metrics) Labels() (workflows, taskTypes []string) {
+func (m *Metrics) labels() (workflows, taskTypes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for l := range m.workflows.seen {
@@ -103,9 +161,9 @@ func (m *Metrics) Labels() (workflows, taskTypes []string) {
 	return workflows, taskTypes
 }
 
-// RestoreLabels admits label values saved by Labels, without counting an
+// restoreLabels admits label values saved by labels, without counting an
 // overflow: they were admitted (or were "other") before the restart.
-func (m *Metrics) RestoreLabels(workflows, taskTypes []string) {
+func (m *Metrics) restoreLabels(workflows, taskTypes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range workflows {
@@ -114,6 +172,66 @@ func (m *Metrics) RestoreLabels(workflows, taskTypes []string) {
 	for _, l := range taskTypes {
 		m.taskTypes.seen[l] = struct{}{}
 	}
+}
+
+// Checkpoint is the process-wide state of the metrics, an
+// ingest.Checkpointer: the cumulative totals of every cbc_* counter and
+// histogram (a Cumulative's base plus live) and the workflow and task_type
+// label values a Metrics admitted. Restored, the totals become the
+// Cumulative's base.
+type Checkpoint struct {
+	m *Metrics
+	c *Cumulative
+}
+
+// NewCheckpoint returns the Checkpoint of m and c, a Cumulative over m's
+// registry.
+func NewCheckpoint(m *Metrics, c *Cumulative) *Checkpoint { return &Checkpoint{m: m, c: c} }
+
+// checkpointState is what a Checkpoint saves.
+type checkpointState struct {
+	// Totals are the cumulative families, protobuf JSON (marshalFamilies).
+	Totals    json.RawMessage `json:"totals,omitempty"`
+	Workflows []string        `json:"workflows,omitempty"`
+	TaskTypes []string        `json:"task_types,omitempty"`
+}
+
+// SaveCheckpoint implements ingest.Checkpointer.
+func (k *Checkpoint) SaveCheckpoint() (json.RawMessage, error) {
+	totals, err := k.c.Totals()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: gathering the totals: %w", err)
+	}
+	st := checkpointState{}
+	if st.Totals, err = marshalFamilies(totals); err != nil {
+		return nil, err
+	}
+	st.Workflows, st.TaskTypes = k.m.labels()
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: encoding the checkpoint: %w", err)
+	}
+	return b, nil
+}
+
+// RestoreCheckpoint implements ingest.Checkpointer: the commit sets the
+// Cumulative's base and admits the saved label values.
+func (k *Checkpoint) RestoreCheckpoint(state json.RawMessage) (func(), error) {
+	if len(state) == 0 {
+		return func() {}, nil
+	}
+	var st checkpointState
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("metrics: decoding the checkpoint: %w", err)
+	}
+	base, err := unmarshalFamilies(st.Totals)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		k.c.SetBase(base)
+		k.m.restoreLabels(st.Workflows, st.TaskTypes)
+	}, nil
 }
 
 // Cumulative is a prometheus.Gatherer exposing a live registry plus the
@@ -190,9 +308,9 @@ func (c *Cumulative) Totals() ([]*dto.MetricFamily, error) {
 	return out, nil
 }
 
-// MarshalFamilies encodes families to JSON (protobuf JSON mapping, one
+// marshalFamilies encodes families to JSON (protobuf JSON mapping, one
 // object per family), the form a checkpoint stores.
-func MarshalFamilies(fams []*dto.MetricFamily) (json.RawMessage, error) {
+func marshalFamilies(fams []*dto.MetricFamily) (json.RawMessage, error) {
 	parts := make([]json.RawMessage, 0, len(fams))
 	for _, mf := range fams {
 		b, err := protojson.Marshal(mf)
@@ -204,8 +322,8 @@ func MarshalFamilies(fams []*dto.MetricFamily) (json.RawMessage, error) {
 	return json.Marshal(parts)
 }
 
-// UnmarshalFamilies decodes what MarshalFamilies wrote.
-func UnmarshalFamilies(b json.RawMessage) ([]*dto.MetricFamily, error) {
+// unmarshalFamilies decodes what marshalFamilies wrote.
+func unmarshalFamilies(b json.RawMessage) ([]*dto.MetricFamily, error) {
 	if len(b) == 0 || string(b) == "null" {
 		return nil, nil
 	}

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -63,9 +65,10 @@ func lines(t *testing.T, path string) [][]byte {
 }
 
 // TestCumulativeRestartIsExact processes two recordings in one process, and
-// again with a restart in the middle of the second one (tracker snapshot,
-// run marks, labels and totals carried over): the cumulative families must
-// be identical, histograms (classic and native) included.
+// again with a restart in the middle of the second one (the tracker
+// snapshot, and through the checkpoint interfaces the run marks, labels and
+// totals): the cumulative families must be identical, histograms (classic
+// and native) included.
 func TestCumulativeRestartIsExact(t *testing.T) {
 	s1 := lines(t, "../testdata/simulate/mixed-cbc.ndjson")
 	s2 := lines(t, "../testdata/simulate/many-agents-claude-interrupt10.ndjson")
@@ -89,41 +92,33 @@ func TestCumulativeRestartIsExact(t *testing.T) {
 		feed(m1, st1, s1).Close()
 		p := feed(m1, st1, s2[:cut])
 		snap := p.Tracker().Snapshot()
-		var marks []RunMark
-		var has []bool
-		for _, r := range p.Tracker().Open() {
-			mk, ok := m1.MarkOf(r)
-			marks, has = append(marks, mk), append(has, ok)
-		}
-		wf, tt := m1.Labels()
-		totals, err := c1.Totals()
+		marks, err := m1.SaveStream(p.Tracker().Open())
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := MarshalFamilies(totals)
+		saved, err := NewCheckpoint(m1, c1).SaveCheckpoint()
 		if err != nil {
 			t.Fatal(err)
 		}
 
 		// The next process.
-		base, err := UnmarshalFamilies(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
 		st2 := new(ingest.Stats)
 		m2 := newTest(t, Options{Stats: st2})
-		m2.RestoreLabels(wf, tt)
 		c2 := NewCumulative(m2.Registry())
-		c2.SetBase(base)
 		q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2}})
 		if err := q.Tracker().Restore(snap, snap.Now); err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range q.Tracker().Open() {
-			if has[i] {
-				m2.RestoreRun(r, marks[i])
-			}
+		commitTotals, err := NewCheckpoint(m2, c2).RestoreCheckpoint(saved)
+		if err != nil {
+			t.Fatal(err)
 		}
+		commitMarks, err := m2.RestoreStream(marks, q.Tracker().Open())
+		if err != nil {
+			t.Fatal(err)
+		}
+		commitTotals()
+		commitMarks()
 		for _, l := range s2[cut:] {
 			q.Write(tap.SourceStdout, l)
 		}
@@ -167,5 +162,94 @@ func TestNativeMergeAcrossSchemas(t *testing.T) {
 	}
 	if got.GetSchema() != want.GetSchema() || got.GetSampleCount() != want.GetSampleCount() || !maps.Equal(gb, wb) {
 		t.Fatalf("merged native histogram\n got %v\nwant %v", prototext.Format(got), prototext.Format(want))
+	}
+}
+
+// Restoring is two-phase: a Restore changes nothing until its commit runs,
+// and a state that cannot be used is an error, never half applied.
+func TestRestoreIsTwoPhase(t *testing.T) {
+	s := lines(t, "../testdata/simulate/many-agents-claude-interrupt10.ndjson")
+	st1 := new(ingest.Stats)
+	m1 := newTest(t, Options{Stats: st1})
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m1}, Stats: st1}})
+	for _, l := range s[:len(s)/2] {
+		p.Write(tap.SourceStdout, l)
+	}
+	open := p.Tracker().Open()
+	marks, err := m1.SaveStream(open)
+	if err != nil || marks == nil {
+		t.Fatalf("marks %s, %v", marks, err)
+	}
+	saved, err := NewCheckpoint(m1, NewCumulative(m1.Registry())).SaveCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := new(ingest.Stats)
+	m2 := newTest(t, Options{Stats: st2})
+	c2 := NewCumulative(m2.Registry())
+	q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2}})
+	snap := p.Tracker().Snapshot()
+	if err := q.Tracker().Restore(snap, snap.Now); err != nil {
+		t.Fatal(err)
+	}
+	commitMarks, err := m2.RestoreStream(marks, q.Tracker().Open())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitTotals, err := NewCheckpoint(m2, c2).RestoreCheckpoint(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := func() float64 { return sumValues(series(t, c2, "cbc_workflow_runs_started_total")) }
+	if a, r := sumValues(series(t, m2.Registry(), "cbc_workflow_runs_active")), runs(); a != 0 || r != 0 {
+		t.Fatalf("before the commits: runs_active %v, runs_started %v; want nothing", a, r)
+	}
+	if wf, _ := m2.labels(); len(wf) != 0 {
+		t.Fatalf("labels admitted before the commit: %v", wf)
+	}
+	commitMarks()
+	commitTotals()
+	if a, r := sumValues(series(t, m2.Registry(), "cbc_workflow_runs_active")), runs(); a == 0 || r == 0 {
+		t.Fatalf("after the commits: runs_active %v, runs_started %v; want the saved ones", a, r)
+	}
+	if got, want := fmt.Sprint(m2.labels()), fmt.Sprint(m1.labels()); got != want {
+		t.Fatalf("labels %s, want %s", got, want)
+	}
+
+	for _, tc := range []struct {
+		name, state string
+		stream      bool
+	}{
+		{"checkpoint not JSON", `{`, false},
+		{"totals not a list", `{"totals":5}`, false},
+		{"a family not a family", `{"totals":[{"name":5}]}`, false},
+		{"marks not JSON", `[`, true},
+		{"a mark past the open runs", `[{"run":99,"mark":{"label":"x"}}]`, true},
+		{"a negative mark", `[{"run":-1,"mark":{"label":"x"}}]`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.stream {
+				_, err = m2.RestoreStream(json.RawMessage(tc.state), q.Tracker().Open())
+			} else {
+				_, err = NewCheckpoint(m2, c2).RestoreCheckpoint(json.RawMessage(tc.state))
+			}
+			if err == nil {
+				t.Fatalf("%s restored", tc.state)
+			}
+		})
+	}
+	// Nothing saved: nothing to do.
+	for _, f := range []func() (func(), error){
+		func() (func(), error) { return m2.RestoreStream(nil, nil) },
+		func() (func(), error) { return NewCheckpoint(m2, c2).RestoreCheckpoint(nil) },
+	} {
+		if commit, err := f(); err != nil || commit == nil {
+			t.Fatalf("nil state: %v", err)
+		}
+	}
+	if b, err := newTest(t, Options{}).SaveStream(open); b != nil || err != nil {
+		t.Fatalf("marks of runs never seen: %s %v", b, err)
 	}
 }

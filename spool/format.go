@@ -55,6 +55,9 @@
 // the line whose head was lost is not written, only its newline, so that
 // line is empty (when the lost bytes ended a line, the empty line is
 // written at once and the line after the gap is kept whole).
+//
+// Writer writes the format; Reader reads a spool file (or a plain one) back
+// into lines for a follower, cutting records and dropping what gaps leave.
 package spool
 
 import (

@@ -167,11 +167,23 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	}
 	cum := metrics.NewCumulative(tel.metrics.registry())
 
-	var traceSink func() ingest.Sink
-	if tel.traces.enabled() {
-		tr := tel.traces
-		traceSink = func() ingest.Sink {
-			return traces.New(tr.prov, traces.Options{CapturePreviews: tr.previews})
+	// Every stream: the shared metrics sink and, when tracing, a traces
+	// sink of its own (it keeps per-stream state).
+	newStream := func() follow.StreamConfig {
+		sinks := []ingest.Sink{tel.metrics.sink()}
+		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
+		if tel.traces.enabled() {
+			ts := traces.New(tel.traces.prov, traces.Options{CapturePreviews: tel.traces.previews})
+			sinks = append(sinks, ts)
+			ckpt[traces.CheckpointName] = ts
+		}
+		return follow.StreamConfig{
+			Pipeline: ingest.PipelineOptions{
+				MaxLine: cfg.tel.maxLine,
+				Decode:  streamjson.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
+				Tracker: cfg.tel.trackerOptions(sinks, tel.stats),
+			},
+			Checkpointers: ckpt,
 		}
 	}
 	eng, err := follow.New(follow.Options{
@@ -183,16 +195,10 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		Keep:            cfg.keep,
 		MaxSpoolBytes:   cfg.maxSpoolBytes,
 		MaxStreams:      cfg.maxFiles,
-		Pipeline: ingest.PipelineOptions{
-			MaxLine: cfg.tel.maxLine,
-			Decode:  streamjson.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
-			Tracker: cfg.tel.trackerOptions([]ingest.Sink{tel.metrics.sink()}, tel.stats),
-		},
-		Metrics:    tel.metrics.metrics(),
-		Cumulative: cum,
-		TraceSink:  traceSink,
-		Registerer: tel.metrics.registry(),
-		Logger:     log,
+		NewStream:       newStream,
+		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)},
+		Registerer:      tel.metrics.registry(),
+		Logger:          log,
 	})
 	if err != nil {
 		tel.shutdown(context.WithoutCancel(ctx))
