@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -82,7 +83,7 @@ func TestStreamStateRestartIsExact(t *testing.T) {
 			after.p.Close()
 			got := Tree(append(before.exp.GetSpans(), after.exp.GetSpans()...))
 			if got != want {
-				t.Fatalf("%s, restart after line %d of %d: spans differ\n%s", file, cut, len(lines), diff(want, got))
+				t.Fatalf("%s, restart after line %d of %d: spans differ\n%s", file, cut, len(lines), golden.Diff(want, got))
 			}
 		}
 	}
