@@ -32,7 +32,7 @@ func newTracing(t *testing.T) *tracing {
 	s := New(tp, Options{})
 	p := ingest.NewPipeline(ingest.PipelineOptions{
 		Decode:  streamjson.DecodeOptions{KeepErrors: true},
-		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{s}},
+		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{s}, Grace: ingest.DefaultGrace},
 	})
 	return &tracing{exp: exp, sink: s, p: p}
 }

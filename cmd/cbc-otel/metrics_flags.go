@@ -159,16 +159,18 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	}
 	r.ready.Store(true)
 	if m.listen != "" {
-		r.listen(ctx, nil, nil)
+		if err := r.listen(ctx, nil, nil); err != nil {
+			// Telemetry never stops the child: run goes on without it.
+			logger.Error("metrics endpoint not started; continuing without it", "addr", m.listen, "err", err)
+		}
 	}
 	return r, nil
 }
 
 // listen serves g (nil: the registry) on --web.listen-address, with
 // /readyz answering ready (nil: until shutdown), until shutdown. It is the
-// one place a metrics server starts. A bind or web-config failure is logged
-// at error and the process carries on without a server: telemetry never
-// stops the child; it is returned for serve, which has no other job.
+// one place a metrics server starts. A bind or web-config failure is
+// returned: run carries on without a server, serve fails.
 func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, ready func() bool) error {
 	if g != nil {
 		r.gatherer = g
@@ -184,7 +186,6 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		Ready:         ready,
 	})
 	if err != nil {
-		r.logger.Error("metrics endpoint not started; continuing without it", "addr", r.flags.listen, "err", err)
 		return err
 	}
 	r.addr = srv.Addr()
@@ -196,6 +197,19 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	go func() { r.served <- srv.Serve(sctx) }()
 	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
 	return nil
+}
+
+// expose is serve's late start of the outputs its telemetry was started
+// without: f's listen address and file, both of g, with /readyz
+// answering ready. A server that cannot start is an error: serving is
+// serve's job.
+func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheus.Gatherer, ready func() bool) error {
+	r.flags.listen, r.flags.webConfig, r.flags.file = f.listen, f.webConfig, f.file
+	r.gatherer = g
+	if f.listen == "" {
+		return nil
+	}
+	return r.listen(ctx, g, ready)
 }
 
 // sink is the ingest.Sink to add to the pipeline.

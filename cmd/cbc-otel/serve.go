@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
-	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
@@ -112,125 +112,38 @@ flags:
 
 // cmdServe is `cbc-otel serve`: it runs until ctx ends (SIGINT, SIGTERM).
 func cmdServe(ctx context.Context, args []string, sio stdio) int {
-	var cfg serveConfig
-	fs := flag.NewFlagSet("cbc-otel serve", flag.ContinueOnError)
-	fs.SetOutput(sio.err)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
+	cfg, ok, code := parseServeArgs(args, sio.err)
+	if !ok {
+		return code
 	}
-	cfg.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(sio.err, "cbc-otel serve: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)
-		return exitUsage
-	}
-	level, _ := parseLogLevel(cfg.logLevel)
-	log := slog.New(slog.NewTextHandler(sio.err, &slog.HandlerOptions{Level: level}))
+	log := newLogger(sio.err, cfg.logLevel)
 	if cfg.idleTimeout < 3*spool.Heartbeat {
 		log.Warn("--idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
 			"idle_timeout", cfg.idleTimeout, "heartbeat", spool.Heartbeat)
 	}
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
-			fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)
-			return exitFailure
+			return fail(sio.err, "serve", exitFailure, err)
 		}
 	}
-
-	// The metrics side is built here without its server and outputs: serve
-	// exposes the cumulative totals (restored base + this process), which
-	// the plain registry does not hold.
-	tf := cfg.tel
-	tf.metrics.listen, tf.metrics.webConfig, tf.metrics.file = "", "", ""
-	// One sidecar serves many streams: a TRACEPARENT of its own
-	// environment is no parent of theirs.
-	env := func(k string) string {
-		if k == "TRACEPARENT" {
-			return ""
-		}
-		return os.Getenv(k)
-	}
-	tel, err := tf.start(ctx, env, log)
+	tel, err := cfg.startTelemetry(ctx, log)
 	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)
-		return exitUsage
+		return fail(sio.err, "serve", exitUsage, err)
 	}
+	defer tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	cum := metrics.NewCumulative(tel.metrics.registry())
-
-	// Every stream: the shared metrics sink and, when tracing, a traces
-	// sink of its own (it keeps per-stream state).
-	newStream := func() follow.StreamConfig {
-		sinks := []ingest.Sink{tel.metrics.sink()}
-		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
-		if tel.traces.enabled() {
-			ts := traces.New(tel.traces.prov, traces.Options{CapturePreviews: tel.traces.previews})
-			sinks = append(sinks, ts)
-			ckpt[traces.CheckpointName] = ts
-		}
-		return follow.StreamConfig{
-			Pipeline: ingest.PipelineOptions{
-				MaxLine: cfg.tel.maxLine,
-				Decode:  streamjson.DecodeOptions{KeepPreviews: tel.traces.capturePreviews(), KeepErrors: cfg.tel.captureErrors},
-				Tracker: cfg.tel.trackerOptions(sinks, tel.stats),
-			},
-			Checkpointers: ckpt,
-		}
-	}
-	eng, err := follow.New(follow.Options{
-		Globs:           cfg.globs(),
-		StateDir:        cfg.stateDir,
-		IdleTimeout:     cfg.idleTimeout,
-		Poll:            cfg.poll,
-		CheckpointEvery: cfg.checkpointEvery,
-		Keep:            cfg.keep,
-		MaxSpoolBytes:   cfg.maxSpoolBytes,
-		MaxStreams:      cfg.maxFiles,
-		NewStream:       newStream,
-		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)},
-		Registerer:      tel.metrics.registry(),
-		Logger:          log,
-	})
+	eng, err := follow.New(cfg.engineOptions(tel, cum, log))
 	if err != nil {
-		tel.shutdown(context.WithoutCancel(ctx))
-		fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)
-		return exitUsage
+		return fail(sio.err, "serve", exitUsage, err)
 	}
-
 	// Serving starts before the restore so that /healthz answers at once;
 	// /readyz says 503 until the state is restored and the followers run.
-	var served chan error
-	stopServer := func() {}
-	if cfg.tel.metrics.listen != "" {
-		srv, err := metrics.Listen(metrics.ServeOptions{
-			Addr:          cfg.tel.metrics.listen,
-			WebConfigFile: cfg.tel.metrics.webConfig,
-			Gatherer:      cum,
-			Logger:        log,
-			Ready:         eng.Ready,
-		})
-		if err != nil {
-			tel.shutdown(context.WithoutCancel(ctx))
-			fmt.Fprintf(sio.err, "cbc-otel serve: %v\n", err)
-			return exitFailure
-		}
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		served = make(chan error, 1)
-		go func() { served <- srv.Serve(sctx) }()
-		stopServer = cancel
-		log.Info("serving metrics", "addr", srv.Addr().String(), "tls_config", cfg.tel.metrics.webConfig != "")
+	// /metrics and the file expose the cumulative totals (restored base +
+	// this process), which the plain registry does not hold.
+	if err := tel.metrics.expose(ctx, cfg.tel.metrics, cum, eng.Ready); err != nil {
+		return fail(sio.err, "serve", exitFailure, err)
 	}
-
-	code := exitOK
+	code = exitOK
 	if err := eng.Restore(); err != nil {
 		log.Error("restoring state", "err", err)
 		code = exitFailure
@@ -241,28 +154,71 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 			code = exitFailure
 		}
 	}
-
-	// Shutdown: spans flushed under their deadline, the metrics file
-	// written, then the server stopped (the final state stays scrapeable
-	// until here).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.tel.traces.flushTimeout+cfg.tel.metrics.flushTimeout)
-	defer cancel()
-	tel.shutdown(sctx)
-	if cfg.tel.metrics.file != "" {
-		if err := metrics.WriteFile(cfg.tel.metrics.file, cum); err != nil {
-			log.Error("writing the metrics file", "err", err)
-		}
-	}
-	stopServer()
-	if served != nil {
-		select {
-		case err := <-served:
-			if err != nil {
-				log.Error("metrics server", "err", err)
-			}
-		case <-sctx.Done():
-		}
-	}
 	log.Info("stopped", "code", code)
 	return code
+}
+
+// parseServeArgs parses and validates serve's command line.
+func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, code int) {
+	fs := newFlagSet("cbc-otel serve", serveUsage, stderr)
+	cfg.register(fs)
+	if ok, code := parseFlags(fs, args); !ok {
+		return cfg, false, code
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fail(stderr, "serve", exitUsage, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, false, fail(stderr, "serve", exitUsage, err)
+	}
+	return cfg, true, exitOK
+}
+
+// startTelemetry builds the sinks without their server and file: serve
+// exposes them once the engine exists (metricsRuntime.expose).
+func (c *serveConfig) startTelemetry(ctx context.Context, log *slog.Logger) (*telemetry, error) {
+	tf := c.tel
+	tf.metrics.listen, tf.metrics.webConfig, tf.metrics.file = "", "", ""
+	// One sidecar serves many streams: a TRACEPARENT of its own
+	// environment is no parent of theirs.
+	env := func(k string) string {
+		if k == "TRACEPARENT" {
+			return ""
+		}
+		return os.Getenv(k)
+	}
+	return tf.start(ctx, env, log)
+}
+
+// engineOptions configures the follower. Every stream gets the pipeline
+// the flags describe, with the shared metrics sink and, when tracing, a
+// traces sink of its own (it keeps per-stream state); both checkpoint.
+func (c *serveConfig) engineOptions(tel *telemetry, cum *metrics.Cumulative, log *slog.Logger) follow.Options {
+	newStream := func() follow.StreamConfig {
+		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
+		var ts *traces.Sink
+		if tel.traces.enabled() {
+			ts = traces.New(tel.traces.prov, traces.Options{CapturePreviews: tel.traces.previews})
+			ckpt[traces.CheckpointName] = ts
+		}
+		s := stream{live: true}
+		if ts != nil {
+			s.traces = ts
+		}
+		return follow.StreamConfig{Pipeline: tel.pipelineOptions(s), Checkpointers: ckpt}
+	}
+	return follow.Options{
+		Globs:           c.globs(),
+		StateDir:        c.stateDir,
+		IdleTimeout:     c.idleTimeout,
+		Poll:            c.poll,
+		CheckpointEvery: c.checkpointEvery,
+		Keep:            c.keep,
+		MaxSpoolBytes:   c.maxSpoolBytes,
+		MaxStreams:      c.maxFiles,
+		NewStream:       newStream,
+		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)},
+		Registerer:      tel.metrics.registry(),
+		Logger:          log,
+	}
 }

@@ -128,10 +128,16 @@ type stream struct {
 	traces ingest.Sink
 }
 
-// newPipeline is the one place a pipeline is built: framing → decoding →
-// Tracker → the sinks (metrics, s.extra, traces). run, demo, replay and
-// serve all build theirs here.
+// newPipeline is the pipeline of one stream: framing → decoding → Tracker
+// → the sinks (metrics, s.extra, traces). run, demo and replay build theirs
+// here; serve's engine builds one per followed file from pipelineOptions.
 func (t *telemetry) newPipeline(s stream) *ingest.Pipeline {
+	return ingest.NewPipeline(t.pipelineOptions(s))
+}
+
+// pipelineOptions is the one place the options of a pipeline are made
+// from the flags and the sinks.
+func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	sinks := append([]ingest.Sink{t.metrics.sink()}, s.extra...)
 	if s.traces == nil {
 		s.traces = t.traces.sink()
@@ -139,13 +145,13 @@ func (t *telemetry) newPipeline(s stream) *ingest.Pipeline {
 	if s.traces != nil {
 		sinks = append(sinks, s.traces)
 	}
-	return ingest.NewPipeline(ingest.PipelineOptions{
+	return ingest.PipelineOptions{
 		MaxLine: t.flags.maxLine,
 		Live:    s.live,
 		Now:     s.now,
 		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: t.flags.captureErrors},
 		Tracker: t.flags.trackerOptions(sinks, t.stats),
-	})
+	}
 }
 
 // shutdown flushes spans, then writes, pushes and stops the metrics side,
