@@ -190,19 +190,6 @@ func (r recording) split() (head, tail []byte) {
 
 func (r recording) all() []byte { return bytes.Join(r.lines, nil) }
 
-// sum adds recordings' truths.
-func sum(rs ...recording) recording {
-	out := recording{runs: map[string]float64{}}
-	for _, r := range rs {
-		for k, v := range r.runs {
-			out.runs[k] += v
-		}
-		out.agents += r.agents
-		out.tokens += r.tokens
-	}
-	return out
-}
-
 // matches reports how serve's totals differ from want ("" if equal).
 func (s *served) matches(want recording) string {
 	runs, err := s.metric("cbc_workflow_runs_total", "status")
@@ -285,90 +272,6 @@ func TestServeTeeFileIdleAndRestart(t *testing.T) {
 	}
 	if m, _ := s2.metric("cbc_otel_follow_streams", ""); m[""] != 0 {
 		t.Fatalf("the finished file is followed again: %v", m)
-	}
-}
-
-// Truncation (copytruncate, > file): the new content is read from the start
-// and counted; what was counted before stays counted once.
-func TestServeTruncation(t *testing.T) {
-	a, b := record(t, 2, "completed", "cached"), record(t, 3, "failed", "spellings")
-	dir := t.TempDir()
-	f := filepath.Join(dir, "s.ndjson")
-	appendFile(t, f, a.all())
-	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s")
-	s.waitFor(t, a, "first content")
-	if err := os.Truncate(f, 0); err != nil {
-		t.Fatal(err)
-	}
-	s.waitMetric(t, "cbc_otel_follow_truncations_total", "", "", 1)
-	appendFile(t, f, b.all())
-	s.waitFor(t, sum(a, b), "content written after the truncation")
-}
-
-// Rotation: the file is renamed (its writer keeps writing to it) and a new
-// one takes its name; both streams are counted exactly.
-func TestServeRotation(t *testing.T) {
-	a, b := record(t, 4, "completed", "failed", "mixed"), record(t, 5, "cached")
-	dir := t.TempDir()
-	f := filepath.Join(dir, "s.ndjson")
-	w, err := os.Create(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	head, tail := a.split()
-	w.Write(head)
-	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "700ms")
-	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
-	if err := os.Rename(f, f+".1"); err != nil {
-		t.Fatal(err)
-	}
-	w.Write(tail) // the old writer goes on in the rotated file
-	appendFile(t, f, b.all())
-	s.waitFor(t, sum(a, b), "both sides of the rotation")
-	s.waitMetric(t, "cbc_otel_follow_streams", "", "", 0)
-}
-
-// A file deleted while followed: read to its end, then finalized; the run it
-// left open is abandoned.
-func TestServeFileDeleted(t *testing.T) {
-	a := record(t, 6, "completed", "failed")
-	dir := t.TempDir()
-	f := filepath.Join(dir, "s.ndjson")
-	head, _ := a.split()
-	appendFile(t, f, head)
-	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1h")
-	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
-	if err := os.Remove(f); err != nil {
-		t.Fatal(err)
-	}
-	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "deleted", 1)
-	s.waitMetric(t, "cbc_workflow_runs_total", "status", "abandoned", 1)
-	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 0)
-}
-
-// A corrupt checkpoint: a clear error, the file moved aside, and every file
-// read from the start (totals restart from zero: exact, not doubled).
-func TestServeCorruptCheckpoint(t *testing.T) {
-	a := record(t, 7, "completed", "mixed")
-	dir, state := t.TempDir(), t.TempDir()
-	appendFile(t, filepath.Join(dir, "s.ndjson"), a.all())
-	if err := os.WriteFile(filepath.Join(state, "cbc-otel-serve.state.json"), []byte(`{"version":1,"streams":[{"offset":`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "500ms")
-	s.waitFor(t, a, "totals after a corrupt checkpoint")
-	if !strings.Contains(s.stderr.String(), "checkpoint unusable") {
-		t.Fatalf("no clear error about the checkpoint:\n%s", s.stderr)
-	}
-	if m, _ := filepath.Glob(filepath.Join(state, "*.corrupt-*")); len(m) != 1 {
-		t.Fatalf("corrupt checkpoint not moved aside: %v", m)
-	}
-	if code := s.stop(t); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	if _, err := os.Stat(filepath.Join(state, "cbc-otel-serve.state.json")); err != nil {
-		t.Fatalf("no new checkpoint: %v", err)
 	}
 }
 
