@@ -132,9 +132,10 @@ func TestJaegerInProcess(t *testing.T) {
 				endpoint = j.otlpHTTP
 			}
 			service := "cbc-otel-inproc-" + strings.ReplaceAll(proto, "/", "-")
+			// The SDK reads the resource from the process environment.
+			t.Setenv("OTEL_SERVICE_NAME", service)
 			prov, err := traces.Setup(context.Background(), traces.Config{
 				Endpoint: "http://" + endpoint, Protocol: proto,
-				Env: func(k string) string { return map[string]string{"OTEL_SERVICE_NAME": service}[k] },
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 )
@@ -39,6 +41,24 @@ const DefaultServiceName = "cbc-otel"
 // Config selects where spans go. Fields left empty fall back to the
 // standard environment variables; flags set them and so override the
 // environment.
+//
+// The environment is read in two places, and each variable in one only:
+//
+//   - The SDK reads its own variables from the process environment:
+//     OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT, _HEADERS, _CERTIFICATE,
+//     _CLIENT_CERTIFICATE, _CLIENT_KEY, _COMPRESSION, _TIMEOUT and
+//     _INSECURE (the exporters), OTEL_SERVICE_NAME and
+//     OTEL_RESOURCE_ATTRIBUTES (resource.WithFromEnv). A field set here
+//     (Endpoint) is passed as an option and so overrides its variable. Where
+//     Setup must look at one of these itself (the endpoint, to decide
+//     whether OTLP is on and to describe it; the headers, to refuse a
+//     malformed list; the timeout, see ExportTimeout) it reads the process
+//     environment too, so that it and the SDK never disagree.
+//   - Env serves the variables only this package interprets, for which the
+//     SDK has no switch: OTEL_TRACES_EXPORTER and
+//     OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL.
+//
+// Tests therefore inject the environment with t.Setenv.
 type Config struct {
 	// Exporter is otlp, none or console; "" reads OTEL_TRACES_EXPORTER. When
 	// neither says, OTLP is used if an endpoint is configured. "none" turns
@@ -47,14 +67,16 @@ type Config struct {
 	// child's).
 	Exporter string
 	// Endpoint is the OTLP endpoint: a URL (http://host:4317, https://...)
-	// or host:port (plaintext). "" reads OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// or host:port (plaintext); an HTTP endpoint without a path gets
+	// /v1/traces. It overrides the environment's endpoint. "" leaves the
+	// endpoint to the exporter, which reads OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// (used as is) then OTEL_EXPORTER_OTLP_ENDPOINT (a base URL: HTTP
-	// appends /v1/traces, as does a flag-given HTTP endpoint without a
-	// path).
+	// appends /v1/traces); those must be http or https URLs. "none", here or
+	// in either variable, turns OTLP off.
 	Endpoint string
 	// Protocol is grpc or http/protobuf; "" reads
-	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL then OTEL_EXPORTER_OTLP_PROTOCOL,
-	// defaulting to grpc.
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL then OTEL_EXPORTER_OTLP_PROTOCOL
+	// through Env, defaulting to grpc.
 	Protocol string
 	// File, if set, receives OTLP/JSON, one ExportTraceServiceRequest per line.
 	File string
@@ -67,11 +89,19 @@ type Config struct {
 	// BatchInterval is how often queued spans are exported; 0 means
 	// DefaultBatchInterval.
 	BatchInterval time.Duration
-	// ExportTimeout bounds one export call; 0 means DefaultExportTimeout.
+	// ExportTimeout is the batching processor's bound on one export call,
+	// whatever the exporter does. 0 means DefaultExportTimeout, raised for
+	// OTLP to OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT when that is longer, so
+	// that the exporter's own timeout (10s by default) is not cut short.
+	// That one bounds a whole gRPC export, retries included, but each HTTP
+	// attempt, which the HTTP exporter retries until this bound.
 	ExportTimeout time.Duration
-	// ServiceVersion, if set, becomes service.version.
+	// ServiceVersion, if set, becomes service.version unless
+	// OTEL_RESOURCE_ATTRIBUTES sets it.
 	ServiceVersion string
-	// Env reads the environment; nil means os.Getenv.
+	// Env reads OTEL_TRACES_EXPORTER and the protocol variables; nil means
+	// os.Getenv. A caller may hide or replace them; the SDK's variables
+	// always come from the process environment.
 	Env func(string) string
 }
 
@@ -116,29 +146,21 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces-file")
 	}
 
-	endpoint, perSignal := cfg.Endpoint, false
-	if endpoint == "" {
-		if endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); endpoint != "" {
-			perSignal = true
-		} else {
-			endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT")
-		}
-	}
-	if NoEndpoint(endpoint) {
-		// An explicit "none" (flag or environment) wins over the
-		// environment and disables OTLP, leaving a --traces-file alone.
-		endpoint, perSignal = "", false
-	}
+	ep, epErr := resolveEndpoint(cfg.Endpoint)
 	protocol := firstNonEmpty(cfg.Protocol, env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), env("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolGRPC)
-	useOTLP := !want[ExporterNone] && endpoint != "" && (len(want) == 0 || want[ExporterOTLP])
-	if want[ExporterOTLP] && endpoint == "" {
+	useOTLP := !want[ExporterNone] && ep != nil && (len(want) == 0 || want[ExporterOTLP])
+	if want[ExporterOTLP] && ep == nil {
 		return nil, errors.New("traces exporter otlp: no endpoint (set --otlp.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
+	}
+	if useOTLP && epErr != nil {
+		// Only an endpoint in use is worth refusing to start over.
+		return nil, epErr
 	}
 	if !useOTLP && cfg.File == "" && !want[ExporterConsole] {
 		return nil, nil
 	}
 
-	res, err := buildResource(env, cfg.ServiceVersion)
+	res, err := newResource(ctx, cfg.ServiceVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -150,21 +172,21 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	if useOTLP {
-		exp, desc, err := otlpExporter(ctx, protocol, endpoint, perSignal, cfg, env)
+		exp, desc, err := otlpExporter(ctx, protocol, ep)
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, desc, cfg)
+		p.add(exp, desc, cfg, otlpExportBound(cfg.ExportTimeout))
 	}
 	if cfg.File != "" {
 		exp, err := newFileExporter(cfg.File)
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, "OTLP/JSON file → "+cfg.File, cfg)
+		p.add(exp, "OTLP/JSON file → "+cfg.File, cfg, cfg.ExportTimeout)
 	}
 	if want[ExporterConsole] {
-		p.add(newWriterExporter(cfg.Console), "OTLP/JSON → stderr", cfg)
+		p.add(newWriterExporter(cfg.Console), "OTLP/JSON → stderr", cfg, cfg.ExportTimeout)
 	}
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
@@ -180,36 +202,80 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-func (p *Provider) add(exp sdktrace.SpanExporter, desc string, cfg Config) {
-	p.procs = append(p.procs, newBatcher(exp, cfg.QueueSize, cfg.BatchInterval, cfg.ExportTimeout))
+func (p *Provider) add(exp sdktrace.SpanExporter, desc string, cfg Config, exportTimeout time.Duration) {
+	p.procs = append(p.procs, newBatcher(exp, cfg.QueueSize, cfg.BatchInterval, exportTimeout))
 	p.desc = append(p.desc, desc)
 }
 
-// otlpExporter builds the gRPC or HTTP exporter. Headers come from
-// OTEL_EXPORTER_OTLP_TRACES_HEADERS / OTEL_EXPORTER_OTLP_HEADERS through
-// env; the SDK still reads its other variables (certificates, compression,
-// timeout) from the process environment itself.
-func otlpExporter(ctx context.Context, protocol, endpoint string, perSignal bool, cfg Config, env func(string) string) (sdktrace.SpanExporter, string, error) {
-	u, err := parseEndpoint(endpoint)
-	if err != nil {
-		return nil, "", err
+// otlpEndpoint is the OTLP endpoint Setup found, and where it came from.
+type otlpEndpoint struct {
+	url *url.URL
+	// flag: from Config.Endpoint, passed to the exporter as an option (over
+	// the environment). Otherwise the exporter reads it itself.
+	flag bool
+	// perSignal: from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, whose HTTP path
+	// the exporter uses as is.
+	perSignal bool
+}
+
+// resolveEndpoint returns the endpoint of Config.Endpoint, else of the
+// environment the exporter will read, or nil when there is none or it is
+// "none". An endpoint that is set but invalid comes back non-nil with the
+// error.
+func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
+	invalid := &otlpEndpoint{}
+	if strings.TrimSpace(flagValue) != "" {
+		if NoEndpoint(flagValue) {
+			// An explicit "none" wins over the environment and disables
+			// OTLP, leaving a --traces-file alone.
+			return nil, nil
+		}
+		u, err := parseEndpoint(flagValue)
+		if err != nil {
+			return invalid, err
+		}
+		return &otlpEndpoint{url: u, flag: true}, nil
 	}
-	headers, err := parseHeaders(firstNonEmpty(env("OTEL_EXPORTER_OTLP_TRACES_HEADERS"), env("OTEL_EXPORTER_OTLP_HEADERS")))
-	if err != nil {
-		return nil, "", err
+	// The exporter's own precedence: the per-signal variable first.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		if NoEndpoint(v) {
+			return nil, nil
+		}
+		// The SDK reads host:port as a URL with scheme "host", or not at
+		// all, then falls back to https://localhost: refuse it here.
+		u, err := url.Parse(v)
+		if err != nil {
+			return invalid, fmt.Errorf("%s: not a URL (want http://host:port or https://host:port)", name)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return invalid, fmt.Errorf("%s %q: want an http:// or https:// URL with a host (host:port alone is for --otlp.endpoint)", name, u.Redacted())
+		}
+		return &otlpEndpoint{url: u, perSignal: name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}, nil
 	}
-	timeout := cfg.ExportTimeout
-	if timeout <= 0 {
-		timeout = DefaultExportTimeout
+	return nil, nil
+}
+
+// otlpExporter builds the gRPC or HTTP exporter. It passes only what a flag
+// set (the endpoint); the exporter reads every other OTEL_EXPORTER_OTLP_*
+// variable itself.
+func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint) (sdktrace.SpanExporter, string, error) {
+	// The SDK drops a malformed header entry with a log line and exports
+	// without it: credentials missing from every request. Refuse instead.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
+		if err := checkHeaders(os.Getenv(name)); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", name, err)
+		}
 	}
+	u := *ep.url
 	switch protocol {
 	case ProtocolGRPC:
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(u.Host), otlptracegrpc.WithTimeout(timeout)}
-		if u.Scheme == "http" {
-			opts = append(opts, otlptracegrpc.WithInsecure())
-		}
-		if len(headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(headers))
+		var opts []otlptracegrpc.Option
+		if ep.flag {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(u.String()))
 		}
 		exp, err := otlptracegrpc.New(ctx, opts...)
 		if err != nil {
@@ -217,24 +283,33 @@ func otlpExporter(ctx context.Context, protocol, endpoint string, perSignal bool
 		}
 		return exp, fmt.Sprintf("OTLP grpc → %s://%s", u.Scheme, u.Host), nil
 	case ProtocolHTTP, "http":
-		if !perSignal && (u.Path == "" || u.Path == "/") {
-			u.Path = "/v1/traces"
-		}
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u.String()), otlptracehttp.WithTimeout(timeout)}
-		if len(headers) > 0 {
-			opts = append(opts, otlptracehttp.WithHeaders(headers))
+		var opts []otlptracehttp.Option
+		switch {
+		case ep.flag:
+			if u.Path == "" || u.Path == "/" {
+				u.Path = "/v1/traces"
+			}
+			opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
+		case ep.perSignal:
+			// What the exporter does with the variable, for Describe.
+			if u.Path == "" {
+				u.Path = "/"
+			}
+		default:
+			u.Path = path.Join("/", u.Path, "v1/traces")
 		}
 		exp, err := otlptracehttp.New(ctx, opts...)
 		if err != nil {
 			return nil, "", fmt.Errorf("otlp http exporter: %w", err)
 		}
-		return exp, "OTLP http/protobuf → " + u.String(), nil
+		return exp, "OTLP http/protobuf → " + u.Redacted(), nil
 	}
 	return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
 }
 
-// CheckEndpoint reports whether s is an OTLP endpoint Setup accepts: an
-// http or https URL, host:port, or "none" (no OTLP export).
+// CheckEndpoint reports whether s is an OTLP endpoint Setup accepts in
+// Config.Endpoint: an http or https URL, host:port, or "none" (no OTLP
+// export).
 func CheckEndpoint(s string) error {
 	if NoEndpoint(s) {
 		return nil
@@ -258,18 +333,19 @@ func parseEndpoint(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("otlp endpoint: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("otlp endpoint %q: scheme must be http or https", s)
+		return nil, fmt.Errorf("otlp endpoint %q: scheme must be http or https", u.Redacted())
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("otlp endpoint %q: no host", s)
+		return nil, fmt.Errorf("otlp endpoint %q: no host", u.Redacted())
 	}
 	return u, nil
 }
 
-// parseHeaders reads the W3C-baggage-like key=value,key=value list of
-// OTEL_EXPORTER_OTLP_HEADERS (values URL-encoded).
-func parseHeaders(s string) (map[string]string, error) {
-	out := map[string]string{}
+// checkHeaders applies the SDK's rules for OTEL_EXPORTER_OTLP_HEADERS
+// (key=value,... with token keys and URL-encoded values) and reports the
+// first entry the SDK would drop. Blank entries are skipped, as they lose
+// nothing. Values are never echoed: headers carry credentials.
+func checkHeaders(s string) error {
 	for _, part := range strings.Split(s, ",") {
 		if strings.TrimSpace(part) == "" {
 			continue
@@ -277,57 +353,64 @@ func parseHeaders(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(part, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			// Never echo the value: headers carry credentials.
-			return nil, errors.New("OTEL_EXPORTER_OTLP_HEADERS: malformed entry (want key=value)")
+			return errors.New("malformed entry (want key=value)")
 		}
-		dv, err := url.PathUnescape(strings.TrimSpace(v))
-		if err != nil {
-			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: bad escape in the value of %q", k)
+		if strings.IndexFunc(k, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
+			return fmt.Errorf("malformed entry: %q is not a valid header name", k)
 		}
-		out[k] = dv
+		if _, err := url.PathUnescape(v); err != nil {
+			return fmt.Errorf("bad escape in the value of %q", k)
+		}
 	}
-	return out, nil
+	return nil
 }
 
-// buildResource reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (which
-// wins) from env rather than the process environment, so that tests are
-// hermetic.
-func buildResource(env func(string) string, version string) (*resource.Resource, error) {
-	kv := []attribute.KeyValue{
-		attribute.String("telemetry.sdk.name", "opentelemetry"),
-		attribute.String("telemetry.sdk.language", "go"),
-		attribute.String("telemetry.sdk.version", sdk.Version()),
+// isTokenChar reports whether r may appear in an HTTP header name (RFC 9110
+// token).
+func isTokenChar(r rune) bool {
+	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+}
+
+// otlpExportBound is the batching processor's bound on one OTLP export:
+// configured, the configured one; else DefaultExportTimeout, or the
+// exporter's own timeout when that is longer. The processor's bound must
+// not cut short what OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT allows, and the
+// SDK cannot say what it read, so the variables are read here as the SDK
+// reads them (milliseconds, the per-signal one first, an invalid value
+// ignored). 0 (no timeout in the SDK) still gets the default bound: no
+// export runs unbounded.
+func otlpExportBound(configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
 	}
-	service := DefaultServiceName
-	if ra := env("OTEL_RESOURCE_ATTRIBUTES"); ra != "" {
-		for _, part := range strings.Split(ra, ",") {
-			if strings.TrimSpace(part) == "" {
-				continue
-			}
-			k, v, ok := strings.Cut(part, "=")
-			k = strings.TrimSpace(k)
-			if !ok || k == "" {
-				return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: malformed entry %q (want key=value)", part)
-			}
-			dv, err := url.PathUnescape(strings.TrimSpace(v))
-			if err != nil {
-				return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: bad escape in %q: %w", k, err)
-			}
-			if k == "service.name" {
-				service = dv
-				continue
-			}
-			kv = append(kv, attribute.String(k, dv))
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
+		if ms, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
+			return max(DefaultExportTimeout, time.Duration(ms)*time.Millisecond)
 		}
 	}
-	if s := strings.TrimSpace(env("OTEL_SERVICE_NAME")); s != "" {
-		service = s
-	}
-	kv = append(kv, attribute.String("service.name", service))
+	return DefaultExportTimeout
+}
+
+// newResource is the SDK's resource: our defaults (service.name
+// DefaultServiceName, service.version), then telemetry.sdk.*, then
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME as resource.WithFromEnv
+// reads them from the process environment; each overrides the ones before.
+func newResource(ctx context.Context, version string) (*resource.Resource, error) {
+	defaults := []attribute.KeyValue{semconv.ServiceName(DefaultServiceName)}
 	if version != "" {
-		kv = append(kv, attribute.String("service.version", version))
+		defaults = append(defaults, semconv.ServiceVersion(version))
 	}
-	return resource.NewSchemaless(kv...), nil
+	res, err := resource.New(ctx,
+		resource.WithAttributes(defaults...),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		// A malformed OTEL_RESOURCE_ATTRIBUTES: refuse rather than export
+		// under a partial resource.
+		return nil, fmt.Errorf("resource: %w", err)
+	}
+	return res, nil
 }
 
 // ParentFromEnv returns the span context of a W3C TRACEPARENT (and

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
@@ -43,9 +44,13 @@ func feedProvider(t *testing.T, p *Provider, file string) *Sink {
 func TestSetupSelection(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
-		name    string
-		cfg     Config
-		env     map[string]string
+		name string
+		cfg  Config
+		// env is the process environment (t.Setenv): the SDK's variables
+		// and, with ours nil, ours too.
+		env map[string]string
+		// ours, when non-nil, is Config.Env: the variables only Setup reads.
+		ours    map[string]string
 		off     bool
 		wantErr string
 		desc    string
@@ -66,10 +71,25 @@ func TestSetupSelection(t *testing.T) {
 		{name: "bad protocol", cfg: Config{Endpoint: "localhost:1", Protocol: "thrift"}, wantErr: "thrift"},
 		{name: "bad scheme", cfg: Config{Endpoint: "ftp://x:1"}, wantErr: "scheme"},
 		{name: "bad headers", cfg: Config{Endpoint: "localhost:1"}, env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "novalue"}, wantErr: "malformed"},
+		{name: "bad traces header name", cfg: Config{Endpoint: "localhost:1"}, env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "bad key=v"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_HEADERS"},
+		{name: "trailing comma in headers", cfg: Config{Endpoint: "localhost:1"}, env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "a=b,"}, desc: "OTLP grpc → http://localhost:1"},
+		{name: "env http base with a path", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/otlp/", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, desc: "OTLP http/protobuf → http://127.0.0.1:4318/otlp/v1/traces"},
+		{name: "env per-signal without path", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, desc: "OTLP http/protobuf → http://127.0.0.1:4318/"},
+		{name: "per-signal none beats base", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, off: true},
+		{name: "env host:port refused", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4317"}, wantErr: "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{name: "env scheme-less name refused", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4317"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
+		{name: "bad env endpoint unused", env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://x"}, off: true},
+		{name: "malformed resource attributes", cfg: Config{Endpoint: "localhost:1"}, env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "novalue"}, wantErr: "resource"},
+		{name: "Env decides the protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ours: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, desc: "OTLP http/protobuf → http://127.0.0.1:4318/v1/traces"},
+		{name: "Env hides OTEL_TRACES_EXPORTER", env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, ours: map[string]string{}, desc: "OTLP grpc → http://127.0.0.1:4317"},
+		{name: "Env has no say over the endpoint", ours: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, off: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.cfg.Env = envOf(c.env)
+			setOTelEnv(t, c.env)
+			if c.ours != nil {
+				c.cfg.Env = envOf(c.ours)
+			}
 			p, err := Setup(ctx, c.cfg)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
@@ -97,7 +117,9 @@ func TestSetupSelection(t *testing.T) {
 }
 
 func TestResource(t *testing.T) {
-	r, err := buildResource(envOf(map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=x,deployment.environment=prod%20eu", "OTEL_SERVICE_NAME": "svc"}), "1.2.3")
+	ctx := context.Background()
+	setOTelEnv(t, map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=x,deployment.environment=prod%20eu", "OTEL_SERVICE_NAME": "svc"})
+	r, err := newResource(ctx, "1.2.3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +130,19 @@ func TestResource(t *testing.T) {
 	if got["service.name"] != "svc" || got["deployment.environment"] != "prod eu" || got["service.version"] != "1.2.3" {
 		t.Errorf("resource = %v", got)
 	}
-	r, _ = buildResource(envOf(nil), "")
+	if got["telemetry.sdk.name"] != "opentelemetry" || got["telemetry.sdk.language"] != "go" || got["telemetry.sdk.version"] != sdk.Version() {
+		t.Errorf("telemetry.sdk.* = %v", got)
+	}
+	// OTEL_RESOURCE_ATTRIBUTES may set service.version too, over ours.
+	setOTelEnv(t, map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.version=9"})
+	r, _ = newResource(ctx, "1.2.3")
+	for _, kv := range r.Attributes() {
+		if kv.Key == "service.version" && kv.Value.AsString() != "9" {
+			t.Errorf("service.version = %s, want the environment's", kv.Value.AsString())
+		}
+	}
+	setOTelEnv(t, nil)
+	r, _ = newResource(ctx, "")
 	for _, kv := range r.Attributes() {
 		if kv.Key == "service.name" && kv.Value.AsString() != DefaultServiceName {
 			t.Errorf("default service.name = %s", kv.Value.AsString())
@@ -119,7 +153,8 @@ func TestResource(t *testing.T) {
 func TestFileExporter(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spans.jsonl")
-	p, err := Setup(ctx, Config{File: path, Env: envOf(nil)})
+	setOTelEnv(t, nil)
+	p, err := Setup(ctx, Config{File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +263,7 @@ func closedPort(t *testing.T) string {
 }
 
 func TestExporterDownDoesNotBlock(t *testing.T) {
+	setOTelEnv(t, nil)
 	const flush = 500 * time.Millisecond
 	const margin = 400 * time.Millisecond
 	for _, c := range []struct {
@@ -239,7 +275,7 @@ func TestExporterDownDoesNotBlock(t *testing.T) {
 		{"hanging grpc", ProtocolGRPC, startHanging},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := Setup(context.Background(), Config{Endpoint: "http://" + c.addr(t), Protocol: c.protocol, QueueSize: 4, BatchInterval: 20 * time.Millisecond, ExportTimeout: time.Minute, Env: envOf(nil)})
+			p, err := Setup(context.Background(), Config{Endpoint: "http://" + c.addr(t), Protocol: c.protocol, QueueSize: 4, BatchInterval: 20 * time.Millisecond, ExportTimeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +312,8 @@ func TestExporterDownDoesNotBlock(t *testing.T) {
 func TestExportErrorsCounted(t *testing.T) {
 	// A refused connection with a short export timeout: exports fail and
 	// are counted while the run goes on.
-	p, err := Setup(context.Background(), Config{Endpoint: closedPort(t), QueueSize: 64, BatchInterval: 10 * time.Millisecond, ExportTimeout: 50 * time.Millisecond, Env: envOf(nil)})
+	setOTelEnv(t, nil)
+	p, err := Setup(context.Background(), Config{Endpoint: closedPort(t), QueueSize: 64, BatchInterval: 10 * time.Millisecond, ExportTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,9 @@ const (
 
 // tracesFlags holds the trace export flags shared by run, demo and replay.
 // Every flag left empty falls back to the standard OTEL_* variable (see
-// traces.Config), so flags override the environment.
+// traces.Config), so flags override the environment. What no flag covers
+// (OTLP headers, certificates, compression, timeout, insecure; the
+// resource) the OpenTelemetry SDK reads from the process environment.
 type tracesFlags struct {
 	exporter, endpoint, protocol, file string
 	capturePreviews                    bool
@@ -39,7 +41,7 @@ func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
 	fs.StringVar(&f.exporter, "traces.exporter", "",
 		"traces exporter: otlp or none (default: $OTEL_TRACES_EXPORTER, else otlp when an OTLP endpoint is set)")
 	fs.StringVar(&f.endpoint, "otlp.endpoint", "",
-		"OTLP endpoint, URL or host:port (plaintext); default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT; none = no OTLP export")
+		"OTLP endpoint, URL or host:port (plaintext); default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT (http:// or https:// URLs); none = no OTLP export")
 	fs.StringVar(&f.protocol, "otlp.protocol", "",
 		"OTLP protocol: grpc or http/protobuf (default $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 	fs.StringVar(&f.file, "traces-file", "",
@@ -98,9 +100,14 @@ type tracesRuntime struct {
 	logger       *slog.Logger
 }
 
-// start sets up the exporters the flags and env ask for. With no endpoint,
-// no file and no console it returns a runtime with tracing off (the wrapper
-// stays a pure pipe). An error means the configuration cannot work (e.g.
+// start sets up the exporters the flags and the environment ask for. env
+// serves the variables only cbc-otel reads: TRACEPARENT and TRACESTATE
+// (serve hides its own), OTEL_TRACES_EXPORTER and the protocol variables;
+// nil means os.Getenv. The SDK's variables (endpoint, headers,
+// certificates, compression, timeout, resource) always come from the
+// process environment (see traces.Config). With no endpoint, no file and
+// no console it returns a runtime with tracing off (the wrapper stays a
+// pure pipe). An error means the configuration cannot work (e.g.
 // --traces.exporter otlp without any endpoint, a malformed
 // OTEL_EXPORTER_OTLP_HEADERS, an unwritable --traces-file).
 func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*tracesRuntime, error) {

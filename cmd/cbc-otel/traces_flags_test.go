@@ -5,16 +5,37 @@ import (
 	"context"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
+
+// clearOTelEnv blanks, for the rest of the test, the OTel variables the SDK
+// reads from the process environment (and ours), so that the developer's
+// own cannot leak in. t.Setenv: never in parallel tests.
+func clearOTelEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
+		t.Setenv(k, "")
+	}
+	for _, v := range []string{"ENDPOINT", "PROTOCOL", "HEADERS", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY", "COMPRESSION", "TIMEOUT", "INSECURE"} {
+		t.Setenv("OTEL_EXPORTER_OTLP_"+v, "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_"+v, "")
+	}
+}
 
 func parseTracesFlags(t *testing.T, live bool, args ...string) *tracesFlags {
 	t.Helper()
@@ -61,6 +82,7 @@ func TestTracesFlagsValidate(t *testing.T) {
 }
 
 func TestTracesRuntimeOff(t *testing.T) {
+	clearOTelEnv(t)
 	f := parseTracesFlags(t, true)
 	r, err := f.start(context.Background(), func(string) string { return "" }, nil)
 	if err != nil {
@@ -92,7 +114,11 @@ func TestTracesRuntimeFile(t *testing.T) {
 	if err := f.validate(); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "OTEL_SERVICE_NAME": "svc"}
+	clearOTelEnv(t)
+	// OTEL_SERVICE_NAME is the SDK's: the process environment. TRACEPARENT
+	// is ours: env.
+	t.Setenv("OTEL_SERVICE_NAME", "svc")
+	env := map[string]string{"TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	r, err := f.start(context.Background(), func(k string) string { return env[k] }, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +163,9 @@ func TestTracesRuntimeFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rs := range req.ResourceSpans {
+			if svc := resourceAttr(rs.Resource, "service.name"); svc != "svc" {
+				t.Errorf("service.name = %q, want OTEL_SERVICE_NAME's", svc)
+			}
 			for _, ss := range rs.ScopeSpans {
 				spans += len(ss.Spans)
 			}
@@ -147,7 +176,143 @@ func TestTracesRuntimeFile(t *testing.T) {
 	}
 }
 
+func resourceAttr(r *resourcepb.Resource, key string) string {
+	for _, kv := range r.GetAttributes() {
+		if kv.Key == key {
+			return kv.Value.GetStringValue()
+		}
+	}
+	return ""
+}
+
+// feedCorpus runs the corpus's complete recording through r's sink.
+func feedCorpus(t *testing.T, r *tracesRuntime) {
+	t.Helper()
+	in, err := os.Open("../../testdata/corpus/claude-code-2.1.328/complete.ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}}})
+	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, in); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+}
+
+// TestTracesRuntimeEnvHidesParent: an env that hides TRACEPARENT, as
+// serve's does, wins over the process environment for what cbc-otel reads.
+func TestTracesRuntimeEnvHidesParent(t *testing.T) {
+	clearOTelEnv(t)
+	t.Setenv("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	env := func(k string) string {
+		if k == "TRACEPARENT" {
+			return ""
+		}
+		return os.Getenv(k)
+	}
+	f := parseTracesFlags(t, false, "--traces-file", filepath.Join(t.TempDir(), "spans.jsonl"))
+	r, err := f.start(context.Background(), env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.shutdown(context.Background())
+	feedCorpus(t, r)
+	run := &ingest.Run{TaskID: "ww1t7k50l", RunID: "0mx5yo7rw-0b933e5a"}
+	tid, _ := r.exemplar()(run)
+	if want := traces.TraceID(run.TaskID, run.RunID).String(); tid != want {
+		t.Errorf("trace id %s, want the run's own %s: the hidden TRACEPARENT was used", tid, want)
+	}
+}
+
+// otlpReceiver is an OTLP gRPC receiver that keeps what it is sent.
+type otlpReceiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	mu      sync.Mutex
+	reqs    []*collectortrace.ExportTraceServiceRequest
+	headers []metadata.MD
+}
+
+func (o *otlpReceiver) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reqs = append(o.reqs, req)
+	o.headers = append(o.headers, md)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	o := new(otlpReceiver)
+	collectortrace.RegisterTraceServiceServer(srv, o)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return o, lis.Addr().String()
+}
+
+// TestTracesFlagsOverrideEnv: --otlp.endpoint and --otlp.protocol beat the
+// environment's endpoint and protocol; the SDK still applies the
+// environment's headers and resource.
+func TestTracesFlagsOverrideEnv(t *testing.T) {
+	clearOTelEnv(t)
+	envSide, envAddr := startOTLPReceiver(t)
+	flagSide, flagAddr := startOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+envAddr)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=agents")
+	t.Setenv("OTEL_SERVICE_NAME", "svc-env")
+	f := parseTracesFlags(t, true, "--otlp.endpoint", flagAddr, "--otlp.protocol", "grpc")
+	if err := f.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.start(context.Background(), os.Getenv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "OTLP grpc → http://" + flagAddr; r.describe() != want {
+		t.Errorf("describe = %q, want %q", r.describe(), want)
+	}
+	feedCorpus(t, r)
+	if err := r.shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r.dropped()() != 0 || r.exportErrors()() != 0 {
+		t.Errorf("dropped %v errors %v", r.dropped()(), r.exportErrors()())
+	}
+	envSide.mu.Lock()
+	if len(envSide.reqs) != 0 {
+		t.Error("the environment's endpoint got spans")
+	}
+	envSide.mu.Unlock()
+	flagSide.mu.Lock()
+	defer flagSide.mu.Unlock()
+	spans := 0
+	for i, req := range flagSide.reqs {
+		if got := flagSide.headers[i].Get("x-team"); len(got) != 1 || got[0] != "agents" {
+			t.Errorf("x-team = %v: OTEL_EXPORTER_OTLP_HEADERS not applied", got)
+		}
+		for _, rs := range req.ResourceSpans {
+			if svc := resourceAttr(rs.Resource, "service.name"); svc != "svc-env" {
+				t.Errorf("service.name = %q", svc)
+			}
+			for _, ss := range rs.ScopeSpans {
+				spans += len(ss.Spans)
+			}
+		}
+	}
+	if spans != 7 {
+		t.Errorf("%d spans at the flag's endpoint, want 7", spans)
+	}
+}
+
 func TestTracesRuntimeBadEnv(t *testing.T) {
+	clearOTelEnv(t)
 	f := parseTracesFlags(t, true, "--traces.exporter", "otlp")
 	if _, err := f.start(context.Background(), func(string) string { return "" }, nil); err == nil {
 		t.Error("otlp without any endpoint must fail")
