@@ -194,7 +194,7 @@ func feedCorpus(t *testing.T, r *tracesRuntime) {
 	}
 	defer in.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}}})
-	if err := ingest.Feed(context.Background(), p, ingest.SourceStdout, in); err != nil {
+	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, in); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
