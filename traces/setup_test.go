@@ -125,7 +125,7 @@ func TestResource(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, kv := range r.Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.String()
 	}
 	if got["service.name"] != "svc" || got["deployment.environment"] != "prod eu" || got["service.version"] != "1.2.3" {
 		t.Errorf("resource = %v", got)
