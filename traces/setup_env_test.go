@@ -66,11 +66,11 @@ type export struct {
 // resource returns the string attributes of the first resource.
 func (e export) resource() map[string]string {
 	out := map[string]string{}
-	for _, rs := range e.req.ResourceSpans {
-		for _, kv := range rs.Resource.Attributes {
-			out[kv.Key] = kv.Value.GetStringValue()
-		}
-		break
+	if len(e.req.ResourceSpans) == 0 {
+		return out
+	}
+	for _, kv := range e.req.ResourceSpans[0].Resource.Attributes {
+		out[kv.Key] = kv.Value.GetStringValue()
 	}
 	return out
 }
