@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Defaults used when the Config leaves a duration zero.
@@ -121,15 +119,9 @@ type Config struct {
 	// stdout and of Stdin before it is passed on: each side's bytes are
 	// stamped before the other side can react to them (the child to a
 	// request, the consumer to an event). They are called on the pumping
-	// goroutine, so they must never block: use a tap.Tap (or tap.Join,
-	// tap.Copying). Run makes no call on them after it returns. StdoutTap
-	// is a tap.Writer: it may lend the pump the buffers it reads into (no
-	// second copy), and with a pipe for Stdout the bytes are passed on
-	// with tee(2), without a copy through user space and so before they
-	// are tapped, which Begin and Cancel tell it. Stdin is read a line at
-	// a time at most, so StdinTap is only written to.
-	StdoutTap tap.Writer
-	StdinTap  io.Writer
+	// goroutine, so they must never block: use a tap.Tap (or tap.Join).
+	// Run makes no call on them after it returns.
+	StdoutTap, StdinTap io.Writer
 
 	// Signals are forwarded to the child, except SIGCHLD, SIGURG and SIGPIPE
 	// (the runtime's own and the supervisor's, never meant for the child).

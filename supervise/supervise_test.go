@@ -176,7 +176,7 @@ func TestRoundTripByteExact(t *testing.T) {
 					var outTap, inTap func() []byte
 					if tapKind == "writer" {
 						var o, i bytes.Buffer
-						cfg.StdoutTap, cfg.StdinTap = tap.Copying(&o), &i
+						cfg.StdoutTap, cfg.StdinTap = &o, &i
 						outTap, inTap = o.Bytes, i.Bytes
 					} else {
 						o, i := tap.NewTap(32<<20), tap.NewTap(32<<20)

@@ -26,9 +26,8 @@ type MergeOptions struct {
 // chunk that passed through the wrapper first comes first; ties go to stdin,
 // since a request precedes its effects. So an interrupt written to the child
 // is always handled before the stopped notification it caused, whichever
-// queue a plain select would have looked at first. Stdout bytes announced
-// by Begin (passed on, not queued yet) hold back the stdin chunks that
-// passed after them. It returns ctx's error if ctx ended it.
+// queue a plain select would have looked at first. It returns ctx's error
+// if ctx ended it.
 func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 	var tick <-chan time.Time
 	if m.Tick != nil && m.Every > 0 {
@@ -85,20 +84,6 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 		i := SourceStdout
 		if pend[0] == nil || (pend[1] != nil && pend[1].PassedBefore(pend[0])) {
 			i = SourceStdin
-		}
-		if i == SourceStdin && pend[0] == nil && chans[0] != nil && stdout.PassingBefore(pend[1]) {
-			// Stdout bytes passed on (by tee) before this stdin chunk but
-			// are not queued yet: what stdin says may be the consumer's
-			// answer to them. Wait for them, or for the tap to say they
-			// are dropped.
-			select {
-			case c, ok := <-chans[0]:
-				take(0, c, ok)
-			case <-stdout.Settled():
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			continue
 		}
 		if c := pend[i]; c != nil {
 			pend[i] = nil

@@ -76,17 +76,10 @@ type Tap struct {
 
 	mu       sync.Mutex // serialises Write and Close so Write never sends on a closed channel
 	closed   bool
-	lent     *[]byte // the buffer handed out by Lend and not yet committed; guarded by mu
-	gap      bool    // bytes were dropped since the last queued chunk; guarded by mu
-	gapAtEOL bool    // the last dropped byte was a newline; guarded by mu
+	gap      bool // bytes were dropped since the last queued chunk; guarded by mu
+	gapAtEOL bool // the last dropped byte was a newline; guarded by mu
 
 	gapPending, gapPendingAtEOL atomic.Bool // set by Close from gap and gapAtEOL, read by the consumer
-
-	// passing is Begin's instant while the bytes it announced are not
-	// queued (or dropped) yet; zero otherwise. Guarded by mu. settled
-	// wakes a MergeTaps waiting on it when it is cleared.
-	passing time.Time
-	settled chan struct{}
 
 	bytesIn, bytesDropped, chunksDropped atomic.Int64
 }
@@ -102,8 +95,7 @@ func NewTap(queueBytes int) *Tap {
 	// slots can never be the binding limit: the byte budget is.
 	slots := queueBytes/tapClasses[0] + 1
 	base := time.Now()
-	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano(),
-		settled: make(chan struct{}, 1)}
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano()}
 	for i, size := range tapClasses {
 		if size <= queueBytes {
 			t.maxClass = i
@@ -130,12 +122,11 @@ func (t *Tap) Write(p []byte) (int, error) {
 	t.bytesIn.Add(int64(n))
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	defer t.settleLocked()
 	if t.closed {
 		t.drop(p)
 		return n, nil
 	}
-	now := t.stampLocked()
+	now := time.Now()
 	at := t.baseNs + int64(now.Sub(t.base)) // monotonic: see Chunk.At
 	for len(p) > 0 {
 		class := min(classFor(len(p)), t.maxClass)
@@ -164,123 +155,6 @@ func (t *Tap) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// Lend returns a buffer of the largest class for the writer to read into
-// and then pass, filled, to Commit: a full read then reaches the consumer
-// without being copied. Until Commit, the buffer is the writer's; it does
-// not count against the queue budget. Calling Lend again before Commit
-// returns the same buffer. One goroutine writes (Lend, Commit and Write).
-func (t *Tap) Lend() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.lent == nil {
-		t.lent = t.get(t.maxClass)
-	}
-	return (*t.lent)[:tapClasses[t.maxClass]]
-}
-
-// Commit taps p, which must be a prefix of the buffer Lend returned (else
-// it is tapped like Write, with a copy). It behaves exactly like Write(p),
-// same chunking, budget and drops, except that a p large enough to need
-// the lent buffer's class is queued in that very buffer: the writer must not
-// touch the buffer after Commit, and calls Lend for the next one. A smaller
-// p is copied into a smaller buffer (so tiny chunks do not eat the budget)
-// and, like a dropped p, leaves the lent buffer with the writer for reuse.
-// It always returns len(p), nil.
-func (t *Tap) Commit(p []byte) (int, error) {
-	n := len(p)
-	if n == 0 {
-		return 0, nil
-	}
-	t.mu.Lock()
-	lent := t.lent
-	if lent == nil || classFor(n) != t.maxClass || n > cap(*lent) || &p[0] != &(*lent)[0] {
-		t.mu.Unlock()
-		return t.Write(p)
-	}
-	defer t.mu.Unlock()
-	defer t.settleLocked()
-	t.bytesIn.Add(int64(n))
-	if t.closed {
-		t.drop(p)
-		return n, nil
-	}
-	size := int64(cap(*lent))
-	if t.queued.Load()+size > t.queueBytes {
-		t.drop(p)
-		return n, nil
-	}
-	now := t.stampLocked()
-	c := Chunk{Data: p, Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: t.baseNs + int64(now.Sub(t.base)), when: now, buf: lent}
-	t.queued.Add(size)
-	select {
-	case t.ch <- c:
-		t.gap = false
-		t.lent = nil // the consumer's now
-	default:
-		// Unreachable, as in Write.
-		t.queued.Add(-size)
-		t.drop(p)
-	}
-	return n, nil
-}
-
-// Begin says that the bytes of the next Write or Commit are being passed on
-// now, before that call (tee(2) hands them to the consumer before they are
-// read for the tap). They are stamped with this instant, and until they are
-// queued or dropped, MergeTaps holds back chunks of the other tap that
-// passed later: a consumer may answer them at once, and its answer must
-// never be taken as earlier than what it answers. Cancel, when no bytes
-// came after all. The writer's goroutine calls it, like Write.
-func (t *Tap) Begin() {
-	now := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.passing = now
-}
-
-// Cancel withdraws a Begin that no bytes followed.
-func (t *Tap) Cancel() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.settleLocked()
-}
-
-// stampLocked is the instant of the bytes being tapped: Begin's if one is
-// pending, else now. mu held.
-func (t *Tap) stampLocked() time.Time {
-	if !t.passing.IsZero() {
-		return t.passing
-	}
-	return time.Now()
-}
-
-// settleLocked clears a pending Begin, once its bytes are queued or
-// dropped, and wakes a MergeTaps waiting for them. mu held.
-func (t *Tap) settleLocked() {
-	if t.passing.IsZero() {
-		return
-	}
-	t.passing = time.Time{}
-	select {
-	case t.settled <- struct{}{}:
-	default: // a wake-up is already pending: one is enough
-	}
-}
-
-// PassingBefore reports whether bytes announced by Begin, not queued yet,
-// passed before chunk c of another tap.
-func (t *Tap) PassingBefore(c *Chunk) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.passing.IsZero() {
-		return false
-	}
-	if c.when.IsZero() {
-		return t.baseNs+int64(t.passing.Sub(t.base)) <= c.At
-	}
-	return t.passing.Compare(c.when) <= 0
 }
 
 // drop counts the dropped bytes p and remembers to flag the next chunk, and
@@ -327,10 +201,6 @@ func (t *Tap) put(b *[]byte) {
 	t.freeMu.Unlock()
 }
 
-// Settled wakes a consumer waiting on PassingBefore: it receives when bytes
-// announced by Begin are queued, dropped or cancelled.
-func (t *Tap) Settled() <-chan struct{} { return t.settled }
-
 // Chunks returns the queue. It is closed after Close once everything queued
 // before Close has been received.
 func (t *Tap) Chunks() <-chan Chunk { return t.ch }
@@ -357,7 +227,6 @@ func (t *Tap) Close() {
 		return
 	}
 	t.closed = true
-	t.settleLocked()
 	t.gapPendingAtEOL.Store(t.gap && t.gapAtEOL)
 	t.gapPending.Store(t.gap)
 	close(t.ch)

@@ -298,7 +298,7 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 
 // stdoutTap is what the supervisor writes the child's stdout to: the
 // pipeline's tap, the spool's, or both (nil when neither).
-func (c *consumers) stdoutTap() tap.Writer {
+func (c *consumers) stdoutTap() io.Writer {
 	return tap.Join(c.pipe, c.sp.tapOf(tap.SourceStdout))
 }
 
