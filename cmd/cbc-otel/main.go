@@ -45,7 +45,7 @@ func (s stdio) stdin() io.Reader {
 }
 
 // stdout is the stream to pass a child's stdout to: the real file when
-// there is one (the pump may then tee(2) into it).
+// there is one (the child writes to it through the pump).
 func (s stdio) stdout() io.Writer {
 	if s.outFile != nil {
 		return s.outFile
