@@ -73,7 +73,7 @@ func TestPackageGraph(t *testing.T) {
 		"tap":        {},
 		"streamjson": {"tap"},
 		"ingest":     {"tap", "streamjson"},
-		"supervise":  {"tap"},
+		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "streamjson"},
