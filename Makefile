@@ -81,7 +81,7 @@ bench: build
 # micro-benchmarks: checks they work, keeps no figures.
 bench-quick: build
 	CBC_OTEL_BIN=$(BIN) bench/run.sh -quick
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./ingest/ ./report/ ./metrics/ ./traces/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./streamjson/ ./ingest/ ./report/ ./metrics/ ./traces/
 
 clean:
 	rm -rf bin

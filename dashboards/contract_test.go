@@ -62,7 +62,7 @@ func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 			t.Fatal(err)
 		}
 		p := ingest.NewPipeline(ingest.PipelineOptions{
-			Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats},
+			Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: stats, Grace: ingest.DefaultGrace},
 		})
 		p.Write(tap.SourceStdout, b)
 		p.Close()

@@ -50,7 +50,7 @@ func expectedSpans(t *testing.T, file string) map[string]map[string]wantSpan {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{traces.New(tp, traces.Options{})}}})
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{traces.New(tp, traces.Options{})}, Grace: ingest.DefaultGrace}})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestJaegerInProcess(t *testing.T) {
 			}
 			defer f.Close()
 			sink := traces.New(prov, traces.Options{})
-			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
+			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}, Grace: ingest.DefaultGrace}})
 			if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 				t.Fatal(err)
 			}

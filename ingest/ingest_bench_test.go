@@ -155,7 +155,7 @@ func BenchmarkTracker(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			for b.Loop() {
-				tr := ingest.NewTracker(ingest.TrackerOptions{})
+				tr := ingest.NewTracker(ingest.TrackerOptions{Grace: ingest.DefaultGrace})
 				for i := range evs {
 					tr.Handle(&evs[i], evs[i].Times())
 				}

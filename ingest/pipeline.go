@@ -10,7 +10,7 @@ import (
 )
 
 // probeBytes is how much of a line still arriving the framer buffers before
-// it asks whether the line is worth keeping (see Framer.SetProbe).
+// it asks whether the line is worth keeping (see streamjson.Framer.SetProbe).
 const probeBytes = 4 << 10
 
 // maxClockLeap bounds how far one event may move a replay's clock.
@@ -18,7 +18,8 @@ const maxClockLeap = 24 * 60 * 60 * 1000
 
 // PipelineOptions configures a Pipeline.
 type PipelineOptions struct {
-	// MaxLine caps what is buffered of one line; 0 means DefaultMaxLine.
+	// MaxLine caps what is buffered of one line; 0 means
+	// streamjson.DefaultMaxLine.
 	MaxLine int
 	Decode  streamjson.DecodeOptions
 	Tracker TrackerOptions

@@ -41,7 +41,7 @@ func TestSettleAgent(t *testing.T) {
 // (the common case, never near a cap) must not pile up in the queue of
 // unfinished runs: a million of them once held 500 MB in serve.
 func TestFinishedRunsAreNotHeld(t *testing.T) {
-	tr := NewTracker(TrackerOptions{Grace: -1})
+	tr := NewTracker(TrackerOptions{}) // no grace window: each run is finalized at once
 	// One run left open at the head, so finished runs queue behind it.
 	tr.Handle(&streamjson.Event{Kind: streamjson.KindTaskStarted, TaskID: "open", TaskType: "local_workflow"}, 1e12)
 	for i := range 100_000 {

@@ -53,7 +53,7 @@ func BenchmarkSink(b *testing.B) {
 				}
 				b.ReportAllocs()
 				for b.Loop() {
-					tr := ingest.NewTracker(ingest.TrackerOptions{Sinks: sinks})
+					tr := ingest.NewTracker(ingest.TrackerOptions{Sinks: sinks, Grace: ingest.DefaultGrace})
 					for i := range evs {
 						tr.Handle(&evs[i], t0+int64(i))
 					}

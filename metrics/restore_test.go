@@ -73,7 +73,7 @@ func TestCumulativeRestartIsExact(t *testing.T) {
 	s1 := lines(t, "../testdata/simulate/mixed-cbc.ndjson")
 	s2 := lines(t, "../testdata/simulate/many-agents-claude-interrupt10.ndjson")
 	feed := func(m *Metrics, st *ingest.Stats, ls [][]byte) *ingest.Pipeline {
-		p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: st}})
+		p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m}, Stats: st, Grace: ingest.DefaultGrace}})
 		for _, l := range ls {
 			p.Write(tap.SourceStdout, l)
 		}
@@ -105,7 +105,7 @@ func TestCumulativeRestartIsExact(t *testing.T) {
 		st2 := new(ingest.Stats)
 		m2 := newTest(t, Options{Stats: st2})
 		c2 := NewCumulative(m2.Registry())
-		q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2}})
+		q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2, Grace: ingest.DefaultGrace}})
 		if err := q.Tracker().Restore(snap, snap.Now); err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestRestoreIsTwoPhase(t *testing.T) {
 	s := lines(t, "../testdata/simulate/many-agents-claude-interrupt10.ndjson")
 	st1 := new(ingest.Stats)
 	m1 := newTest(t, Options{Stats: st1})
-	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m1}, Stats: st1}})
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m1}, Stats: st1, Grace: ingest.DefaultGrace}})
 	for _, l := range s[:len(s)/2] {
 		p.Write(tap.SourceStdout, l)
 	}
@@ -188,7 +188,7 @@ func TestRestoreIsTwoPhase(t *testing.T) {
 	st2 := new(ingest.Stats)
 	m2 := newTest(t, Options{Stats: st2})
 	c2 := NewCumulative(m2.Registry())
-	q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2}})
+	q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}, Stats: st2, Grace: ingest.DefaultGrace}})
 	snap := p.Tracker().Snapshot()
 	if err := q.Tracker().Restore(snap, snap.Now); err != nil {
 		t.Fatal(err)

@@ -150,12 +150,11 @@ func adversarial() map[string][]byte {
 }
 
 // A cat child gets stdin and returns it: output and both taps must match
-// the input byte for byte, whether the output goes to a writer (read and
-// written) or a pipe (tee'd), and the taps are plain writers (copied) or
-// ingest.Taps (lent buffers, handed over without a copy).
+// the input byte for byte, whether the output goes to a writer or a pipe,
+// and the taps are plain writers or tap.Taps.
 func TestRoundTripByteExact(t *testing.T) {
 	for _, dest := range []string{"writer", "pipe"} {
-		for _, tapKind := range []string{"writer", "ingest"} {
+		for _, tapKind := range []string{"writer", "tap"} {
 			for name, in := range adversarial() {
 				t.Run(dest+"/"+tapKind+"/"+name, func(t *testing.T) {
 					cfg := helper(t, "cat")
@@ -440,7 +439,7 @@ func TestStopKillsGroup(t *testing.T) {
 func TestStdoutConsumerGone(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
-		tap  bool // a tap makes the pump tee into the pipe
+		tap  bool // a tap on the pump that writes into the pipe
 		code int
 	}{{"yes", false, 141}, {"epipe", false, 3}, {"yes", true, 141}, {"epipe", true, 3}} {
 		t.Run(fmt.Sprintf("%s/tap=%v", tc.mode, tc.tap), func(t *testing.T) {

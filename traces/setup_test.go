@@ -33,7 +33,7 @@ func feedProvider(t *testing.T, p *Provider, file string) *Sink {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pl := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}}})
+	pl := ingest.NewPipeline(ingest.PipelineOptions{Decode: streamjson.DecodeOptions{KeepErrors: true}, Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}, Grace: ingest.DefaultGrace}})
 	if err := ingest.Feed(context.Background(), pl, tap.SourceStdout, f); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func BenchmarkSink(b *testing.B) {
 			sink := New(tp, Options{})
 			b.ReportAllocs()
 			for b.Loop() {
-				tr := ingest.NewTracker(ingest.TrackerOptions{Sinks: []ingest.Sink{sink}})
+				tr := ingest.NewTracker(ingest.TrackerOptions{Sinks: []ingest.Sink{sink}, Grace: ingest.DefaultGrace})
 				for i := range evs {
 					tr.Handle(&evs[i], benchT0+int64(i))
 				}

@@ -100,20 +100,27 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 	defer cancel()
 	childIn, drvOut := io.Pipe() // driver → child stdin
 	drvIn, childOut := io.Pipe() // child stdout → driver
+	// Closed by finished once the child is done (the driver then gets EOF),
+	// or here when the child never started.
+	defer childIn.Close()
+	defer childOut.Close()
 	drvErr := make(chan error, 1)
-	go func() {
-		err := driveDemo(cfg, drvOut, drvIn)
-		drvOut.Close()
-		io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
-		drvErr <- err
-	}()
 	ran := false
 	r := runner{
+		name:         "demo",
 		signals:      func() (<-chan os.Signal, func()) { return nil, func() {} },
 		consumerWait: 10 * time.Second,
-		started:      func(tel *telemetry) { announceDemo(sio.err, &cfg, tel) },
+		started: func(tel *telemetry) {
+			announceDemo(sio.err, &cfg, tel)
+			go func() {
+				err := driveDemo(cfg, drvOut, drvIn)
+				drvOut.Close()
+				io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
+				drvErr <- err
+			}()
+		},
 		finished: func(tel *telemetry, out outcome) {
-			childOut.Close() // the child is done: the driver gets EOF
+			childOut.Close()
 			childIn.Close()
 			code, ran = finishDemo(ctx, &cfg, sio, tel, out, <-drvErr), true
 		},
@@ -140,6 +147,8 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 // driver are done, and with --hold keeps /metrics up until ctx ends.
 func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry, out outcome, drvErr error) int {
 	switch {
+	case out.err != nil:
+		return exitFailure // exec said why; the driver's error is only its consequence
 	case drvErr != nil:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("driving the simulator: %w", drvErr))
 	case out.stats == nil:

@@ -204,12 +204,16 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 // answering ready. A server that cannot start is an error: serving is
 // serve's job.
 func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheus.Gatherer, ready func() bool) error {
-	r.flags.listen, r.flags.webConfig, r.flags.file = f.listen, f.webConfig, f.file
-	r.gatherer = g
-	if f.listen == "" {
-		return nil
+	r.flags.listen, r.flags.webConfig = f.listen, f.webConfig
+	if f.listen != "" {
+		if err := r.listen(ctx, g, ready); err != nil {
+			// serve stops here: no file either, or the last good one
+			// would be replaced by totals never restored.
+			return err
+		}
 	}
-	return r.listen(ctx, g, ready)
+	r.flags.file, r.gatherer = f.file, g
+	return nil
 }
 
 // sink is the ingest.Sink to add to the pipeline.

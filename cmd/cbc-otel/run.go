@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -97,6 +98,8 @@ func (c *runConfig) Validate() error {
 // runner holds what `run` needs from its environment, so that tests can run
 // it in-process without touching the test process's signals.
 type runner struct {
+	// name is the command in messages: "run" (the default) or "demo".
+	name string
 	// signals subscribes to the signals to forward; stop unsubscribes.
 	signals func() (c <-chan os.Signal, stop func())
 	// watchParent makes the wrapper stop its child when its own parent dies.
@@ -178,10 +181,11 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 	return cfg, true, exitOK
 }
 
-// outcome is what a run ended with: the exit code and, when the config
-// asked to collect them, the runs seen.
+// outcome is what a run ended with: the exit code, the supervisor's
+// error if any and, when the config asked to collect them, the runs seen.
 type outcome struct {
 	code  int
+	err   error
 	runs  []ingest.Run
 	stats *ingest.Stats
 }
@@ -200,9 +204,10 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		defer stopWatch()
 		stopWithParent(wctx, log)
 	}
+	name := cmp.Or(r.name, "run")
 	c, err := r.startConsumers(ctx, &cfg, log)
 	if err != nil {
-		return outcome{code: fail(sio.err, "run", exitUsage, err)}
+		return outcome{code: fail(sio.err, name, exitUsage, err)}
 	}
 	if r.started != nil {
 		r.started(c.tel)
@@ -221,9 +226,8 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		Logger:       log,
 	})
 	out := c.finish(ctx, r.consumerWait, log)
-	out.code = res.ExitCode
+	out.code, out.err = res.ExitCode, err
 	if err != nil {
-		fmt.Fprintf(sio.err, "cbc-otel run: %v\n", err)
 		out.code = exitFailure
 		var se *supervise.StartError
 		if errors.As(err, &se) {
@@ -231,10 +235,16 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		}
 	}
 	c.summarize(&cfg, sio.err, log)
+	if err != nil && r.finished != nil {
+		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // before the hook's own report
+	}
 	if r.finished != nil {
 		r.finished(c.tel, out)
 	}
 	c.tel.shutdown(ctx) // under deadlines of its own: a dead backend never costs the exit status
+	if err != nil && r.finished == nil {
+		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
+	}
 	return out
 }
 

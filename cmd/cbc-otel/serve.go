@@ -130,10 +130,10 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)
 	}
-	defer tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	cum := metrics.NewCumulative(tel.metrics.registry())
 	eng, err := follow.New(cfg.engineOptions(tel, cum, log))
 	if err != nil {
+		tel.shutdown(ctx)
 		return fail(sio.err, "serve", exitUsage, err)
 	}
 	// Serving starts before the restore so that /healthz answers at once;
@@ -141,6 +141,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	// /metrics and the file expose the cumulative totals (restored base +
 	// this process), which the plain registry does not hold.
 	if err := tel.metrics.expose(ctx, cfg.tel.metrics, cum, eng.Ready); err != nil {
+		tel.shutdown(ctx)
 		return fail(sio.err, "serve", exitFailure, err)
 	}
 	code = exitOK
@@ -154,6 +155,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 			code = exitFailure
 		}
 	}
+	tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	log.Info("stopped", "code", code)
 	return code
 }

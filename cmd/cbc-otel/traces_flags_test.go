@@ -133,7 +133,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	defer in.Close()
 	p := ingest.NewPipeline(ingest.PipelineOptions{
 		Decode:  streamjson.DecodeOptions{KeepPreviews: r.capturePreviews()},
-		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}},
+		Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}, Grace: ingest.DefaultGrace},
 	})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, in); err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func feedCorpus(t *testing.T, r *tracesRuntime) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}}})
+	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{r.sink()}, Grace: ingest.DefaultGrace}})
 	if err := ingest.Feed(context.Background(), p, tap.SourceStdout, in); err != nil {
 		t.Fatal(err)
 	}
