@@ -16,7 +16,7 @@ PKGS      := ./...
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-.PHONY: all build demo test race vet lint fmt-check staticcheck fuzz bench bench-quick clean chaos
+.PHONY: all build demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos
 
 all: build
 
@@ -31,7 +31,7 @@ demo:
 # Jaeger, Helm, the SDKs) is missing skips, and go test still says ok: so
 # internal/realtool appends each skip to the file CBC_SKIP_LOG names, and
 # the list ends the output. The exit status is go test's.
-test: vet fmt-check
+test: vet fmt-check cover-floor
 	@skips=$$(mktemp); \
 	echo "CBC_SKIP_LOG=$$skips $(GO) test -race -count=1 -timeout 30m $(PKGS)"; \
 	CBC_SKIP_LOG=$$skips $(GO) test -race -count=1 -timeout 30m $(PKGS); rc=$$?; \
@@ -45,6 +45,14 @@ test: vet fmt-check
 	rm -f $$skips; exit $$rc
 
 race: test
+
+# The serve engine is tested in-process, on a fake clock: its own tests must
+# cover at least COVER_FLOOR % of package follow's statements.
+COVER_FLOOR ?= 75
+cover-floor:
+	@pct=$$($(GO) test -count=1 -cover ./follow/ | sed -n 's/.*coverage: \([0-9.]*\)% of statements.*/\1/p'); \
+	echo "follow: $$pct% of statements covered by its own tests (floor $(COVER_FLOOR)%)"; \
+	awk -v p="$$pct" -v f=$(COVER_FLOOR) 'BEGIN { exit !(p != "" && p + 0 >= f) }'
 
 vet:
 	$(GO) vet $(PKGS)

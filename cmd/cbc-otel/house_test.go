@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -97,6 +99,33 @@ func TestPackageGraph(t *testing.T) {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
 			}
+		}
+	}
+}
+
+// maxPackageLines bounds the non-test code of one package of ours: past it
+// a package does more than one job (ingest had five in 4,824 lines).
+const maxPackageLines = 2600
+
+// TestPackageSize keeps every package under maxPackageLines lines of
+// non-test Go.
+func TestPackageSize(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.Dir}}{{range .GoFiles}} {{.}}{{end}}`, "github.com/cbc-otel/cbc-otel/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		n := 0
+		for _, name := range f[1:] {
+			b, err := os.ReadFile(filepath.Join(f[0], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += bytes.Count(b, []byte("\n"))
+		}
+		if n > maxPackageLines {
+			t.Errorf("%s: %d lines of non-test Go, more than %d", f[0], n, maxPackageLines)
 		}
 	}
 }
