@@ -9,11 +9,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
+	"github.com/cbc-otel/cbc-otel/simulate"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // demoConfig holds demo's flags.
@@ -25,6 +29,8 @@ type demoConfig struct {
 	width     int
 	timeout   time.Duration
 	hold      bool
+	live      bool
+	pace      time.Duration
 	logLevel  string
 	tel       telemetryFlags
 }
@@ -32,6 +38,8 @@ type demoConfig struct {
 const demoUsage = `usage: cbc-otel demo [flags]
 
 Runs simulated workflows under the wrapper and prints what cbc-otel observed.
+With --live they keep coming, one every --pace, until SIGINT or SIGTERM
+(exit 0), with /metrics up the whole time: something to scrape and look at.
 
 flags:
 `
@@ -47,6 +55,8 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
 	fs.BoolVar(&cfg.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
+	fs.BoolVar(&cfg.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
+	fs.DurationVar(&cfg.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
 	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	cfg.tel.register(fs, true)
 	if ok, code := parseFlags(fs, args); !ok {
@@ -60,8 +70,13 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 			cfg.scenarios = append(cfg.scenarios, s)
 		}
 	}
-	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 {
-		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude and --speed >= 0"))
+	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 {
+		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude, --speed >= 0 and --pace >= 0"))
+	}
+	for _, s := range cfg.scenarios {
+		if !slices.Contains(simulate.Scenarios(), s) {
+			return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("--scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", ")))
+		}
 	}
 	_, lerr := parseLogLevel(cfg.logLevel)
 	if err := errors.Join(lerr, cfg.tel.validate()); err != nil {
@@ -78,7 +93,7 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.killTimeout, rc.drainTimeout = 5*time.Second, 2*time.Second
 	rc.logLevel = c.logLevel
 	rc.tel = c.tel
-	rc.collect = true
+	rc.collect = !c.live // a live demo runs for hours: keep no run
 	return rc
 }
 
@@ -96,7 +111,13 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("locating own binary: %w", err))
 	}
+	// A live demo ends when ctx does (SIGINT, SIGTERM), through its driver:
+	// it interrupts the workflow running and closes the simulator's stdin,
+	// which then exits cleanly; the child is not killed.
 	runCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	if cfg.live {
+		runCtx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
 	defer cancel()
 	childIn, drvOut := io.Pipe() // driver → child stdin
 	drvIn, childOut := io.Pipe() // child stdout → driver
@@ -113,7 +134,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		started: func(tel *telemetry) {
 			announceDemo(sio.err, &cfg, tel)
 			go func() {
-				err := driveDemo(cfg, drvOut, drvIn)
+				err := driveDemo(ctx, cfg, drvOut, drvIn)
 				drvOut.Close()
 				io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
 				drvErr <- err
@@ -134,12 +155,19 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 
 // announceDemo says what the demo runs and where to look.
 func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
-	fmt.Fprintf(w, "cbc-otel demo: running %d simulated %s workflow(s) under the wrapper: %s\n", len(cfg.scenarios), cfg.dialect, strings.Join(cfg.scenarios, ", "))
+	what := fmt.Sprintf("%d simulated %s workflow(s)", len(cfg.scenarios), cfg.dialect)
+	if cfg.live {
+		what = fmt.Sprintf("simulated %s workflows, one every %v until interrupted (Ctrl-C),", cfg.dialect, cfg.pace)
+	}
+	fmt.Fprintf(w, "cbc-otel demo: running %s under the wrapper: %s\n", what, strings.Join(cfg.scenarios, ", "))
 	if a := tel.metrics.listenAddr(); a != nil {
 		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
 	}
-	if tel.traces.enabled() {
+	switch {
+	case tel.traces.enabled():
 		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.traces.describe())
+	case cfg.live:
+		fmt.Fprintln(w, "cbc-otel demo: no traces: start Jaeger (README, \"Quick start on a laptop\") and add --otlp.endpoint http://127.0.0.1:4317")
 	}
 }
 
@@ -155,6 +183,10 @@ func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry,
 		return fail(sio.err, "demo", exitFailure, errors.New("telemetry pipeline did not finish"))
 	case out.code != exitOK:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("simulator exited with status %d", out.code))
+	}
+	if cfg.live {
+		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.stats.Lines(tap.SourceStdout), out.stats.Events())
+		return exitOK
 	}
 	if err := writeRuns(sio.out, cfg.json, cfg.width, out.runs, out.stats); err != nil {
 		return fail(sio.err, "demo", exitFailure, err)
@@ -177,58 +209,121 @@ type demoMsg struct {
 
 // driveDemo plays the SDK: initialize, then per scenario a user message and
 // a wait for that turn's workflow notification. For "stopped" it sends an
-// interrupt once the workflow shows progress.
-func driveDemo(cfg demoConfig, w io.Writer, r io.Reader) error {
-	send := func(v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(b, '\n'))
+// interrupt once the workflow shows progress. Live, it goes round the
+// scenarios, pausing cfg.pace between workflows, until ctx ends: then it
+// interrupts the workflow running, waits for its notification and returns.
+func driveDemo(ctx context.Context, cfg demoConfig, w io.Writer, r io.Reader) error {
+	d := &demoDriver{w: w, r: bufio.NewReaderSize(r, 64<<10), done: ctx.Done()}
+	if err := d.send(obj{"type": "control_request", "request_id": "init", "request": obj{"subtype": "initialize", "hooks": obj{}, "capabilities": obj{}, "hasPrompt": true}}); err != nil {
 		return err
 	}
-	type obj = map[string]any
-	if err := send(obj{"type": "control_request", "request_id": "init", "request": obj{"subtype": "initialize", "hooks": obj{}, "capabilities": obj{}, "hasPrompt": true}}); err != nil {
-		return err
+	if !cfg.live {
+		ctx = context.Background() // a demo of fixed length runs every scenario
+		d.done = nil
 	}
-	br := bufio.NewReaderSize(r, 64<<10)
-	var session string
-	for i, sc := range cfg.scenarios {
-		msg := obj{"type": "user", "message": obj{"role": "user", "content": fmt.Sprintf("[[SCENARIO:%s]] demo turn %d", sc, i+1)}, "parent_tool_use_id": nil, "session_id": session}
-		if err := send(msg); err != nil {
+	stop := context.AfterFunc(ctx, d.interrupt)
+	defer stop()
+	for i := 0; cfg.live || i < len(cfg.scenarios); i++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := d.turn(i, cfg.scenarios[i%len(cfg.scenarios)]); err != nil {
 			return err
 		}
-		workflow, interrupted := "", false
-		for done := false; !done; {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				return fmt.Errorf("scenario %s: simulator output ended: %w", sc, err)
-			}
-			var m demoMsg
-			if json.Unmarshal(line, &m) != nil || m.Type != "system" {
-				continue
-			}
-			switch m.Subtype {
-			case "init":
-				session = m.SessionID
-			case "task_started":
-				if m.TaskType == "local_workflow" {
-					workflow = m.TaskID
-				}
-			case "task_progress":
-				if sc == "stopped" && !interrupted && m.TaskID == workflow {
-					interrupted = true
-					err := send(obj{"type": "control_request", "request_id": fmt.Sprintf("stop-%d", i+1), "request": obj{"subtype": "interrupt", "session_id": session, "reason": "user cancel"}})
-					if err != nil {
-						return err
-					}
-				}
-			case "task_notification":
-				done = m.TaskID == workflow
+		if cfg.live {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(cfg.pace):
 			}
 		}
 	}
 	return nil
+}
+
+type obj = map[string]any
+
+// demoDriver is the SDK side of the demo's session. send may be called
+// from the goroutine that interrupts; the rest only from the driver's.
+type demoDriver struct {
+	w    io.Writer
+	r    *bufio.Reader
+	done <-chan struct{} // the end of a live demo; nil otherwise
+
+	mu       sync.Mutex // serialises writes, guards session and workflow
+	session  string
+	workflow string // the workflow of the turn running, "" between turns
+	stopped  bool   // an interrupt was sent for it
+}
+
+func (d *demoDriver) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, err = d.w.Write(append(b, '\n'))
+	return err
+}
+
+// interrupt stops the workflow running, as a user's cancel does.
+func (d *demoDriver) interrupt() {
+	d.mu.Lock()
+	wf, session, sent := d.workflow, d.session, d.stopped
+	d.stopped = d.stopped || wf != ""
+	d.mu.Unlock()
+	if wf != "" && !sent {
+		_ = d.send(obj{"type": "control_request", "request_id": "stop-" + wf, "request": obj{"subtype": "interrupt", "session_id": session, "reason": "user cancel"}})
+	}
+}
+
+// turn sends scenario sc's user message and reads the stream until the
+// notification of its workflow.
+func (d *demoDriver) turn(i int, sc string) error {
+	d.mu.Lock()
+	session := d.session
+	d.workflow, d.stopped = "", false
+	d.mu.Unlock()
+	msg := obj{"type": "user", "message": obj{"role": "user", "content": fmt.Sprintf("[[SCENARIO:%s]] demo turn %d", sc, i+1)}, "parent_tool_use_id": nil, "session_id": session}
+	if err := d.send(msg); err != nil {
+		return err
+	}
+	for {
+		line, err := d.r.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("scenario %s: simulator output ended: %w", sc, err)
+		}
+		var m demoMsg
+		if json.Unmarshal(line, &m) != nil || m.Type != "system" {
+			continue
+		}
+		d.mu.Lock()
+		switch m.Subtype {
+		case "init":
+			d.session = m.SessionID
+		case "task_started":
+			if m.TaskType == "local_workflow" {
+				d.workflow = m.TaskID
+			}
+		}
+		wf := d.workflow
+		d.mu.Unlock()
+		select {
+		case <-d.done: // the demo ended before this workflow started
+			d.interrupt()
+		default:
+		}
+		switch {
+		case m.Subtype == "task_progress" && sc == "stopped" && m.TaskID == wf:
+			d.interrupt()
+		case m.Subtype == "task_notification" && m.TaskID == wf:
+			d.mu.Lock()
+			d.workflow = ""
+			d.mu.Unlock()
+			return nil
+		}
+	}
 }
 
 var _ ingest.Sink = (*report.Collector)(nil)
