@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
-// newFlagSet returns the flag set of a subcommand, writing to w (stderr:
-// stdout may belong to a child) and printing usage, then the flags, on -h.
-func newFlagSet(name, usage string, w io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// newFlagSet returns the flag set of subcommand cmd ("run"), writing to w
+// (stderr: stdout may belong to a child) and printing usage, then the
+// flags, on -h.
+func newFlagSet(cmd, usage string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("cbc-otel "+cmd, flag.ContinueOnError)
 	fs.SetOutput(w)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -21,18 +24,46 @@ func newFlagSet(name, usage string, w io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. When it returns false, the subcommand
-// ends with code: 0 after -h, 2 after a bad flag (the flag package has
-// said why).
+// parseFlags parses args into fs, stopping at the first argument that is
+// not a flag. When it returns false, the subcommand ends with code: 0 after
+// -h (the usage printed), 2 after a bad flag, said in one line.
 func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
+	out, usage := fs.Output(), fs.Usage
+	// The flag package would print the error, then the whole usage: one
+	// line is what a mistyped flag deserves.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
 	switch {
 	case err == nil:
 		return true, exitOK
 	case errors.Is(err, flag.ErrHelp):
+		usage()
 		return false, exitOK
 	}
+	fmt.Fprintf(out, "%s: %v (see '%s -h')\n", fs.Name(), err, fs.Name())
 	return false, exitUsage
+}
+
+// parseInterspersed is parseFlags for a subcommand whose arguments are
+// operands (replay's files): flags may come before, between or after them,
+// and "--" makes everything after it an operand. It returns the operands.
+func parseInterspersed(fs *flag.FlagSet, args []string) (operands []string, ok bool, code int) {
+	for {
+		if ok, code := parseFlags(fs, args); !ok {
+			return nil, false, code
+		}
+		rest := fs.Args()
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(operands, rest...), true, exitOK
+		}
+		if len(rest) == 0 {
+			return operands, true, exitOK
+		}
+		operands, args = append(operands, rest[0]), rest[1:]
+	}
 }
 
 // fail prints "cbc-otel CMD: err" to w and returns code.
@@ -60,4 +91,23 @@ func parseLogLevel(s string) (slog.Level, error) {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	l, _ := parseLogLevel(level)
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// checkOutputPath says, at start, what would otherwise fail only at exit:
+// the file that flag names cannot be written (no such directory, a
+// directory in its place, no permission).
+func checkOutputPath(flag, path string) error {
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--%s %s: directory %s does not exist", flag, path, dir)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--%s %s: is a directory", flag, path)
+	}
+	f, err := os.CreateTemp(dir, ".cbc-otel-check-*")
+	if err != nil {
+		return fmt.Errorf("--%s %s: directory %s is not writable: %w", flag, path, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

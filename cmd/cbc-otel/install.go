@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,20 +14,12 @@ import (
 // container runs `cbc-otel run` from, so the CLI's image needs nothing of
 // ours; the image is distroless (no shell, no cp), hence a subcommand.
 func cmdInstall(_ context.Context, args []string, sio stdio) int {
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	fs.SetOutput(sio.err)
-	fs.Usage = func() {
-		fmt.Fprintf(sio.err, "usage: cbc-otel install DIR\n\nCopies this binary to DIR/cbc-otel (atomically, mode 0755).\n")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	fs := newFlagSet("install", "usage: cbc-otel install DIR\n\nCopies this binary to DIR/cbc-otel (atomically, mode 0755).\n", sio.err)
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
+		return fail(sio.err, "install", exitUsage, errors.New("need exactly one DIR (see 'cbc-otel install -h')"))
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -86,10 +84,7 @@ func (m *metricsFlags) validate() error {
 		errs = append(errs, fmt.Errorf("--push.timeout %s: must be positive", m.flushTimeout))
 	}
 	if m.file != "" {
-		dir := filepath.Dir(m.file)
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--metrics-file %s: directory %s does not exist", m.file, dir))
-		}
+		errs = append(errs, checkOutputPath("metrics-file", m.file))
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))

@@ -51,10 +51,11 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	cfg.tel.register(fs, false)
-	if ok, code := parseFlags(fs, args); !ok {
+	files, ok, code := parseInterspersed(fs, args)
+	if !ok {
 		return code
 	}
-	cfg.files = fs.Args()
+	cfg.files = files
 	if err := cfg.validate(); err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}

@@ -91,6 +91,9 @@ func (c *runConfig) Validate() error {
 	if c.tapQueue < 64<<10 {
 		errs = append(errs, fmt.Errorf("--tap-queue must be at least 65536 bytes, got %d", c.tapQueue))
 	}
+	if c.summaryFile != "" {
+		errs = append(errs, checkOutputPath("summary-file", c.summaryFile))
+	}
 	errs = append(errs, c.tel.validate(), c.spool.validate(c.explicit))
 	return errors.Join(errs...)
 }
@@ -162,7 +165,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 // parseRunArgs parses and validates run's command line.
 func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code int) {
 	cfg = defaultRunConfig()
-	fs := newFlagSet("cbc-otel run", runUsage, stderr)
+	fs := newFlagSet("run", runUsage, stderr)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code

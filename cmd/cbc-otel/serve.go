@@ -162,7 +162,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 
 // parseServeArgs parses and validates serve's command line.
 func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, code int) {
-	fs := newFlagSet("cbc-otel serve", serveUsage, stderr)
+	fs := newFlagSet("serve", serveUsage, stderr)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code

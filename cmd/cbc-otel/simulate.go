@@ -16,11 +16,18 @@ import (
 // simulate returns it when its context ends before stdin does.
 const exitSignalled = 130
 
+const simulateUsage = `usage: cbc-otel simulate [flags] < stdin.ndjson
+
+Reads stream-json control requests and user messages on stdin and writes
+the CLI's stdout stream; one workflow run per user message.
+
+flags:
+`
+
 // cmdSimulate stands in for the CLI on stdio: it speaks the stream-json
 // protocol and runs scripted workflows (see package simulate).
 func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(sio.err)
+	fs := newFlagSet("simulate", simulateUsage, sio.err)
 	var cfg simulate.Config
 	var record, expect string
 	fs.StringVar(&cfg.Scenario, "scenario", simulate.ScenarioCompleted,
@@ -35,17 +42,8 @@ func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	fs.StringVar(&record, "record", "", "also write every stdout byte to this file")
 	fs.StringVar(&expect, "expect", "", "write the ground truth, one JSON line per task run, to this file")
 	ignoreCLIFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(sio.err, "usage: cbc-otel simulate [flags] < stdin.ndjson\n\n"+
-			"Reads stream-json control requests and user messages on stdin and writes\n"+
-			"the CLI's stdout stream; one workflow run per user message.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(sio.err, "cbc-otel simulate: unexpected arguments %q\n", fs.Args())
