@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +89,48 @@ func (c *serveConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// warnAtStart says what would otherwise go unnoticed: a directory to follow
+// that does not exist (serve waits for it, /readyz says so), and an idle
+// timeout shorter than the spool writers' heartbeat when spool files are
+// followed at all.
+func (c *serveConfig) warnAtStart(log *slog.Logger) {
+	for _, d := range c.missingDirs() {
+		log.Warn("a directory to follow does not exist; nothing is read there until it does", "dir", d)
+	}
+	if c.idleTimeout < 3*spool.Heartbeat && c.followsSpool() {
+		log.Warn("--idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
+			"idle_timeout", c.idleTimeout, "heartbeat", spool.Heartbeat)
+	}
+}
+
+// missingDirs lists the directories of the globs that do not exist (or are
+// not directories), in order, once each.
+func (c *serveConfig) missingDirs() []string {
+	var out []string
+	for _, g := range c.globs() {
+		d := filepath.Dir(g)
+		if fi, err := os.Stat(d); (err != nil || !fi.IsDir()) && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// followsSpool reports whether any glob can match a spool file.
+func (c *serveConfig) followsSpool() bool {
+	if len(c.spoolDirs) > 0 {
+		return true
+	}
+	for _, g := range c.follows {
+		for _, name := range []string{"x" + spool.DoneSuffix, "x" + spool.OpenSuffix} {
+			if ok, _ := filepath.Match(filepath.Base(g), name); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // globs are the --follow patterns plus one per --spool-dir.
 func (c *serveConfig) globs() []string {
 	out := append([]string(nil), c.follows...)
@@ -117,10 +160,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		return code
 	}
 	log := newLogger(sio.err, cfg.logLevel)
-	if cfg.idleTimeout < 3*spool.Heartbeat {
-		log.Warn("--idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
-			"idle_timeout", cfg.idleTimeout, "heartbeat", spool.Heartbeat)
-	}
+	cfg.warnAtStart(log)
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
 			return fail(sio.err, "serve", exitFailure, err)

@@ -346,3 +346,47 @@ func TestRunSpoolDir(t *testing.T) {
 		t.Fatalf("--otlp.endpoint without --spool.process: exit %d", code)
 	}
 }
+
+// serve says at start what would otherwise go unnoticed: a directory to
+// follow that does not exist, and (only when spool files are followed) an
+// idle timeout shorter than the writers' heartbeat.
+func TestServeWarnsAtStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		missing   bool
+		heartbeat bool
+	}{
+		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false},
+		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false},
+		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServed(t, tc.args...)
+			s.waitLog(t, "following")
+			got := s.stderr.String()
+			if strings.Contains(got, "does not exist") != tc.missing {
+				t.Errorf("missing-directory warning: %v, want %v:\n%s", !tc.missing, tc.missing, got)
+			}
+			if strings.Contains(got, "heartbeat") != tc.heartbeat {
+				t.Errorf("heartbeat warning: %v, want %v:\n%s", !tc.heartbeat, tc.heartbeat, got)
+			}
+		})
+	}
+}
+
+// waitLog waits until serve's stderr holds msg.
+func (s *served) waitLog(t *testing.T, msg string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(s.stderr.String(), msg) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("serve never logged %q:\n%s", msg, s.stderr)
+		}
+	}
+}
