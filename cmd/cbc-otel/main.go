@@ -22,8 +22,50 @@ const (
 	exitNotFound = 127 // the command was not found
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build: git describe). Without it, buildVersion reads the build's own
+// record.
 var version = "dev"
+
+// buildVersion is the version the binary reports (`version`,
+// cbc_otel_build_info, service.version).
+func buildVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	return resolveVersion(version, bi)
+}
+
+// resolveVersion picks, in order: the version set at link time; the
+// module's version (`go install ...@v1.2.3`); the VCS revision of a
+// checkout build ("devel+<12 hex>", "-dirty" when modified); "dev".
+func resolveVersion(linked string, bi *debug.BuildInfo) string {
+	if linked != "" && linked != "dev" {
+		return linked
+	}
+	if bi == nil {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	v := "devel+" + rev[:min(12, len(rev))]
+	if dirty {
+		v += "-dirty"
+	}
+	return v
+}
 
 // stdio carries the process's standard streams so that every subcommand can
 // be run in-process by tests.
@@ -122,7 +164,7 @@ func realMain(ctx context.Context, args []string, sio stdio) int {
 	case "install":
 		return cmdInstall(ctx, rest, sio)
 	case "version", "--version", "-version":
-		fmt.Fprintf(sio.out, "cbc-otel %s\n", version)
+		fmt.Fprintf(sio.out, "cbc-otel %s\n", buildVersion())
 		return exitOK
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(sio.out, usageText)

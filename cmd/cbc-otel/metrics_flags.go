@@ -139,7 +139,7 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	}
 	met, err := metrics.New(metrics.Options{
 		Stats:        stats,
-		Version:      version,
+		Version:      buildVersion(),
 		MaxWorkflows: m.maxWorkflows,
 		Exemplar:     exemplar,
 		// A replay's file describes the recording, not the replaying process.

@@ -130,7 +130,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		// OTEL_TRACES_EXPORTER=console goes to stderr: stdout is the
 		// wrapped CLI's stream (run) or the summary (replay).
 		Console:        os.Stderr,
-		ServiceVersion: version,
+		ServiceVersion: buildVersion(),
 		Env:            env,
 	})
 	if err != nil {
