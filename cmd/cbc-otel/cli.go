@@ -20,6 +20,7 @@ func newFlagSet(cmd, usage string, w io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
+		writeEnvUsage(fs.Output(), cmd)
 	}
 	return fs
 }

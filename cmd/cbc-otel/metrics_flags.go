@@ -31,6 +31,7 @@ type metricsFlags struct {
 	maxWorkflows                              int
 	flushTimeout                              time.Duration // --push.timeout
 	serve                                     bool          // the listen and push flags were registered
+	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -44,12 +45,22 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 			"address of the /metrics, /healthz and /readyz endpoints (empty disables; 9478 is cbc-otel's port, 9464 is Claude Code's)")
 		fs.StringVar(&m.webConfig, "web.config.file", "",
 			"exporter-toolkit web config file enabling TLS and/or basic auth on the metrics endpoint")
+		if m.noPush {
+			m.registerFiles(fs)
+			return
+		}
 		fs.StringVar(&m.pushURL, "push.gateway", "",
 			"Pushgateway URL (http[s]://[user:pass@]host:port) to push the final metrics to on exit")
 		fs.StringVar(&m.pushJob, "push.job", "cbc-otel", "job label of the Pushgateway group")
 		fs.DurationVar(&m.flushTimeout, "push.timeout", defaultFlushTimeout,
 			"the most the push at exit may take (a gateway that never answers delays the exit by this much; the --metrics-file is written before)")
 	}
+	m.registerFiles(fs)
+}
+
+// registerFiles defines the flags every mode has: the metrics file and the
+// label cap.
+func (m *metricsFlags) registerFiles(fs *flag.FlagSet) {
 	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
 	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
 		"distinct workflow label values before further workflows are counted as \"other\"")

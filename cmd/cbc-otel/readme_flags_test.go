@@ -1,84 +1,176 @@
 package main
 
 import (
-	"flag"
-	"maps"
+	"bytes"
+	"context"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
 // readmeFlagRow is a row of a README flag table: | `--name[ ARG]` | ... |,
-// or | `run --name` | ... | in serve's table.
-var readmeFlagRow = regexp.MustCompile("^\\| `(?:run )?--([a-z][a-z0-9.-]*)[^`]*` \\|(.*)$")
+// or | `run --name` | ... | (a flag of run documented in serve's table).
+var readmeFlagRow = regexp.MustCompile("^\\| `(run )?--([a-z][a-z0-9.-]*)[^`]*` \\|(.*)$")
 
-// TestReadmeFlagTables keeps README.md's flag tables equal to the flags run
-// and serve register (the telemetry flags, shared by run, demo, replay and
-// serve, included): every flag documented, no flag documented that the
-// binary lacks, and the documented default the binary's. replay's and
-// demo's own few flags (--json, --width, --scenarios, ...) are described in
-// prose, not in tables.
-func TestReadmeFlagTables(t *testing.T) {
+// readmeTag opens a README table: <!-- flags: run demo --> or <!-- env -->.
+var readmeTag = regexp.MustCompile(`^<!-- (flags: ([a-z ]+)|env) -->$`)
+
+// readmeEnvRow is a row of the README's environment table.
+var readmeEnvRow = regexp.MustCompile("^\\| `([A-Z_]+)` \\| ([^|]*) \\|")
+
+// helpCommands are the subcommands whose -h the README must match.
+var helpCommands = []string{"run", "demo", "replay", "serve", "simulate"}
+
+// doc is what one README row says of a flag.
+type doc struct{ env, def string }
+
+// readmeTables reads README.md's tagged tables: per subcommand, its flags
+// and what their rows say, and the environment variables it reads.
+func readmeTables(t *testing.T) (flags map[string]map[string][]doc, env map[string]map[string]bool) {
+	t.Helper()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	type row struct{ env, def string }
-	documented := map[string][]row{} // name → its rows' env and default columns
+	flags, env = map[string]map[string][]doc{}, map[string]map[string]bool{}
+	for _, c := range helpCommands {
+		flags[c], env[c] = map[string][]doc{}, map[string]bool{}
+	}
+	var cmds []string // of the table being read; nil outside one
+	envTable := false
 	for _, l := range strings.Split(string(b), "\n") {
-		m := readmeFlagRow.FindStringSubmatch(l)
-		if m == nil {
+		if m := readmeTag.FindStringSubmatch(l); m != nil {
+			cmds, envTable = strings.Fields(m[2]), m[1] == "env"
 			continue
 		}
-		c := cells(m[2])
-		r := row{def: c[0]}
-		if len(c) == 3 { // the telemetry table has an env column first
-			r = row{env: c[0], def: c[1]}
+		if !strings.HasPrefix(l, "|") {
+			cmds, envTable = nil, false
+			continue
 		}
-		documented[m[1]] = append(documented[m[1]], r)
+		if m := readmeEnvRow.FindStringSubmatch(l); envTable && m != nil {
+			for _, c := range strings.Split(m[2], ",") {
+				c = strings.Trim(strings.TrimSpace(c), "`")
+				if env[c] == nil {
+					t.Errorf("README.md: %s is read by %q, which is no subcommand", m[1], c)
+					continue
+				}
+				env[c][m[1]] = true
+			}
+			continue
+		}
+		m := readmeFlagRow.FindStringSubmatch(l)
+		if m == nil || cmds == nil {
+			continue
+		}
+		c := cells(m[3])
+		d := doc{def: c[0]}
+		if len(c) == 3 { // the telemetry tables have an env column first
+			d = doc{env: c[0], def: c[1]}
+		}
+		of := cmds
+		if m[1] != "" {
+			of = []string{"run"}
+		}
+		for _, cmd := range of {
+			flags[cmd][m[2]] = append(flags[cmd][m[2]], d)
+		}
 	}
+	return flags, env
+}
 
-	rc := defaultRunConfig()
-	rfs := flag.NewFlagSet("run", flag.ContinueOnError)
-	rc.register(rfs)
-	var sc serveConfig
-	sfs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	sc.register(sfs)
-	registered := map[string]bool{}
-	missing := map[string]bool{}
-	for _, fs := range []*flag.FlagSet{rfs, sfs} {
-		fs.VisitAll(func(f *flag.Flag) {
-			registered[f.Name] = true
-			rows, ok := documented[f.Name]
+// helpFlag is a flag as -h prints it.
+type helpFlag struct{ def string }
+
+// helpOf runs `cbc-otel CMD -h` and reads its flags (with their defaults)
+// and its environment variables. Flags accepted only for the CLI's sake
+// (simulate) are left out: the README mentions them in prose.
+func helpOf(t *testing.T, cmd string) (flags map[string]helpFlag, env map[string]bool) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := realMain(context.Background(), []string{cmd, "-h"}, stdio{in: strings.NewReader(""), out: &out, err: &errb}); code != exitOK {
+		t.Fatalf("%s -h: exit %d", cmd, code)
+	}
+	flags, env = map[string]helpFlag{}, map[string]bool{}
+	name, inEnv := "", false
+	defRE := regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^)]*)\)$`)
+	for _, l := range strings.Split(errb.String(), "\n") {
+		switch {
+		case l == "environment:":
+			inEnv = true
+		case !inEnv && strings.HasPrefix(l, "  -"):
+			f := strings.Fields(l)
+			name = f[0][1:]
+			// PrintDefaults leaves a zero default out: bool flags have
+			// no type word; numbers and durations print 0.
+			def := "false"
+			if len(f) > 1 {
+				def = map[string]string{"int": "0", "int64": "0", "float": "0", "duration": "0s"}[f[1]]
+			}
+			flags[name] = helpFlag{def: def}
+			if strings.Contains(l, "accepted for CLI compatibility") { // a one-letter flag: usage on its line
+				delete(flags, name)
+			}
+		case inEnv && strings.HasPrefix(l, "  ") && !strings.HasPrefix(l, "    "):
+			env[strings.TrimSpace(l)] = true
+		case !inEnv && name != "" && strings.HasPrefix(l, "    \t"):
+			if strings.Contains(l, "accepted for CLI compatibility") {
+				delete(flags, name)
+				continue
+			}
+			if m := defRE.FindStringSubmatch(l); m != nil {
+				def := m[1]
+				if u, err := strconv.Unquote(def); err == nil {
+					def = u
+				}
+				flags[name] = helpFlag{def: def}
+			}
+		}
+	}
+	return flags, env
+}
+
+// TestReadmeAgreesWithHelp keeps README.md's flag and environment tables
+// equal to every subcommand's -h: each flag -h lists is in a table tagged
+// with that subcommand, with the same default; no table lists a flag the
+// subcommand lacks; the environment table and each -h list the same
+// variables for the same subcommands.
+func TestReadmeAgreesWithHelp(t *testing.T) {
+	docFlags, docEnv := readmeTables(t)
+	for _, cmd := range helpCommands {
+		flags, env := helpOf(t, cmd)
+		for name, f := range flags {
+			rows, ok := docFlags[cmd][name]
 			if !ok {
-				missing["--"+f.Name] = true
-				return
+				t.Errorf("README.md: %s's --%s is in no table tagged %q", cmd, name, cmd)
+				continue
 			}
 			// An empty flag whose row names environment variables takes
 			// its default from them: the column says what that gives.
-			if !slices.ContainsFunc(rows, func(r row) bool {
-				return (r.env != "" && f.DefValue == "") || sameDefault(r.def, f.DefValue)
+			if !slices.ContainsFunc(rows, func(d doc) bool {
+				return (d.env != "" && (f.def == "" || strings.HasPrefix(f.def, "$"))) || sameDefault(d.def, f.def)
 			}) {
-				t.Errorf("README.md: --%s is documented with %+v; %s's default is %q", f.Name, rows, fs.Name(), f.DefValue)
+				t.Errorf("README.md: %s --%s is documented with %+v; -h says the default is %q", cmd, name, rows, f.def)
 			}
-		})
-	}
-	var extra []string
-	for name := range documented {
-		if _, ok := registered[name]; !ok {
-			extra = append(extra, "--"+name)
 		}
-	}
-	sort.Strings(extra)
-	if len(missing) > 0 {
-		t.Errorf("README.md's flag tables lack %s", strings.Join(slices.Sorted(maps.Keys(missing)), ", "))
-	}
-	if len(extra) > 0 {
-		t.Errorf("README.md's flag tables document %s, which neither run nor serve has", strings.Join(extra, ", "))
+		for name := range docFlags[cmd] {
+			if _, ok := flags[name]; !ok {
+				t.Errorf("README.md documents --%s for %s, whose -h does not list it", name, cmd)
+			}
+		}
+		for v := range env {
+			if !docEnv[cmd][v] {
+				t.Errorf("README.md's environment table lacks %s for %s (its -h lists it)", v, cmd)
+			}
+		}
+		for v := range docEnv[cmd] {
+			if !env[v] {
+				t.Errorf("README.md says %s reads %s; its -h does not list it", cmd, v)
+			}
+		}
 	}
 }
 

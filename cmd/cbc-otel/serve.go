@@ -57,6 +57,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
 	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
 	fs.StringVar(&c.logLevel, "log.level", "info", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	c.tel.metrics.noPush = true // a sidecar is scraped
 	c.tel.register(fs, true)
 }
 
@@ -81,9 +82,6 @@ func (c *serveConfig) validate() error {
 	}
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
-	}
-	if c.tel.metrics.pushURL != "" {
-		errs = append(errs, errors.New("--push.gateway is for batch runs; serve is scraped"))
 	}
 	errs = append(errs, c.tel.validate())
 	return errors.Join(errs...)
