@@ -279,6 +279,9 @@ func subcommandFlags(t *testing.T, sub string) binFlags {
 	fl := binFlags{}
 	var last string
 	for _, line := range strings.Split(string(out), "\n") {
+		if line == "environment:" {
+			break // the variables it reads follow the flags
+		}
 		if m := flagLineRE.FindStringSubmatch(line); m != nil {
 			last = m[1]
 			fl[last] = ""
