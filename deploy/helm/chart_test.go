@@ -37,9 +37,10 @@ func TestLint(t *testing.T) {
 // same files helm was given (over the chart's defaults).
 type values struct {
 	Workload struct {
-		Kind    string   `json:"kind"`
-		Command []string `json:"command"`
-		Args    []string `json:"args"`
+		Kind    string    `json:"kind"`
+		Command []string  `json:"command"`
+		Args    []string  `json:"args"`
+		SDK     sdkValues `json:"sdk"`
 	} `json:"workload"`
 	Sidecar struct {
 		Native bool `json:"native"`
@@ -119,7 +120,7 @@ func checkManifest(t *testing.T, m manifest, v values, serveFlags, runFlags binF
 	if v.Workload.Kind != "Deployment" && pod.Spec.RestartPolicy == corev1.RestartPolicyAlways {
 		t.Error("a Job's pod has restartPolicy Always")
 	}
-	sidecar, cli := checkPod(t, pod.Spec, v, serveFlags, runFlags)
+	sidecar, cli := checkPod(t, pod.Spec, v, serveFlags, runFlags, sdkConfigMapOf(t, m, v))
 
 	svcs := m.all("Service")
 	if v.Service.Enabled != (len(svcs) == 1) {
@@ -202,8 +203,8 @@ func checkScheme(t *testing.T, what string, scheme *monitoringv1.Scheme, v value
 }
 
 // checkPod asserts the pod's wiring and returns the sidecar and CLI
-// containers.
-func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags binFlags) (sidecar, cli corev1.Container) {
+// containers. sdk is the wrapper script of SDK mode (zero without).
+func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags binFlags, sdk sdkConfigMap) (sidecar, cli corev1.Container) {
 	t.Helper()
 	find := func(cs []corev1.Container, name string) (corev1.Container, bool) {
 		for _, c := range cs {
@@ -259,23 +260,29 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 	}
 
 	// The CLI's command: the wrapper, its flags, --, the user's command.
+	// In SDK mode the app's own command, and the wrapper in a script.
 	wrapper := filepath.Join(binMount.MountPath, "cbc-otel")
-	if len(cli.Command) < 3 || cli.Command[0] != wrapper || cli.Command[1] != "run" {
-		t.Fatalf("cli command %v does not start with %s run", cli.Command, wrapper)
-	}
-	sep := -1
-	for i, a := range cli.Command {
-		if a == "--" {
-			sep = i
-			break
+	var runArgs map[string]string
+	if v.Workload.SDK.Enabled {
+		runArgs = checkSDKContainer(t, spec, cli, wrapper, sdk, v, runFlags)
+	} else {
+		if len(cli.Command) < 3 || cli.Command[0] != wrapper || cli.Command[1] != "run" {
+			t.Fatalf("cli command %v does not start with %s run", cli.Command, wrapper)
 		}
-	}
-	if sep < 0 {
-		t.Fatalf("cli command %v has no --", cli.Command)
-	}
-	runArgs := checkFlags(t, "cbc-otel run", cli.Command[2:sep], runFlags)
-	if got := cli.Command[sep+1:]; !reflect.DeepEqual(got, v.Workload.Command) {
-		t.Errorf("wrapped command %v, want %v", got, v.Workload.Command)
+		sep := -1
+		for i, a := range cli.Command {
+			if a == "--" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 {
+			t.Fatalf("cli command %v has no --", cli.Command)
+		}
+		runArgs = checkFlags(t, "cbc-otel run", cli.Command[2:sep], runFlags)
+		if got := cli.Command[sep+1:]; !reflect.DeepEqual(got, v.Workload.Command) {
+			t.Errorf("wrapped command %v, want %v", got, v.Workload.Command)
+		}
 	}
 	if len(v.Workload.Args) > 0 && !reflect.DeepEqual(cli.Args, v.Workload.Args) {
 		t.Errorf("cli args %v, want %v", cli.Args, v.Workload.Args)

@@ -93,6 +93,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (or .Values.otlp.existingSecret.endpointKey .Values.otlp.existingSecret.headersKey) (not .Values.otlp.existingSecret.name) }}
 {{- fail "otlp.existingSecret keys need otlp.existingSecret.name" }}
 {{- end }}
+{{- if and .Values.workload.sdk.enabled (not .Values.workload.sdk.realCLI) }}
+{{- fail "workload.sdk.enabled needs workload.sdk.realCLI: the real CLI inside workload.image, which the wrapper script runs under cbc-otel run" }}
+{{- end }}
 {{- if and (or .Values.webConfig.tls .Values.webConfig.basicAuth) (not .Values.webConfig.existingSecret) }}
 {{- fail "webConfig.tls or webConfig.basicAuth need webConfig.existingSecret (the web config file)" }}
 {{- end }}
@@ -258,13 +261,52 @@ httpGet:
       mountPath: {{ include "cbc-otel.binDir" . }}
 {{- end }}
 
-{{/* The user's CLI, wrapped. */}}
+{{/* SDK mode (workload.sdk): where the wrapper script is mounted. */}}
+{{- define "cbc-otel.sdkDir" -}}/cbc-otel/sdk{{- end }}
+{{- define "cbc-otel.sdkScriptName" -}}cli{{- end }}
+{{- define "cbc-otel.sdkScriptPath" -}}{{ include "cbc-otel.sdkDir" . }}/{{ include "cbc-otel.sdkScriptName" . }}{{- end }}
+{{- define "cbc-otel.sdkConfigMapName" -}}
+{{- printf "%s-sdk-cli" (include "cbc-otel.fullname" .) }}
+{{- end }}
+
+{{/* A word quoted for sh: '...' with each ' written '\''. */}}
+{{- define "cbc-otel.shq" -}}
+'{{ replace "'" "'\\''" . }}'
+{{- end }}
+
+{{/*
+The wrapper script of SDK mode: the agent SDK starts it instead of the CLI
+(pathToClaudeCodeExecutable, pathToCodebuddyCode) and it replaces itself
+(exec: same process, signals and stdio go straight to cbc-otel run) with
+`cbc-otel run` over the real CLI, the SDK's arguments passed on as they came.
+Everything is rendered in, so the script depends on no environment variable:
+an SDK started with its own `env` option still runs it right.
+*/}}
+{{- define "cbc-otel.sdkScript" -}}
+{{- $w := .Values.workload -}}
+{{- $words := list (printf "%s/cbc-otel" (include "cbc-otel.binDir" .)) "run" (printf "--spool-dir=%s" (include "cbc-otel.spoolDir" .)) (printf "--log.level=%s" $w.wrapper.logLevel) -}}
+{{- $words = concat $words $w.wrapper.args (list "--") $w.sdk.realCLI -}}
+{{- $quoted := list -}}
+{{- range $words }}{{ $quoted = append $quoted (include "cbc-otel.shq" .) }}{{ end -}}
+#!/bin/sh
+# cbc-otel chart, workload.sdk: the agent SDK starts this file instead of
+# the CLI (pathToClaudeCodeExecutable, pathToCodebuddyCode; the app finds
+# its path in ${{ $w.sdk.envName }}). It becomes `cbc-otel run`, which starts
+# the real CLI with the SDK's arguments, passes its stdio through byte for
+# byte and spools the stream for the cbc-otel sidecar.
+exec {{ join " " $quoted }} "$@"
+{{ end }}
+
+{{/* The user's CLI, wrapped; in SDK mode the app, not wrapped. */}}
 {{- define "cbc-otel.cli" -}}
 {{- $w := .Values.workload -}}
 - name: cli
   image: {{ include "cbc-otel.workloadImage" . | quote }}
   imagePullPolicy: {{ $w.image.pullPolicy }}
   command:
+    {{- if $w.sdk.enabled }}
+    {{- toYaml $w.command | nindent 4 }}
+    {{- else }}
     - {{ include "cbc-otel.binDir" . }}/cbc-otel
     - run
     - --spool-dir={{ include "cbc-otel.spoolDir" . }}
@@ -274,6 +316,7 @@ httpGet:
     {{- end }}
     - --
     {{- toYaml $w.command | nindent 4 }}
+    {{- end }}
   {{- with $w.args }}
   args:
     {{- toYaml . | nindent 4 }}
@@ -281,11 +324,15 @@ httpGet:
   {{- with $w.workingDir }}
   workingDir: {{ . }}
   {{- end }}
-  {{- if or $w.home $w.env }}
+  {{- if or $w.home $w.env $w.sdk.enabled }}
   env:
     {{- with $w.home }}
     - name: HOME
       value: {{ . | quote }}
+    {{- end }}
+    {{- if $w.sdk.enabled }}
+    - name: {{ $w.sdk.envName }}
+      value: {{ include "cbc-otel.sdkScriptPath" . | quote }}
     {{- end }}
     {{- with $w.env }}
     {{- toYaml . | nindent 4 }}
@@ -307,6 +354,11 @@ httpGet:
       readOnly: true
     - name: spool
       mountPath: {{ include "cbc-otel.spoolDir" . }}
+    {{- if $w.sdk.enabled }}
+    - name: sdk-cli
+      mountPath: {{ include "cbc-otel.sdkDir" . }}
+      readOnly: true
+    {{- end }}
     {{- with $w.home }}
     - name: home
       mountPath: {{ . }}
@@ -329,9 +381,14 @@ metadata:
     {{- with .Values.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
-  {{- with .Values.podAnnotations }}
+  {{- if or .Values.podAnnotations $w.sdk.enabled }}
   annotations:
+    {{- with .Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- if $w.sdk.enabled }}
+    checksum/sdk-cli: {{ include "cbc-otel.sdkScript" . | sha256sum }}
+    {{- end }}
   {{- end }}
 spec:
   {{- if eq $w.kind "Deployment" }}
@@ -388,6 +445,15 @@ spec:
     - name: web-config
       secret:
         secretName: {{ .Values.webConfig.existingSecret }}
+    {{- end }}
+    {{- if $w.sdk.enabled }}
+    - name: sdk-cli
+      configMap:
+        name: {{ include "cbc-otel.sdkConfigMapName" . }}
+        items:
+          - key: {{ include "cbc-otel.sdkScriptName" . }}
+            path: {{ include "cbc-otel.sdkScriptName" . }}
+            mode: 365 # 0555: r-x for everyone (the container's UID is not the file's owner)
     {{- end }}
     {{- with $w.volumes }}
     {{- toYaml . | nindent 4 }}
