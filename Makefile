@@ -30,14 +30,15 @@ build:
 # image-archive, tagged with the chart's default image
 # (ghcr.io/cbc-otel/cbc-otel:<Chart.yaml appVersion>). Reproducible: every
 # timestamp is SOURCE_DATE_EPOCH, by default the last commit's time, so one
-# commit gives one digest. Nothing is pushed: deploy/helm/README.md says how.
+# commit gives one digest. IMAGE_FLAGS passes more flags to the tool (e.g.
+# -ca-certs=FILE). Nothing is pushed: deploy/helm/README.md says how.
 IMAGE_TAR      ?= bin/cbc-otel-image.tar
 IMAGE_ARCH     ?= amd64
 IMAGE_EPOCH    ?= $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
 IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 image:
 	cd tools/image && SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run . -src=$(CURDIR) \
-		-o=$(abspath $(IMAGE_TAR)) -arch=$(IMAGE_ARCH) -version=$(VERSION) -revision=$(IMAGE_REVISION)
+		-o=$(abspath $(IMAGE_TAR)) -arch=$(IMAGE_ARCH) -version=$(VERSION) -revision=$(IMAGE_REVISION) $(IMAGE_FLAGS)
 
 demo:
 	$(GO) run ./cmd/cbc-otel demo
