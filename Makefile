@@ -16,12 +16,29 @@ PKGS      := ./...
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-.PHONY: all build demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos
+.PHONY: all build image demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cbc-otel
+
+# The container image, without a Docker engine or a base image: tools/image
+# (its own module: go-containerregistry is pinned there, not in go.mod)
+# builds the binary as `build` does, for linux/IMAGE_ARCH (amd64, arm64), and
+# writes IMAGE_TAR, a tarball for docker load, podman load and kind load
+# image-archive, tagged with the chart's default image
+# (ghcr.io/cbc-otel/cbc-otel:<Chart.yaml appVersion>). Reproducible: every
+# timestamp is SOURCE_DATE_EPOCH, by default the last commit's time, so one
+# commit gives one digest. IMAGE_FLAGS passes more flags to the tool (e.g.
+# -ca-certs=FILE). Nothing is pushed: deploy/helm/README.md says how.
+IMAGE_TAR      ?= bin/cbc-otel-image.tar
+IMAGE_ARCH     ?= amd64
+IMAGE_EPOCH    ?= $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+image:
+	cd tools/image && SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run . -src=$(CURDIR) \
+		-o=$(abspath $(IMAGE_TAR)) -arch=$(IMAGE_ARCH) -version=$(VERSION) -revision=$(IMAGE_REVISION) $(IMAGE_FLAGS)
 
 demo:
 	$(GO) run ./cmd/cbc-otel demo
