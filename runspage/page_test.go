@@ -77,8 +77,8 @@ func fixture(p ingest.Sink) {
 	finished(p, &ingest.Run{
 		TaskID: "wf-failed", Name: "build", Status: ingest.StatusFailed, Error: streamjson.WithheldError,
 		Start: ms(time.Second), End: ms(6 * time.Second), Usage: streamjson.Usage{TotalTokens: 700},
-		Phases: []ingest.Phase{{Index: 1, Title: "Build", Start: ms(time.Second), End: ms(5 * time.Second)}},
-		Agents: []ingest.Agent{agent(1, 1, "fetch", ingest.AgentDone, time.Second, 2*time.Second, 400), failedAgent},
+		Phases:             []ingest.Phase{{Index: 1, Title: "Build", Start: ms(time.Second), End: ms(5 * time.Second)}},
+		Agents:             []ingest.Agent{agent(1, 1, "fetch", ingest.AgentDone, time.Second, 2*time.Second, 400), failedAgent},
 		InterruptLatencyMs: -1,
 	})
 	stoppedAgent := agent(1, 1, "long task", ingest.AgentAbandoned, 2*time.Second, 8*time.Second, 0)
