@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +48,13 @@ func dumpDOM(t *testing.T, chromium, url string) string {
 }
 
 // startPageProc starts the binary with args and waits until /readyz of
-// addr answers 200; it is killed when the test ends.
-func startPageProc(t *testing.T, bin, addr string, args ...string) {
+// addr answers 200; it is killed when the test ends. It returns the
+// process's stdout so far and to come.
+func startPageProc(t *testing.T, bin, addr string, args ...string) *promLockedBuffer {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	stderr := &promLockedBuffer{}
-	cmd.Stderr = stderr
+	stdout, stderr := &promLockedBuffer{}, &promLockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %v: %v", args, err)
 	}
@@ -68,7 +70,7 @@ func startPageProc(t *testing.T, bin, addr string, args ...string) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return stdout
 			}
 		}
 		select {
@@ -153,23 +155,31 @@ func runsOf(dom string) []string {
 }
 
 // TestPageChromiumDemo: the page of `demo --hold`, loaded in a real
-// headless Chromium, shows every run of the demo with its status, the
-// build info and the links.
+// headless Chromium, shows every run of the demo with its status (those
+// of demo's own --json summary), the build info and the links.
 func TestPageChromiumDemo(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
-	startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--web.listen-address", addr)
+	stdout := startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--json", "--web.listen-address", addr)
 	waitPage(t, addr, "sim-review-fail", "the last 5 of 5")
-	dom := dumpDOM(t, chromium, "http://"+addr+"/")
-	runs := strings.Join(runsOf(dom), "\n")
-	for _, want := range []string{"completed sim-review", "failed sim-review-fail", "stopped sim-slow"} {
-		if !strings.Contains(runs, want) {
-			t.Errorf("the DOM's runs lack %q:\n%s", want, runs)
+	var want []string // the summary is printed before the hold, after the runs are final
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		var w struct{ Kind, Workflow, Status string }
+		if json.Unmarshal([]byte(line), &w) == nil && w.Kind == "workflow" {
+			want = append(want, w.Status+" "+w.Workflow)
 		}
 	}
-	if n := len(runsOf(dom)); n != 5 {
-		t.Errorf("%d runs in the DOM, want the demo's 5:\n%s", n, runs)
+	slices.Sort(want)
+	dom := dumpDOM(t, chromium, "http://"+addr+"/")
+	got := slices.Sorted(slices.Values(runsOf(dom)))
+	if len(want) != 5 || !slices.Equal(got, want) {
+		t.Errorf("the DOM's runs are\n%s\nwant demo's\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, st := range []string{"completed", "failed"} {
+		if !slices.ContainsFunc(got, func(r string) bool { return strings.HasPrefix(r, st+" ") }) {
+			t.Errorf("no %s run in the DOM", st)
+		}
 	}
 	for _, want := range []string{`href="metrics"`, `href="healthz"`, `href="readyz"`, "version ", "reader:alpha", "<svg"} {
 		if !strings.Contains(dom, want) {
