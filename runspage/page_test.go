@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
@@ -336,5 +337,25 @@ func TestPageConcurrent(t *testing.T) {
 	s := p.snapshot()
 	if len(s.done) != 5 || len(s.open) != 3 || s.finished != 300 {
 		t.Errorf("kept %d finalized (of %d) and %d open, want 5 (of 300) and 3", len(s.done), s.finished, len(s.open))
+	}
+}
+
+// TestPageKeepsNoLine: the page copies the strings it keeps: the
+// Tracker's may be slices of a whole line (megabytes), which a kept run
+// must not hold alive.
+func TestPageKeepsNoLine(t *testing.T) {
+	line := strings.Repeat("x", 1<<20) + "flow" + "label" + "title"
+	n := len(line)
+	r := &ingest.Run{TaskID: "t", Workflow: true, Name: line[n-14 : n-10], FirstSeen: ms(0),
+		Phases: []ingest.Phase{{Index: 1, Title: line[n-5:]}},
+		Agents: []ingest.Agent{{Index: 1, Label: line[n-10 : n-5], State: ingest.AgentRunning, Start: ms(0)}}}
+	p := newTestPage(Options{})
+	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
+	p.Observe(ingest.Lifecycle{Kind: ingest.AgentStarted, Run: r, Agent: &r.Agents[0]})
+	e := p.open[r]
+	for _, pair := range [][2]string{{e.run.Name, r.Name}, {e.run.Phases[0].Title, r.Phases[0].Title}, {e.run.Agents[0].Label, r.Agents[0].Label}} {
+		if pair[0] != pair[1] || unsafe.StringData(pair[0]) == unsafe.StringData(pair[1]) {
+			t.Errorf("%q: kept the Tracker's string, not a copy", pair[0])
+		}
 	}
 }

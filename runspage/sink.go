@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,15 +172,18 @@ func (p *Page) dropOverflow() {
 // copyRun replaces e's copy by a fresh one of r (new slices: any a
 // request holds stay as they were).
 func (e *entry) copyRun(r *ingest.Run) {
-	e.run = *r
-	e.run.Summary, e.run.Description = "", ""
-	e.run.Phases = slices.Clone(r.Phases[:min(len(r.Phases), MaxPhases)])
+	old := e.run
+	e.run = keepRun(&old, r)
 	n := min(len(r.Agents), MaxAgents)
 	e.run.Agents = make([]ingest.Agent, n)
 	for i := range n {
-		e.run.Agents[i] = trimAgent(&r.Agents[i])
+		var prev *ingest.Agent
+		if i < len(old.Agents) && old.Agents[i].Index == r.Agents[i].Index {
+			prev = &old.Agents[i]
+		}
+		e.run.Agents[i] = keepAgent(prev, &r.Agents[i])
 	}
-	e.hiddenPhases, e.hiddenAgents = len(r.Phases)-len(e.run.Phases), len(r.Agents)-n
+	e.hiddenAgents, e.hiddenPhases = len(r.Agents)-n, len(r.Phases)-len(e.run.Phases)
 	e.shared = false
 }
 
@@ -190,27 +194,66 @@ func (e *entry) agent(r *ingest.Run, a *ingest.Agent) {
 	if e.shared {
 		agents = slices.Clone(agents)
 	}
-	e.run = *r
-	e.run.Summary, e.run.Description = "", ""
-	e.run.Phases = slices.Clone(r.Phases[:min(len(r.Phases), MaxPhases)])
-	e.hiddenPhases = len(r.Phases) - len(e.run.Phases)
+	old := e.run
+	e.run = keepRun(&old, r)
 	i, found := slices.BinarySearchFunc(agents, a.Index, func(x ingest.Agent, idx int) int { return cmp.Compare(x.Index, idx) })
 	switch {
 	case found:
-		agents[i] = trimAgent(a)
+		agents[i] = keepAgent(&agents[i], a)
 	case len(agents) < MaxAgents:
-		agents = slices.Insert(agents, i, trimAgent(a))
+		agents = slices.Insert(agents, i, keepAgent(nil, a))
 	}
 	e.run.Agents = agents
-	e.hiddenAgents = max(0, len(r.Agents)-len(agents))
+	e.hiddenAgents, e.hiddenPhases = max(0, len(r.Agents)-len(agents)), len(r.Phases)-len(e.run.Phases)
 	e.shared = false
 }
 
-// trimAgent copies a without what the page never shows.
-func trimAgent(a *ingest.Agent) ingest.Agent {
-	c := *a
-	c.ResultPreview, c.PromptPreview = "", ""
+// keepRun copies what the page shows of r, its phases included (not its
+// agents). Strings are copied, or reused from old when equal: a string of
+// the Tracker may be a slice of a whole (and big) line, which the page
+// must not keep alive.
+func keepRun(old, r *ingest.Run) ingest.Run {
+	c := ingest.Run{
+		TaskID: keep(old.TaskID, r.TaskID), RunID: keep(old.RunID, r.RunID), SessionID: keep(old.SessionID, r.SessionID),
+		Workflow: r.Workflow, Name: keep(old.Name, r.Name), Status: r.Status, Reason: keep(old.Reason, r.Reason),
+		Error: keep(old.Error, r.Error), FirstSeen: r.FirstSeen, StartedAt: r.StartedAt, LastSeen: r.LastSeen,
+		Start: r.Start, End: r.End, Usage: r.Usage, InterruptLatencyMs: r.InterruptLatencyMs,
+		Finished: r.Finished, Finalized: r.Finalized,
+	}
+	n := min(len(r.Phases), MaxPhases)
+	c.Phases = make([]ingest.Phase, n)
+	for i := range n {
+		p := r.Phases[i]
+		if i < len(old.Phases) {
+			p.Title = keep(old.Phases[i].Title, p.Title)
+		} else {
+			p.Title = strings.Clone(p.Title)
+		}
+		c.Phases[i] = p
+	}
 	return c
+}
+
+// keepAgent copies what the page shows of a, reusing prev's strings when
+// equal (see keepRun).
+func keepAgent(prev, a *ingest.Agent) ingest.Agent {
+	var p ingest.Agent
+	if prev != nil {
+		p = *prev
+	}
+	return ingest.Agent{
+		Index: a.Index, Label: keep(p.Label, a.Label), PhaseIndex: a.PhaseIndex, State: a.State, Cached: a.Cached,
+		Start: a.Start, End: a.End, EndInferred: a.EndInferred, DurationMs: a.DurationMs, Tokens: a.Tokens,
+		Error: keep(p.Error, a.Error),
+	}
+}
+
+// keep is s, as old when they are equal, else a copy.
+func keep(old, s string) string {
+	if old == s {
+		return old
+	}
+	return strings.Clone(s)
 }
 
 // snapshot is what one request renders: copies of the entries (their
