@@ -16,7 +16,7 @@ PKGS      := ./...
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-.PHONY: all build image demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos
+.PHONY: all build image demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos screenshot
 
 all: build
 
@@ -42,6 +42,27 @@ image:
 
 demo:
 	$(GO) run ./cmd/cbc-otel demo
+
+# docs/runs-page.png, the README's picture of the page at /: `demo --hold`
+# serves its runs, headless Chromium (Debian package chromium) takes the
+# screenshot, the demo is stopped. Run it when the page changes; make test
+# does not (the e2e test checks the page's DOM instead).
+CHROMIUM        ?= chromium
+SCREENSHOT_ADDR ?= 127.0.0.1:19478
+screenshot: build
+	@tmp=$$(mktemp -d); \
+	$(BIN) demo --speed 0 --hold --web.listen-address $(SCREENSHOT_ADDR) >/dev/null 2>$$tmp/demo.err & pid=$$!; \
+	for i in $$(seq 600); do grep -q 'until interrupted' $$tmp/demo.err && break; sleep 0.1; done; \
+	if grep -q 'until interrupted' $$tmp/demo.err; then \
+		$(CHROMIUM) --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
+			--disable-component-update --disable-sync --hide-scrollbars --user-data-dir=$$tmp/profile \
+			--window-size=1280,900 --screenshot=$(CURDIR)/docs/runs-page.png http://$(SCREENSHOT_ADDR)/ 2>$$tmp/chromium.err; rc=$$?; \
+	else \
+		echo "demo did not come up:"; cat $$tmp/demo.err; rc=1; \
+	fi; \
+	kill $$pid 2>/dev/null; wait $$pid; \
+	[ $$rc -eq 0 ] || cat $$tmp/chromium.err 2>/dev/null; rm -rf $$tmp; \
+	[ $$rc -eq 0 ] && echo "wrote docs/runs-page.png"; exit $$rc
 
 # The whole suite, race detector on: unit, golden, fuzz seed corpora,
 # helper-process and end-to-end tests. A test whose real tool (Prometheus,

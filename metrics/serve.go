@@ -33,6 +33,10 @@ type ServeOptions struct {
 	Logger *slog.Logger
 	// Ready answers /readyz; nil means always ready.
 	Ready func() bool
+	// Page, when set, answers "/" exactly (a landing page: cbc-otel's runs
+	// page); other unknown paths stay 404. It is behind the same web
+	// config (TLS, basic auth) as /metrics.
+	Page http.Handler
 	// ShutdownTimeout bounds the graceful shutdown once the context ends;
 	// 0 means 5 s.
 	ShutdownTimeout time.Duration
@@ -79,7 +83,7 @@ func Listen(opts ServeOptions) (*Server, error) {
 		opts:  opts,
 		flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &cfg},
 		srv: &http.Server{
-			Handler:           Handler(opts.Gatherer, opts.Ready, opts.Logger),
+			Handler:           handler(opts.Gatherer, opts.Ready, opts.Logger, opts.Page),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		},
@@ -131,6 +135,11 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 // Handler returns the server's routes: /metrics (OpenMetrics negotiated,
 // so exemplars are exposed), /healthz, /readyz; anything else is 404.
 func Handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger) http.Handler {
+	return handler(g, ready, logger, nil)
+}
+
+// handler is Handler with page, if not nil, at "/" exactly.
+func handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger, page http.Handler) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -157,5 +166,8 @@ func Handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger) http
 	})
 	// Exact paths only: "/" would otherwise match everything.
 	mux.HandleFunc("/", http.NotFound)
+	if page != nil {
+		mux.Handle("/{$}", page)
+	}
 	return mux
 }

@@ -253,3 +253,43 @@ func TestServeTLSAndBasicAuth(t *testing.T) {
 		t.Errorf("untrusted client: %v, want an unknown-authority error", err)
 	}
 }
+
+// TestServePage: a Page answers "/" exactly, behind the same TLS and
+// basic auth as /metrics; other unknown paths stay 404.
+func TestServePage(t *testing.T) {
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "the runs page")
+	})
+	addr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), Page: page})
+	get := func(scheme, addr, path, user, pass string, c *http.Client) (int, string) {
+		r, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
+		if user != "" {
+			r.SetBasicAuth(user, pass)
+		}
+		return status(t, c, r)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if code, body := get("http", addr, "/", "", "", c); code != 200 || body != "the runs page" {
+		t.Errorf("/: %d %q", code, body)
+	}
+	if code, body := get("http", addr, "/metrics", "", "", c); code != 200 || !strings.Contains(body, "cbc_otel_lines_total") {
+		t.Errorf("/metrics beside the page: %d", code)
+	}
+	for _, p := range []string{"/index.html", "/x", "/metrics/x", "/healthz/"} {
+		if code, _ := get("http", addr, p, "", "", c); code != http.StatusNotFound {
+			t.Errorf("%s with a page: %d, want 404", p, code)
+		}
+	}
+
+	cfgPath, pool := writeTLSConfig(t)
+	taddr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), WebConfigFile: cfgPath, Page: page})
+	tc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if code, body := get("https", taddr, "/", testUser, testPass, tc); code != 200 || body != "the runs page" {
+		t.Errorf("https / with the right password: %d %q", code, body)
+	}
+	for _, cred := range [][2]string{{"", ""}, {testUser, "wrong"}} {
+		if code, body := get("https", taddr, "/", cred[0], cred[1], tc); code != http.StatusUnauthorized || strings.Contains(body, "runs page") {
+			t.Errorf("https / as %q/%q: %d, want 401", cred[0], cred[1], code)
+		}
+	}
+}

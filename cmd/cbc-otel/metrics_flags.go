@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/runspage"
 )
 
 // defaultFlushTimeout is the --push.timeout default: it bounds the push at
@@ -32,6 +34,8 @@ type metricsFlags struct {
 	flushTimeout                              time.Duration // --push.timeout
 	serve                                     bool          // the listen and push flags were registered
 	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
+	webRuns                                   int           // --web.runs: finished runs on the page at /; 0: no page
+	page                                      http.Handler  // the page at / (telemetry's runs page); nil: none
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -45,6 +49,8 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 			"address of the /metrics, /healthz and /readyz endpoints (empty disables; 9478 is cbc-otel's port, 9464 is Claude Code's)")
 		fs.StringVar(&m.webConfig, "web.config.file", "",
 			"exporter-toolkit web config file enabling TLS and/or basic auth on the metrics endpoint")
+		fs.IntVar(&m.webRuns, "web.runs", runspage.DefaultRuns,
+			"finished workflow runs the page at / of the listen address shows, besides the open ones (0 disables the page)")
 		if m.noPush {
 			m.registerFiles(fs)
 			return
@@ -190,6 +196,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		Gatherer:      r.gatherer,
 		Logger:        r.logger,
 		Ready:         ready,
+		Page:          r.flags.page,
 	})
 	if err != nil {
 		return err

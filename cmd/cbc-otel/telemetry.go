@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/runspage"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -72,6 +73,9 @@ func (f *telemetryFlags) validate() error {
 	if f.maxLine < 1024 {
 		errs = append(errs, errors.New("--max-line must be at least 1024"))
 	}
+	if f.metrics.webRuns < 0 || f.metrics.webRuns > 1000 {
+		errs = append(errs, fmt.Errorf("--web.runs %d: must be in 0-1000", f.metrics.webRuns))
+	}
 	errs = append(errs, f.metrics.validate(), f.traces.validate())
 	return errors.Join(errs...)
 }
@@ -84,6 +88,7 @@ type telemetry struct {
 	metrics *metricsRuntime
 	traces  *tracesRuntime
 	logger  *slog.Logger
+	page    *runspage.Page // the runs page at / of the listen address; nil: none
 }
 
 // start builds the sinks. Failures of optional outputs (a port taken, an
@@ -96,6 +101,10 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 		return nil, err
 	}
 	t.traces = tr
+	if f.metrics.serve && f.metrics.webRuns > 0 {
+		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: version})
+		f.metrics.page = t.page // served by the metrics listener
+	}
 	met, err := f.metrics.start(ctx, t.stats, tr.exemplar(), logger)
 	if err != nil {
 		_ = tr.shutdown(ctx)
@@ -129,7 +138,7 @@ type stream struct {
 }
 
 // newPipeline is the pipeline of one stream: framing → decoding → Tracker
-// → the sinks (metrics, s.extra, traces). run, demo and replay build theirs
+// → the sinks (metrics, s.extra, the runs page, traces). run, demo and replay build theirs
 // here; serve's engine builds one per followed file from pipelineOptions.
 func (t *telemetry) newPipeline(s stream) *ingest.Pipeline {
 	return ingest.NewPipeline(t.pipelineOptions(s))
@@ -141,6 +150,9 @@ func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	sinks := append([]ingest.Sink{t.metrics.sink()}, s.extra...)
 	if s.traces == nil {
 		s.traces = t.traces.sink()
+	}
+	if t.page != nil && t.metrics.listenAddr() != nil {
+		sinks = append(sinks, t.page) // one page, shared by every stream
 	}
 	if s.traces != nil {
 		sinks = append(sinks, s.traces)

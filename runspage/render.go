@@ -1,0 +1,275 @@
+package runspage
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/streamjson"
+)
+
+//go:embed page.html.tmpl
+var pageText string
+
+var pageTmpl = template.Must(template.New("page").Parse(pageText))
+
+// axisUnits is the width of every bar's SVG viewBox: a bar's x and width
+// are in these units, the SVG is stretched to its cell.
+const axisUnits = 1000
+
+// CSP forbids scripts, frames and every load but inline styles and data:
+// images: the page needs nothing else.
+const CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// ServeHTTP renders the page (GET and HEAD of "/" only).
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	var b bytes.Buffer
+	if err := p.Render(&b); err != nil {
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", CSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(b.Bytes())
+}
+
+// Render writes the page as of now.
+func (p *Page) Render(w io.Writer) error {
+	s := p.snapshot()
+	now := p.opts.Now()
+	v := pageView{
+		Version:   clean(p.opts.Version, 100),
+		GoVersion: goVersion,
+		Started:   stamp(p.opts.Started),
+		Now:       stamp(now),
+		Uptime:    msText(now.Sub(p.opts.Started).Milliseconds()),
+		Refresh:   max(1, int(p.opts.Refresh/time.Second)),
+		Kept:      p.opts.Runs,
+		OpenCap:   p.opts.Open,
+		Finished:  s.finished,
+		Dropped:   s.dropped,
+	}
+	if v.Version == "" {
+		v.Version = "unknown"
+	}
+	for i := range s.open {
+		v.Open = append(v.Open, runOf(&s.open[i], now.UnixMilli()))
+	}
+	for i := range s.done {
+		v.Done = append(v.Done, runOf(&s.done[i], now.UnixMilli()))
+	}
+	return pageTmpl.Execute(w, v)
+}
+
+type pageView struct {
+	Version, GoVersion, Started, Now, Uptime string
+	Refresh                                  int
+	Kept, OpenCap                            int
+	Finished, Dropped                        uint64
+	Open, Done                               []runView
+}
+
+type runView struct {
+	Name, Status, TaskID, RunID, Session string
+	Start, Duration, Axis                string
+	Tokens, ToolUses                     int64
+	Agents                               int
+	Error, Reason, Interrupt             string
+	Rows                                 []rowView
+	HiddenAgents, HiddenPhases           int
+}
+
+type rowView struct {
+	Phase       bool
+	Label       string
+	Class       string // a CSS class of the fixed set in the template
+	X, W        string // in axisUnits
+	Bar         bool
+	Duration    string
+	State       string
+	Tokens      int64
+	Error       string
+	EndInferred bool
+}
+
+// runOf lays out one run: its axis runs from its start to its end (an
+// open run's: now, or the latest time it showed), widened to enclose every
+// phase and agent.
+func runOf(e *entry, nowMs int64) runView {
+	r := &e.run
+	t0, t1 := bounds(r, nowMs)
+	name := clean(r.Name, 200)
+	if name == "" {
+		name = "(unnamed workflow)"
+	}
+	rv := runView{
+		Name: name, Status: r.Status.String(), TaskID: clean(r.TaskID, 80), RunID: clean(r.RunID, 80), Session: clean(r.SessionID, 80),
+		Start: stamp(time.UnixMilli(t0)), Axis: msText(t1 - t0), Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
+		Agents: len(r.Agents) + e.hiddenAgents, Error: clean(r.Error, 300), Reason: clean(r.Reason, 80),
+		HiddenAgents: e.hiddenAgents, HiddenPhases: e.hiddenPhases,
+	}
+	if t0 == 0 {
+		rv.Start = "-"
+	}
+	if r.Finished && r.Start > 0 && r.End >= r.Start {
+		rv.Duration = msText(r.DurationMs())
+	} else {
+		rv.Duration = msText(t1-t0) + " so far"
+	}
+	if rv.Tokens == 0 {
+		for _, a := range r.Agents {
+			rv.Tokens += a.Tokens
+		}
+	}
+	if r.InterruptLatencyMs > 0 {
+		rv.Interrupt = msText(r.InterruptLatencyMs)
+	}
+	ax := axis{t0: t0, t1: t1}
+	shown := make([]bool, len(r.Agents))
+	for _, ph := range r.Phases {
+		row := rowView{Phase: true, Label: clean(fmt.Sprintf("phase %d %s", ph.Index, ph.Title), 120), Class: "phase", State: "phase"}
+		row.X, row.W, row.Bar = ax.bar(ph.Start, ph.End, 0)
+		row.Duration = spanText(ph.Start, ph.End)
+		rv.Rows = append(rv.Rows, row)
+		for i := range r.Agents {
+			if r.Agents[i].PhaseIndex == ph.Index {
+				rv.Rows = append(rv.Rows, agentRow(&r.Agents[i], ax, t1, r.Finished))
+				shown[i] = true
+			}
+		}
+	}
+	for i := range r.Agents {
+		if !shown[i] {
+			rv.Rows = append(rv.Rows, agentRow(&r.Agents[i], ax, t1, r.Finished))
+		}
+	}
+	return rv
+}
+
+func agentRow(a *ingest.Agent, ax axis, t1 int64, finished bool) rowView {
+	label := clean(a.Label, 120)
+	if label == "" {
+		label = "agent"
+	}
+	row := rowView{Label: fmt.Sprintf("#%d %s", a.Index, label), Class: a.State.String(), State: a.State.String(), Tokens: a.Tokens, Error: clean(a.Error, 300), EndInferred: a.EndInferred}
+	end := a.End
+	if end == 0 && a.State == ingest.AgentRunning && !finished {
+		end = t1 // still running: up to now
+	}
+	row.X, row.W, row.Bar = ax.bar(a.Start, end, 2)
+	row.Duration = spanText(a.Start, end)
+	return row
+}
+
+// bounds is the run's time axis in epoch ms.
+func bounds(r *ingest.Run, nowMs int64) (t0, t1 int64) {
+	t0, t1 = r.Start, r.End
+	if t0 == 0 {
+		t0 = r.StartedAt
+	}
+	if t0 == 0 {
+		t0 = r.FirstSeen
+	}
+	if !r.Finished || t1 == 0 {
+		t1 = max(nowMs, r.LastSeen)
+	}
+	widen := func(s, e int64) {
+		if s > 0 && (t0 == 0 || s < t0) {
+			t0 = s
+		}
+		t1 = max(t1, e)
+	}
+	for _, p := range r.Phases {
+		widen(p.Start, p.End)
+	}
+	for _, a := range r.Agents {
+		widen(a.Start, a.End)
+	}
+	if t1 < t0 {
+		t1 = t0
+	}
+	return t0, t1
+}
+
+type axis struct{ t0, t1 int64 }
+
+// bar places [s, e] on the axis, at least minW units wide; ok is false
+// when s is unknown. An unknown end is a mark at the start.
+func (ax axis) bar(s, e int64, minW float64) (x, w string, ok bool) {
+	if s <= 0 || ax.t0 <= 0 {
+		return "", "", false
+	}
+	span := float64(max(ax.t1-ax.t0, 1))
+	from := float64(s-ax.t0) / span * axisUnits
+	to := from
+	if e >= s {
+		to = float64(e-ax.t0) / span * axisUnits
+	}
+	from = min(max(from, 0), axisUnits)
+	to = min(max(to, from), axisUnits)
+	width := max(to-from, minW, 2)
+	if from+width > axisUnits {
+		from = axisUnits - width
+	}
+	return strconv.FormatFloat(from, 'f', 1, 64), strconv.FormatFloat(width, 'f', 1, 64), true
+}
+
+func spanText(s, e int64) string {
+	if s > 0 && e >= s {
+		return msText(e - s)
+	}
+	return "-"
+}
+
+func msText(ms int64) string {
+	switch {
+	case ms < 0:
+		return "-"
+	case ms < 1000:
+		return fmt.Sprintf("%dms", ms)
+	case ms < 60_000:
+		return fmt.Sprintf("%.2fs", float64(ms)/1000)
+	case ms < 3_600_000:
+		return fmt.Sprintf("%dm%02ds", ms/60_000, ms/1000%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", ms/3_600_000, ms/60_000%60)
+	}
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// clean is streamjson.Clean (no control or bidirectional formatting
+// characters, whatever a caller of Observe passed) cut to n runes with a
+// mark.
+func clean(s string, n int) string {
+	s = streamjson.Clean(s, 4*n)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
