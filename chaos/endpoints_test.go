@@ -96,9 +96,9 @@ type endpointsProbe struct {
 }
 
 // endpointsUndocumented are paths nothing may answer: only /metrics,
-// /healthz and /readyz are documented.
+// /healthz, /readyz and the runs page at / are documented.
 var endpointsUndocumented = []string{
-	"/", "/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2", "/debug/vars",
+	"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2", "/debug/vars",
 	"/metrics/x", "/metrics/", "/metrics.json", "/healthz/x", "/readyz/x", "/../", "/%2e%2e/etc/passwd",
 	"/..%2fmetrics", "//metrics", "/METRICS", "/index.html", "/favicon.ico", "/api/v1/query",
 	"/-/reload", "/-/quit", "/federate",
@@ -138,10 +138,18 @@ func endpointsProbes(auth bool) []endpointsProbe {
 				want: func(st int, b []byte, err error) bool { return err != nil }, bound: "handshake refused"},
 			endpointsProbe{name: "https /debug/pprof/, no credentials", scheme: "https", path: "/debug/pprof/",
 				want: func(st int, b []byte, err error) bool { return err == nil && st == http.StatusUnauthorized }, bound: "401"},
+			endpointsProbe{name: "https / (the runs page), no credentials", scheme: "https", path: "/",
+				want: func(st int, b []byte, err error) bool { return err == nil && st == http.StatusUnauthorized }, bound: "401"},
 		)
 	} else {
 		ps = append(ps, endpointsProbe{name: "http /metrics", scheme: "http", path: "/metrics", want: metricsOK, bound: "200 with metrics"})
 	}
+	// The runs page: HTML, never the metrics themselves.
+	ps = append(ps, endpointsProbe{name: scheme + " / (the runs page)", scheme: scheme, path: "/", user: user, pass: pass,
+		want: func(st int, b []byte, err error) bool {
+			return err == nil && st == http.StatusOK && bytes.Contains(b, []byte("<html")) && !bytes.Contains(b, []byte("cbc_workflow"))
+		},
+		bound: "200, the page, no metrics"})
 	for _, p := range []string{"/healthz", "/readyz"} {
 		ps = append(ps, endpointsProbe{name: scheme + " " + p, scheme: scheme, path: p, user: user, pass: pass,
 			want: func(st int, b []byte, err error) bool {
