@@ -56,6 +56,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -245,6 +246,26 @@ func New(opts Options) (*Engine, error) {
 
 // Ready reports that the state is restored and the followers run.
 func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// NotReady says why the engine is not ready, for /readyz: the state is
+// still being restored, or a directory it is to follow does not exist
+// (nothing is read there until it does). nil when ready.
+func (e *Engine) NotReady() error {
+	if !e.ready.Load() {
+		return errors.New("restoring the checkpoint")
+	}
+	var missing []string
+	for _, g := range e.opts.Globs {
+		d := filepath.Dir(g)
+		if fi, err := os.Stat(d); (err != nil || !fi.IsDir()) && !slices.Contains(missing, d) {
+			missing = append(missing, d)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no such directory to follow: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
 
 func (e *Engine) nowMs() int64 { return e.opts.Now().UnixMilli() }
 

@@ -31,8 +31,9 @@ type ServeOptions struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives the server's own messages; nil discards them.
 	Logger *slog.Logger
-	// Ready answers /readyz; nil means always ready.
-	Ready func() bool
+	// Ready answers /readyz: nil means ready, an error a 503 with its text
+	// as the reason. A nil Ready means always ready.
+	Ready func() error
 	// Page, when set, answers "/" exactly (a landing page: cbc-otel's runs
 	// page); other unknown paths stay 404. It is behind the same web
 	// config (TLS, basic auth) as /metrics.
@@ -134,12 +135,12 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 
 // Handler returns the server's routes: /metrics (OpenMetrics negotiated,
 // so exemplars are exposed), /healthz, /readyz; anything else is 404.
-func Handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger) http.Handler {
+func Handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger) http.Handler {
 	return handler(g, ready, logger, nil)
 }
 
 // handler is Handler with page, if not nil, at "/" exactly.
-func handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger, page http.Handler) http.Handler {
+func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, page http.Handler) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -157,10 +158,12 @@ func handler(g prometheus.Gatherer, ready func() bool, logger *slog.Logger, page
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if ready != nil && !ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not ready\n")
-			return
+		if ready != nil {
+			if err := ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
 		}
 		io.WriteString(w, "ok\n")
 	})

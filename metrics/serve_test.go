@@ -75,7 +75,13 @@ func TestServeRoutes(t *testing.T) {
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
 	var ready atomic.Bool
-	addr := startServer(t, ServeOptions{Gatherer: m.Registry(), Ready: ready.Load})
+	notReady := func() error {
+		if !ready.Load() {
+			return errors.New("state being restored")
+		}
+		return nil
+	}
+	addr := startServer(t, ServeOptions{Gatherer: m.Registry(), Ready: notReady})
 	c := &http.Client{Timeout: 5 * time.Second}
 	req := func(path string) *http.Request {
 		r, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
@@ -87,8 +93,8 @@ func TestServeRoutes(t *testing.T) {
 	if code, body := status(t, c, req("/healthz")); code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, _ := status(t, c, req("/readyz")); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz before ready: %d, want 503", code)
+	if code, body := status(t, c, req("/readyz")); code != http.StatusServiceUnavailable || body != "not ready: state being restored\n" {
+		t.Errorf("/readyz before ready: %d %q, want 503 with the reason", code, body)
 	}
 	ready.Store(true)
 	if code, _ := status(t, c, req("/readyz")); code != 200 {

@@ -183,12 +183,17 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 // /readyz answering ready (nil: until shutdown), until shutdown. It is the
 // one place a metrics server starts. A bind or web-config failure is
 // returned: run carries on without a server, serve fails.
-func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, ready func() bool) error {
+func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, ready func() error) error {
 	if g != nil {
 		r.gatherer = g
 	}
 	if ready == nil {
-		ready = r.ready.Load
+		ready = func() error {
+			if !r.ready.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		}
 	}
 	srv, err := metrics.Listen(metrics.ServeOptions{
 		Addr:          r.flags.listen,
@@ -216,7 +221,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 // without: f's listen address and file, both of g, with /readyz
 // answering ready. A server that cannot start is an error: serving is
 // serve's job.
-func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheus.Gatherer, ready func() bool) error {
+func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheus.Gatherer, ready func() error) error {
 	r.flags.listen, r.flags.webConfig = f.listen, f.webConfig
 	if f.listen != "" {
 		if err := r.listen(ctx, g, ready); err != nil {

@@ -178,7 +178,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	// /readyz says 503 until the state is restored and the followers run.
 	// /metrics and the file expose the cumulative totals (restored base +
 	// this process), which the plain registry does not hold.
-	if err := tel.metrics.expose(ctx, cfg.tel.metrics, cum, eng.Ready); err != nil {
+	if err := tel.metrics.expose(ctx, cfg.tel.metrics, cum, eng.NotReady); err != nil {
 		tel.shutdown(ctx)
 		return fail(sio.err, "serve", exitFailure, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -371,6 +372,15 @@ func TestServeWarnsAtStart(t *testing.T) {
 			}
 			if strings.Contains(got, "heartbeat") != tc.heartbeat {
 				t.Errorf("heartbeat warning: %v, want %v:\n%s", !tc.heartbeat, tc.heartbeat, got)
+			}
+			resp, err := http.Get("http://" + s.addr + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if notReady := resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "no such directory"); notReady != tc.missing {
+				t.Errorf("/readyz: %d %q; want 503 with the reason only while a directory is missing", resp.StatusCode, body)
 			}
 		})
 	}
