@@ -47,10 +47,23 @@ func Push(ctx context.Context, gatewayURL, job string, g prometheus.Gatherer) er
 		p = p.BasicAuth(user.Username(), pw)
 	}
 	if err := p.PushContext(ctx); err != nil {
-		return fmt.Errorf("metrics: push to %s: %w", redact(gatewayURL), err)
+		return &PushError{URL: redact(gatewayURL), Err: err}
 	}
 	return nil
 }
+
+// PushError is a push the Pushgateway did not take: unreachable, too
+// slow, or refused with an HTTP status. It is its own type so that the
+// caller can say in one line where the metrics did not go (URL, without
+// the password) and why (Err), apart from other failures at exit.
+type PushError struct {
+	URL string
+	Err error
+}
+
+func (e *PushError) Error() string { return fmt.Sprintf("metrics: push to %s: %v", e.URL, e.Err) }
+
+func (e *PushError) Unwrap() error { return e.Err }
 
 // checkPushURL accepts absolute http(s) URLs only.
 func checkPushURL(s string) error {

@@ -3,7 +3,9 @@ package metrics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,6 +128,43 @@ func TestPushErrors(t *testing.T) {
 	}
 	if err := Push(context.Background(), srv.URL, "", m.Registry()); err == nil {
 		t.Error("Push with an empty job succeeded")
+	}
+}
+
+// A push the gateway did not take is a *PushError naming the gateway,
+// without its password, and wrapping the cause; bad arguments are not.
+func TestPushErrorType(t *testing.T) {
+	m := finishedMetrics(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://pusher:topsecret@" + lis.Addr().String()
+	lis.Close()
+	srv, _ := pushgateway(t, http.StatusUnauthorized)
+	for _, c := range []struct {
+		name, url string
+		check     func(error) bool
+	}{
+		{"refused", refused, func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }},
+		{"status", srv.URL, func(err error) bool { return strings.Contains(err.Error(), "401") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := Push(context.Background(), c.url, "job", m.Registry())
+			var pe *PushError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Push = %v (%T), want a *PushError", err, err)
+			}
+			if strings.Contains(pe.URL, "topsecret") || strings.Contains(err.Error(), "topsecret") {
+				t.Errorf("the password leaks: %v", err)
+			}
+			if !strings.HasPrefix(err.Error(), "metrics: push to "+redact(c.url)+": ") || !c.check(pe.Err) {
+				t.Errorf("Push = %q, cause %v", err, pe.Err)
+			}
+		})
+	}
+	if err := Push(context.Background(), srv.URL, "", m.Registry()); errors.As(err, new(*PushError)) {
+		t.Errorf("an empty job is a %T: no push was tried", err)
 	}
 }
 

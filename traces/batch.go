@@ -3,6 +3,8 @@ package traces
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ const (
 // whatever it could not deliver as dropped.
 type batcher struct {
 	exp           sdktrace.SpanExporter
+	rep           *exportReporter // says failures as they happen; never nil
 	queue         chan sdktrace.ReadOnlySpan
 	maxBatch      int
 	interval      time.Duration
@@ -45,6 +48,7 @@ type batcher struct {
 	accepted  atomic.Int64 // queued
 	exported  atomic.Int64 // delivered
 	failed    atomic.Int64 // in failed exports
+	cutShort  atomic.Int64 // of failed, in exports shutdown abandoned or skipped
 	queueFull atomic.Int64 // dropped at OnEnd
 	late      atomic.Int64 // ended after shutdown
 	errs      atomic.Int64 // failed export calls
@@ -56,7 +60,7 @@ type batcher struct {
 
 var _ sdktrace.SpanProcessor = (*batcher)(nil)
 
-func newBatcher(exp sdktrace.SpanExporter, queue int, interval, exportTimeout time.Duration) *batcher {
+func newBatcher(exp sdktrace.SpanExporter, rep *exportReporter, queue int, interval, exportTimeout time.Duration) *batcher {
 	if queue <= 0 {
 		queue = DefaultQueueSize
 	}
@@ -67,8 +71,12 @@ func newBatcher(exp sdktrace.SpanExporter, queue int, interval, exportTimeout ti
 		exportTimeout = DefaultExportTimeout
 	}
 	abort, cancel := context.WithCancel(context.Background())
+	if rep == nil {
+		rep = newExportReporter(nil, nil, 0, "", "")
+	}
 	b := &batcher{
 		exp:           exp,
+		rep:           rep,
 		queue:         make(chan sdktrace.ReadOnlySpan, queue),
 		maxBatch:      min(DefaultBatchSize, queue),
 		interval:      interval,
@@ -155,6 +163,7 @@ func (b *batcher) loop() {
 func (b *batcher) export(batch []sdktrace.ReadOnlySpan) {
 	if b.abort.Err() != nil {
 		b.failed.Add(int64(len(batch)))
+		b.cutShort.Add(int64(len(batch)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.abort, b.exportTimeout)
@@ -168,9 +177,17 @@ func (b *batcher) export(batch []sdktrace.ReadOnlySpan) {
 			b.errs.Add(1)
 		}
 		b.failed.Add(int64(len(batch)))
+		// An export that shutdown abandoned failed because we stopped
+		// waiting, not because of the collector: the exit summary says it.
+		if b.abort.Err() != nil {
+			b.cutShort.Add(int64(len(batch)))
+		} else {
+			b.rep.exportFailed(err, len(batch))
+		}
 		return
 	}
 	b.exported.Add(int64(len(batch)))
+	b.rep.exportOK()
 }
 
 // ForceFlush exports everything queued, waiting at most until ctx is done.
@@ -252,3 +269,37 @@ func (b *batcher) dropped() int64 {
 }
 
 func (b *batcher) exportErrors() int64 { return b.errs.Load() }
+
+// loss is what this batcher did not deliver, and why; Spans is 0 when
+// everything was delivered. Meant for after Shutdown.
+func (b *batcher) loss() Loss {
+	l := Loss{Spans: b.dropped(), ExportErrors: b.exportErrors(), Endpoint: b.rep.endpoint, Protocol: b.rep.protocol}
+	if l.Spans == 0 {
+		return l
+	}
+	// failed counts the spans of exports cut short by shutdown too: here
+	// they are abandoned, not refused.
+	failed, qf, late := b.failed.Load()-b.cutShort.Load(), b.queueFull.Load(), b.late.Load()
+	var abandoned int64
+	if b.gaveUp.Load() {
+		abandoned = max(0, b.accepted.Load()-b.exported.Load()-failed)
+	}
+	var why []string
+	if c := b.rep.lastCause(); c != "" && failed+abandoned > 0 {
+		why = append(why, c)
+	}
+	if abandoned > 0 {
+		why = append(why, fmt.Sprintf("%d abandoned at the shutdown deadline", abandoned))
+	}
+	if qf > 0 {
+		why = append(why, fmt.Sprintf("%d dropped at a full queue", qf))
+	}
+	if late > 0 {
+		why = append(why, fmt.Sprintf("%d ended after shutdown", late))
+	}
+	if len(why) == 0 {
+		why = append(why, "export failed")
+	}
+	l.Cause = strings.Join(why, "; ")
+	return l
+}

@@ -97,6 +97,11 @@
 // the run is finalized (after the grace window). Spans go through a bounded
 // queue that drops (and counts) rather than block the pipeline; Shutdown
 // flushes under the caller's deadline and never waits past it.
+//
+// A failing exporter is said on Config.Logger as it fails: the first
+// failure at warn with the endpoint, the protocol and the cause in words
+// (Cause), then at most one line per ReportEvery. After Shutdown, Losses
+// says per exporter how many spans were not delivered, where and why.
 package traces
 
 // Span names (the part before the space) and operation names.

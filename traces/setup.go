@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path"
@@ -21,6 +22,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	"google.golang.org/grpc"
 )
 
 // Exporter and protocol names, as in OTEL_TRACES_EXPORTER and
@@ -103,6 +105,16 @@ type Config struct {
 	// os.Getenv. A caller may hide or replace them; the SDK's variables
 	// always come from the process environment.
 	Env func(string) string
+	// Logger receives each exporter's failures as they happen: the first
+	// at warn with the endpoint, the protocol and the cause, then at most
+	// one line per ReportEvery, and at info that exports succeed again.
+	// nil: not said (Losses still tells at the end).
+	Logger *slog.Logger
+	// ReportEvery is the least time between two failure lines of one
+	// exporter; 0 means DefaultReportEvery.
+	ReportEvery time.Duration
+	// Now is the clock of the rate limiting; nil means time.Now.
+	Now func() time.Time
 }
 
 // Provider is the TracerProvider Setup builds: the SDK provider with the
@@ -171,22 +183,26 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		}
 		return nil, err
 	}
+	reporter := func(endpoint, protocol string) *exportReporter {
+		return newExportReporter(cfg.Logger, cfg.Now, cfg.ReportEvery, endpoint, protocol)
+	}
 	if useOTLP {
-		exp, desc, err := otlpExporter(ctx, protocol, ep)
+		rep := reporter("", "")
+		exp, desc, err := otlpExporter(ctx, protocol, ep, rep)
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, desc, cfg, otlpExportBound(cfg.ExportTimeout))
+		p.add(exp, desc, rep, cfg, otlpExportBound(cfg.ExportTimeout))
 	}
 	if cfg.File != "" {
 		exp, err := newFileExporter(cfg.File)
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, "OTLP/JSON file → "+cfg.File, cfg, cfg.ExportTimeout)
+		p.add(exp, "OTLP/JSON file → "+cfg.File, reporter(cfg.File, "OTLP/JSON file"), cfg, cfg.ExportTimeout)
 	}
 	if want[ExporterConsole] {
-		p.add(newWriterExporter(cfg.Console), "OTLP/JSON → stderr", cfg, cfg.ExportTimeout)
+		p.add(newWriterExporter(cfg.Console), "OTLP/JSON → stderr", reporter("stderr", "console"), cfg, cfg.ExportTimeout)
 	}
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
@@ -202,8 +218,8 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-func (p *Provider) add(exp sdktrace.SpanExporter, desc string, cfg Config, exportTimeout time.Duration) {
-	p.procs = append(p.procs, newBatcher(exp, cfg.QueueSize, cfg.BatchInterval, exportTimeout))
+func (p *Provider) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter, cfg Config, exportTimeout time.Duration) {
+	p.procs = append(p.procs, newBatcher(exp, rep, cfg.QueueSize, cfg.BatchInterval, exportTimeout))
 	p.desc = append(p.desc, desc)
 }
 
@@ -261,8 +277,9 @@ func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
 
 // otlpExporter builds the gRPC or HTTP exporter. It passes only what a flag
 // set (the endpoint); the exporter reads every other OTEL_EXPORTER_OTLP_*
-// variable itself.
-func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint) (sdktrace.SpanExporter, string, error) {
+// variable itself. It tells rep where the exporter sends and, for gRPC,
+// wires rep to each attempt.
+func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint, rep *exportReporter) (sdktrace.SpanExporter, string, error) {
 	// The SDK drops a malformed header entry with a log line and exports
 	// without it: credentials missing from every request. Refuse instead.
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
@@ -273,7 +290,7 @@ func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint) (sdktr
 	u := *ep.url
 	switch protocol {
 	case ProtocolGRPC:
-		var opts []otlptracegrpc.Option
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpc.WithChainUnaryInterceptor(attemptInterceptor(rep)))}
 		if ep.flag {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(u.String()))
 		}
@@ -281,7 +298,8 @@ func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint) (sdktr
 		if err != nil {
 			return nil, "", fmt.Errorf("otlp grpc exporter: %w", err)
 		}
-		return exp, fmt.Sprintf("OTLP grpc → %s://%s", u.Scheme, u.Host), nil
+		rep.endpoint, rep.protocol = fmt.Sprintf("%s://%s", u.Scheme, u.Host), ProtocolGRPC
+		return exp, "OTLP grpc → " + rep.endpoint, nil
 	case ProtocolHTTP, "http":
 		var opts []otlptracehttp.Option
 		switch {
@@ -302,7 +320,8 @@ func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint) (sdktr
 		if err != nil {
 			return nil, "", fmt.Errorf("otlp http exporter: %w", err)
 		}
-		return exp, "OTLP http/protobuf → " + u.Redacted(), nil
+		rep.endpoint, rep.protocol = u.Redacted(), ProtocolHTTP
+		return exp, "OTLP http/protobuf → " + rep.endpoint, nil
 	}
 	return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
 }
@@ -468,6 +487,22 @@ func (p *Provider) ExportErrors() float64 {
 		n += b.exportErrors()
 	}
 	return float64(n)
+}
+
+// Losses says, per exporter that did not deliver every span, how many it
+// lost, where they should have gone and why; none when all were
+// delivered. Meant for after Shutdown, for a summary at exit.
+func (p *Provider) Losses() []Loss {
+	if p == nil {
+		return nil
+	}
+	var out []Loss
+	for _, b := range p.procs {
+		if l := b.loss(); l.Spans > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // ForceFlush exports what is queued, waiting at most until ctx is done.

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -181,6 +182,12 @@ type grpcReceiver struct {
 func (g *grpcReceiver) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
 	if g.hang {
 		g.r.hold(ctx, g.release)
+		if err := ctx.Err(); err != nil {
+			// Never a success: the server's deadline (the client's
+			// grpc-timeout) can pass just before the client's own, and an
+			// answer then would beat the client's giving up.
+			return nil, status.FromContextError(err).Err()
+		}
 		return &collectortrace.ExportTraceServiceResponse{}, nil
 	}
 	hdr := map[string]string{}

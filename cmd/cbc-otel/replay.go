@@ -33,10 +33,19 @@ func (c *replayConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// exitUndelivered is replay's status when it ran through, but some span it
+// made did not reach every destination (the collector, the --traces-file):
+// a backfill that lost spans must not pass for one that did not.
+const exitUndelivered = 3
+
 const replayUsage = `usage: cbc-otel replay [flags] FILE... (- for stdin)
 
 Replays recorded stream-json stdout and prints every workflow run as a waterfall,
 or with --json one JSON object per run and a final stats line.
+
+Exit status: 0 all done; 1 a recording could not be read or the output written;
+2 usage error; 3 ran through, but spans were not delivered (to the OTLP endpoint
+or the --traces-file: how many, where and why is said on stderr).
 
 flags:
 `
@@ -73,6 +82,10 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	tel.shutdown(ctx)
 	if err := writeRuns(sio.out, cfg.json, cfg.width, col.Runs, tel.stats); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
+	}
+	// The runs are printed either way: the replay itself went fine.
+	if tel.traces.undelivered() > 0 {
+		return exitUndelivered
 	}
 	return exitOK
 }

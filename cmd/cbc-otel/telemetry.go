@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/runspage"
 	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 // telemetryFlags are the flags every mode that runs the pipeline shares:
@@ -169,7 +171,10 @@ func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 // shutdown flushes spans, then writes, pushes and stops the metrics side,
 // within the flush timeouts of the flags, whatever ctx says (a stop signal
 // must not cost the last spans). Errors are logged, never returned:
-// telemetry never changes an exit status.
+// telemetry never changes an exit status (replay reads what was lost
+// from t.traces afterwards). Spans lost are said by t.traces, one line
+// per exporter; a push the Pushgateway did not take gets one line of its
+// own saying where and why.
 func (t *telemetry) shutdown(ctx context.Context) {
 	if t == nil {
 		return
@@ -180,6 +185,21 @@ func (t *telemetry) shutdown(ctx context.Context) {
 		t.logger.Error("flushing traces", "err", err)
 	}
 	if err := t.metrics.shutdown(ctx); err != nil {
-		t.logger.Error("flushing metrics", "err", err)
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		var rest []error
+		for _, e := range errs {
+			var pe *metrics.PushError
+			if !errors.As(e, &pe) {
+				rest = append(rest, e)
+				continue
+			}
+			t.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, traces.Cause(pe.Err)))
+		}
+		if len(rest) > 0 {
+			t.logger.Error("flushing metrics", "err", errors.Join(rest...))
+		}
 	}
 }

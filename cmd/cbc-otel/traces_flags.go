@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -32,12 +33,20 @@ type tracesFlags struct {
 	flushTimeout                       time.Duration
 	queue                              int
 	live                               bool // registered for a live process (run, demo)
+	// logLevelSet reports whether --log.level was given on the command
+	// line these flags were registered on; nil: it was not.
+	logLevelSet func() bool
 }
 
 // register defines the traces flags on fs. live is true for run and demo
 // (a wrapped child whose stdout is not ours), false for replay.
 func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
 	f.live = live
+	f.logLevelSet = func() bool {
+		set := false
+		fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "log.level" })
+		return set
+	}
 	fs.StringVar(&f.exporter, "traces.exporter", "",
 		"traces exporter: otlp or none (default: $OTEL_TRACES_EXPORTER, else otlp when an OTLP endpoint is set)")
 	fs.StringVar(&f.endpoint, "otlp.endpoint", "",
@@ -98,6 +107,10 @@ type tracesRuntime struct {
 	previews     bool
 	flushTimeout time.Duration
 	logger       *slog.Logger
+	// lossLogger says export failures and, at exit, what was lost (see
+	// lossLogger).
+	lossLogger *slog.Logger
+	summarized atomic.Bool // the losses were said: once, whoever shuts down
 }
 
 // start sets up the exporters the flags and the environment ask for. env
@@ -121,6 +134,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 	if flush <= 0 {
 		flush = defaultTracesFlushTimeout
 	}
+	lossLog := f.lossLogger(logger)
 	prov, err := traces.Setup(ctx, traces.Config{
 		Exporter:  f.exporter,
 		Endpoint:  f.endpoint,
@@ -132,11 +146,12 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		Console:        os.Stderr,
 		ServiceVersion: buildVersion(),
 		Env:            env,
+		Logger:         lossLog,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("traces: %w", err)
 	}
-	r := &tracesRuntime{prov: prov, flushTimeout: flush, logger: logger}
+	r := &tracesRuntime{prov: prov, flushTimeout: flush, logger: logger, lossLogger: lossLog}
 	if prov == nil {
 		return r, nil
 	}
@@ -199,9 +214,37 @@ func (r *tracesRuntime) describe() string {
 	return r.prov.Describe()
 }
 
+// lossLogger is logger, except that when --log.level was left at its
+// default it lets warnings through even if the level is error: spans that
+// never reach the backend are what a user of a telemetry wrapper must
+// hear about first (a dead collector used to cost every span silently),
+// while run's and demo's other warnings keep the quiet default that
+// scripts rely on. An explicit --log.level error silences them too.
+func (f *tracesFlags) lossLogger(logger *slog.Logger) *slog.Logger {
+	if f.logLevelSet != nil && f.logLevelSet() {
+		return logger
+	}
+	return slog.New(warnFloor{logger.Handler()})
+}
+
+// warnFloor is a handler that handles warnings and errors whatever the
+// level of the handler it wraps, and the rest as that one does.
+type warnFloor struct{ slog.Handler }
+
+func (h warnFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.Handler.Enabled(ctx, l)
+}
+
+func (h warnFloor) WithAttrs(as []slog.Attr) slog.Handler { return warnFloor{h.Handler.WithAttrs(as)} }
+
+func (h warnFloor) WithGroup(name string) slog.Handler { return warnFloor{h.Handler.WithGroup(name)} }
+
 // shutdown flushes queued spans within ctx and at most the flush timeout,
 // never longer, and stops the exporters. Spans not delivered by then are
-// counted as dropped and logged. Safe to call more than once.
+// counted as dropped, and said at warn, one line per exporter that lost
+// any: "N spans dropped, not delivered to <endpoint> (<protocol>):
+// <cause>". The deadline passing is no error then: that line says what it
+// cost. Safe to call more than once.
 func (r *tracesRuntime) shutdown(ctx context.Context) error {
 	if !r.enabled() {
 		return nil
@@ -209,11 +252,24 @@ func (r *tracesRuntime) shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.flushTimeout)
 	defer cancel()
 	err := r.prov.Shutdown(ctx)
-	if d := r.prov.Dropped(); d > 0 {
-		r.logger.Warn("spans dropped", "count", d, "export_errors", r.prov.ExportErrors(), "to", r.prov.Describe())
+	losses := r.prov.Losses()
+	if r.summarized.CompareAndSwap(false, true) {
+		for _, l := range losses {
+			r.lossLogger.Warn(l.String(), "count", l.Spans, "export_errors", l.ExportErrors)
+		}
 	}
-	if err != nil {
+	if err != nil && !(len(losses) > 0 && errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("traces: %w", err)
 	}
 	return nil
+}
+
+// undelivered is how many spans did not reach every destination (OTLP,
+// file): dropped at a full queue, in failed exports or abandoned at the
+// flush deadline. Final once shutdown returned; 0 when tracing is off.
+func (r *tracesRuntime) undelivered() float64 {
+	if !r.enabled() {
+		return 0
+	}
+	return r.prov.Dropped()
 }
