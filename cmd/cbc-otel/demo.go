@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -134,7 +131,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		started: func(tel *telemetry) {
 			announceDemo(sio.err, &cfg, tel)
 			go func() {
-				err := driveDemo(ctx, cfg, drvOut, drvIn)
+				err := simulate.Drive(ctx, simulate.DriveOptions{Scenarios: cfg.scenarios, Live: cfg.live, Pace: cfg.pace}, drvOut, drvIn)
 				drvOut.Close()
 				io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
 				drvErr <- err
@@ -196,134 +193,6 @@ func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry,
 		<-ctx.Done()
 	}
 	return exitOK
-}
-
-// demoMsg is what the driver reads of the child's stdout lines.
-type demoMsg struct {
-	Type      string `json:"type"`
-	Subtype   string `json:"subtype"`
-	SessionID string `json:"session_id"`
-	TaskID    string `json:"task_id"`
-	TaskType  string `json:"task_type"`
-}
-
-// driveDemo plays the SDK: initialize, then per scenario a user message and
-// a wait for that turn's workflow notification. For "stopped" it sends an
-// interrupt once the workflow shows progress. Live, it goes round the
-// scenarios, pausing cfg.pace between workflows, until ctx ends: then it
-// interrupts the workflow running, waits for its notification and returns.
-func driveDemo(ctx context.Context, cfg demoConfig, w io.Writer, r io.Reader) error {
-	d := &demoDriver{w: w, r: bufio.NewReaderSize(r, 64<<10), done: ctx.Done()}
-	if err := d.send(obj{"type": "control_request", "request_id": "init", "request": obj{"subtype": "initialize", "hooks": obj{}, "capabilities": obj{}, "hasPrompt": true}}); err != nil {
-		return err
-	}
-	if !cfg.live {
-		ctx = context.Background() // a demo of fixed length runs every scenario
-		d.done = nil
-	}
-	stop := context.AfterFunc(ctx, d.interrupt)
-	defer stop()
-	for i := 0; cfg.live || i < len(cfg.scenarios); i++ {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := d.turn(i, cfg.scenarios[i%len(cfg.scenarios)]); err != nil {
-			return err
-		}
-		if cfg.live {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(cfg.pace):
-			}
-		}
-	}
-	return nil
-}
-
-type obj = map[string]any
-
-// demoDriver is the SDK side of the demo's session. send may be called
-// from the goroutine that interrupts; the rest only from the driver's.
-type demoDriver struct {
-	w    io.Writer
-	r    *bufio.Reader
-	done <-chan struct{} // the end of a live demo; nil otherwise
-
-	mu       sync.Mutex // serialises writes, guards session and workflow
-	session  string
-	workflow string // the workflow of the turn running, "" between turns
-	stopped  bool   // an interrupt was sent for it
-}
-
-func (d *demoDriver) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, err = d.w.Write(append(b, '\n'))
-	return err
-}
-
-// interrupt stops the workflow running, as a user's cancel does.
-func (d *demoDriver) interrupt() {
-	d.mu.Lock()
-	wf, session, sent := d.workflow, d.session, d.stopped
-	d.stopped = d.stopped || wf != ""
-	d.mu.Unlock()
-	if wf != "" && !sent {
-		_ = d.send(obj{"type": "control_request", "request_id": "stop-" + wf, "request": obj{"subtype": "interrupt", "session_id": session, "reason": "user cancel"}})
-	}
-}
-
-// turn sends scenario sc's user message and reads the stream until the
-// notification of its workflow.
-func (d *demoDriver) turn(i int, sc string) error {
-	d.mu.Lock()
-	session := d.session
-	d.workflow, d.stopped = "", false
-	d.mu.Unlock()
-	msg := obj{"type": "user", "message": obj{"role": "user", "content": fmt.Sprintf("[[SCENARIO:%s]] demo turn %d", sc, i+1)}, "parent_tool_use_id": nil, "session_id": session}
-	if err := d.send(msg); err != nil {
-		return err
-	}
-	for {
-		line, err := d.r.ReadBytes('\n')
-		if err != nil {
-			return fmt.Errorf("scenario %s: simulator output ended: %w", sc, err)
-		}
-		var m demoMsg
-		if json.Unmarshal(line, &m) != nil || m.Type != "system" {
-			continue
-		}
-		d.mu.Lock()
-		switch m.Subtype {
-		case "init":
-			d.session = m.SessionID
-		case "task_started":
-			if m.TaskType == "local_workflow" {
-				d.workflow = m.TaskID
-			}
-		}
-		wf := d.workflow
-		d.mu.Unlock()
-		select {
-		case <-d.done: // the demo ended before this workflow started
-			d.interrupt()
-		default:
-		}
-		switch {
-		case m.Subtype == "task_progress" && sc == "stopped" && m.TaskID == wf:
-			d.interrupt()
-		case m.Subtype == "task_notification" && m.TaskID == wf:
-			d.mu.Lock()
-			d.workflow = ""
-			d.mu.Unlock()
-			return nil
-		}
-	}
 }
 
 var _ ingest.Sink = (*report.Collector)(nil)

@@ -70,7 +70,7 @@ func TestPackageGraph(t *testing.T) {
 			imports[pkg] = nil
 		}
 	}
-	sinks := []string{"traces", "metrics", "report"}
+	sinks := []string{"traces", "metrics", "report", "runspage"}
 	allowed := map[string][]string{
 		"tap":        {},
 		"streamjson": {"tap"},
@@ -81,6 +81,7 @@ func TestPackageGraph(t *testing.T) {
 		"traces":     {"ingest", "streamjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
 		"report":     {"tap", "streamjson", "ingest"},
+		"runspage":   {"tap", "streamjson", "ingest"},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
