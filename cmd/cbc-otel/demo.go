@@ -159,6 +159,9 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 	fmt.Fprintf(w, "cbc-otel demo: running %s under the wrapper: %s\n", what, strings.Join(cfg.scenarios, ", "))
 	if a := tel.metrics.listenAddr(); a != nil {
 		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
+		if tel.page != nil {
+			fmt.Fprintf(w, "cbc-otel demo: the runs at http://%s/\n", displayAddr(a))
+		}
 	}
 	switch {
 	case tel.traces.enabled():

@@ -104,7 +104,7 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 	}
 	t.traces = tr
 	if f.metrics.serve && f.metrics.webRuns > 0 {
-		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: version})
+		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: buildVersion()})
 		f.metrics.page = t.page // served by the metrics listener
 	}
 	met, err := f.metrics.start(ctx, t.stats, tr.exemplar(), logger)
