@@ -87,3 +87,21 @@ func TestReplayFlagsAfterOperands(t *testing.T) {
 		t.Errorf(`after "--", --width is a file: exit %d, stderr %q`, code, errb.String())
 	}
 }
+
+// Every exporter the README documents is accepted: console writes OTLP/JSON
+// to stderr, never to stdout (replay's summary, run's child stream).
+func TestConsoleExporterAccepted(t *testing.T) {
+	in := `{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n" +
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","session_id":"s"}` + "\n"
+	var out, errb bytes.Buffer
+	code := realMain(context.Background(), []string{"replay", "--traces.exporter", "console", "--json", "-"}, stdio{in: strings.NewReader(in), out: &out, err: &errb})
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if strings.Contains(out.String(), "resourceSpans") || !strings.Contains(out.String(), `"kind":"stats"`) {
+		t.Errorf("stdout %q: want the --json lines only", out.String())
+	}
+	if !strings.Contains(errb.String(), `"resourceSpans"`) {
+		t.Errorf("stderr %q: want the spans as OTLP/JSON", errb.String())
+	}
+}

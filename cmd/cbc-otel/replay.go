@@ -68,6 +68,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	if err := cfg.validate(); err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
+	cfg.tel.traces.console = sio.err
 	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel))
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)

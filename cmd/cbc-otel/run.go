@@ -208,6 +208,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		stopWithParent(wctx, log)
 	}
 	name := cmp.Or(r.name, "run")
+	cfg.tel.traces.console = sio.err
 	c, err := r.startConsumers(ctx, &cfg, log)
 	if err != nil {
 		return outcome{code: fail(sio.err, name, exitUsage, err)}

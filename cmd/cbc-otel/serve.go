@@ -164,6 +164,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 			return fail(sio.err, "serve", exitFailure, err)
 		}
 	}
+	cfg.tel.traces.console = sio.err
 	tel, err := cfg.startTelemetry(ctx, log)
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)

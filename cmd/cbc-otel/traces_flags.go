@@ -36,6 +36,9 @@ type tracesFlags struct {
 	// logLevelSet reports whether --log.level was given on the command
 	// line these flags were registered on; nil: it was not.
 	logLevelSet func() bool
+	// console is where the console exporter writes: the command's stderr
+	// (never stdout); nil means os.Stderr.
+	console io.Writer
 }
 
 // register defines the traces flags on fs. live is true for run and demo
@@ -48,7 +51,7 @@ func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
 		return set
 	}
 	fs.StringVar(&f.exporter, "traces.exporter", "",
-		"traces exporter: otlp or none (default: $OTEL_TRACES_EXPORTER, else otlp when an OTLP endpoint is set)")
+		"traces exporter: otlp, none, or console (OTLP/JSON lines on stderr, never stdout) (default: $OTEL_TRACES_EXPORTER, else otlp when an OTLP endpoint is set)")
 	fs.StringVar(&f.endpoint, "otlp.endpoint", "",
 		"OTLP endpoint, URL or host:port (plaintext); default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT (http:// or https:// URLs); none = no OTLP export")
 	fs.StringVar(&f.protocol, "otlp.protocol", "",
@@ -63,13 +66,21 @@ func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
 		"ended spans held for export; when full, spans are dropped and counted rather than slowing the pipeline")
 }
 
+// consoleOut is the console exporter's writer.
+func (f *tracesFlags) consoleOut() io.Writer {
+	if f.console == nil {
+		return os.Stderr
+	}
+	return f.console
+}
+
 // validate checks the flag values before anything starts.
 func (f *tracesFlags) validate() error {
 	var errs []error
 	switch f.exporter {
-	case "", traces.ExporterOTLP, traces.ExporterNone:
+	case "", traces.ExporterOTLP, traces.ExporterNone, traces.ExporterConsole:
 	default:
-		errs = append(errs, fmt.Errorf("--traces.exporter %q: want otlp or none", f.exporter))
+		errs = append(errs, fmt.Errorf("--traces.exporter %q: want otlp, none or console", f.exporter))
 	}
 	switch f.protocol {
 	case "", traces.ProtocolGRPC, traces.ProtocolHTTP:
@@ -143,7 +154,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		QueueSize: f.queue,
 		// OTEL_TRACES_EXPORTER=console goes to stderr: stdout is the
 		// wrapped CLI's stream (run) or the summary (replay).
-		Console:        os.Stderr,
+		Console:        f.consoleOut(),
 		ServiceVersion: buildVersion(),
 		Env:            env,
 		Logger:         lossLog,
