@@ -29,6 +29,9 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"run", "--summary-file", dir, "--", "true"}, "is a directory"},
 		{[]string{"run", "--web.listen-address=", "--metrics-file", filepath.Join(dir, "nodir", "m.prom"), "--", "true"}, "does not exist"},
 		{[]string{"replay", "--json"}, "no FILE given"},
+		{[]string{"demo", "extra", "--json"}, `unexpected argument "extra"`},
+		{[]string{"serve", "--follow", filepath.Join(dir, "*"), "extra"}, "unexpected arguments"},
+		{[]string{"simulate", "extra"}, "unexpected arguments"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
