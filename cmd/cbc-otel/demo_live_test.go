@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -11,24 +10,8 @@ import (
 // runs counter grow, and SIGINT ends it cleanly (exit 0) with every outcome
 // of the scenarios counted.
 func TestDemoLiveCountersGrow(t *testing.T) {
-	s := &served{addr: freeAddr(t), stderr: new(syncBuffer), exited: make(chan struct{})}
-	s.cmd = exec.Command(wrapperBin, "demo", "--live", "--speed", "0.02", "--pace", "10ms", "--web.listen-address", s.addr)
-	s.cmd.Stderr = s.stderr
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default:
-			s.cmd.Process.Kill()
-			<-s.exited
-		}
-		if t.Failed() {
-			t.Logf("demo stderr:\n%s", s.stderr)
-		}
-	})
+	addr := freeAddr(t)
+	s := startBin(t, addr, "demo", "--live", "--speed", "0.02", "--pace", "10ms", "--web.listen-address", addr)
 	sum := func(m map[string]float64) (n float64) {
 		for _, v := range m {
 			n += v

@@ -40,8 +40,16 @@ func freeAddr(t *testing.T) string {
 
 func startServed(t *testing.T, args ...string) *served {
 	t.Helper()
-	s := &served{addr: freeAddr(t), stderr: new(syncBuffer), exited: make(chan struct{})}
-	s.cmd = exec.Command(wrapperBin, append([]string{"serve", "--web.listen-address", s.addr, "--poll-interval", "20ms", "--grace", "200ms"}, args...)...)
+	addr := freeAddr(t)
+	return startBin(t, addr, append([]string{"serve", "--web.listen-address", addr, "--poll-interval", "20ms", "--grace", "200ms"}, args...)...)
+}
+
+// startBin runs the built binary with args, its listen address addr, and
+// kills it when the test ends (its stderr logged if the test failed).
+func startBin(t *testing.T, addr string, args ...string) *served {
+	t.Helper()
+	s := &served{addr: addr, stderr: new(syncBuffer), exited: make(chan struct{})}
+	s.cmd = exec.Command(wrapperBin, args...)
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -55,7 +63,7 @@ func startServed(t *testing.T, args ...string) *served {
 			<-s.exited
 		}
 		if t.Failed() {
-			t.Logf("serve stderr:\n%s", s.stderr)
+			t.Logf("%s stderr:\n%s", args[0], s.stderr)
 		}
 	})
 	return s
