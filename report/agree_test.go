@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/durtext"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -148,7 +149,7 @@ func checkAgree(t *testing.T, out outputs) {
 			t.Fatal(err)
 		}
 		header, _, _ := strings.Cut(wf.String(), "\n")
-		if want := fmt.Sprintf("  %s  %s  %d tokens", w.Status, report.MsText(w.End-w.Start), w.Tokens); !strings.Contains(header, want) {
+		if want := fmt.Sprintf("  %s  %s  %d tokens", w.Status, durtext.Millis(w.End-w.Start), w.Tokens); !strings.Contains(header, want) {
 			t.Errorf("%s: waterfall header %q lacks %q", what, header, want)
 		}
 

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/durtext"
 )
 
 // WaterfallOptions bounds the rendering.
@@ -73,7 +74,7 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if name == "" {
 		name = "(unnamed workflow)"
 	}
-	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  [task %s", statusMark(r.Status), cut(name, 60), r.Status, msText(wf.DurationMs), wf.Tokens, wf.ToolUses, cut(r.TaskID, 40))
+	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  [task %s", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), wf.Tokens, wf.ToolUses, cut(r.TaskID, 40))
 	if r.RunID != "" {
 		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))
 	}
@@ -82,13 +83,13 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 		fmt.Fprintf(b, "  error: %s\n", cut(r.Error, 200))
 	}
 	if r.InterruptLatencyMs >= 0 {
-		fmt.Fprintf(b, "  interrupt → stopped in %s\n", msText(r.InterruptLatencyMs))
+		fmt.Fprintf(b, "  interrupt → stopped in %s\n", durtext.Millis(r.InterruptLatencyMs))
 	}
 	// The Tracker's run encloses its phases and agents: one clock.
 	axis := axis{t0: r.Start, t1: r.End, cols: barCols}
 	printed := map[int]bool{}
 	for _, p := range r.Phases {
-		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(fmt.Sprintf("phase %d %s", p.Index, p.Title), nameCols), axis.bar(p.Start, p.End, '▒'), msText(span(p.Start, p.End)))
+		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(fmt.Sprintf("phase %d %s", p.Index, p.Title), nameCols), axis.bar(p.Start, p.End, '▒'), durtext.Millis(span(p.Start, p.End)))
 		for _, a := range r.Agents {
 			if a.PhaseIndex == p.Index {
 				writeAgent(b, &a, axis)
@@ -108,7 +109,7 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 	if label == "" {
 		label = "agent"
 	}
-	line := fmt.Sprintf("    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), msText(span(a.Start, a.End)), a.State)
+	line := fmt.Sprintf("    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), durtext.Millis(span(a.Start, a.End)), a.State)
 	if a.Tokens > 0 {
 		line += fmt.Sprintf(" %d tok", a.Tokens)
 	}
@@ -166,19 +167,6 @@ func statusMark(s ingest.RunStatus) string {
 		return "■"
 	default:
 		return "?"
-	}
-}
-
-func msText(ms int64) string {
-	switch {
-	case ms < 0:
-		return "-"
-	case ms < 1000:
-		return fmt.Sprintf("%dms", ms)
-	case ms < 60_000:
-		return fmt.Sprintf("%.2fs", float64(ms)/1000)
-	default:
-		return fmt.Sprintf("%dm%02ds", ms/60_000, ms/1000%60)
 	}
 }
 

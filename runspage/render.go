@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/durtext"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -67,7 +68,7 @@ func (p *Page) Render(w io.Writer) error {
 		GoVersion: goVersion,
 		Started:   stamp(p.opts.Started),
 		Now:       stamp(now),
-		Uptime:    msText(now.Sub(p.opts.Started).Milliseconds()),
+		Uptime:    durtext.Millis(now.Sub(p.opts.Started).Milliseconds()),
 		Refresh:   max(1, int(p.opts.Refresh/time.Second)),
 		Kept:      p.opts.Runs,
 		OpenCap:   p.opts.Open,
@@ -129,7 +130,7 @@ func runOf(e *entry, nowMs int64) runView {
 	}
 	rv := runView{
 		Name: name, Status: r.Status.String(), TaskID: clean(r.TaskID, 80), RunID: clean(r.RunID, 80), Session: clean(r.SessionID, 80),
-		Start: stamp(time.UnixMilli(t0)), Axis: msText(t1 - t0), Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
+		Start: stamp(time.UnixMilli(t0)), Axis: durtext.Millis(t1 - t0), Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Agents: len(r.Agents) + e.hiddenAgents, Error: clean(r.Error, 300), Reason: clean(r.Reason, 80),
 		HiddenAgents: e.hiddenAgents, HiddenPhases: e.hiddenPhases,
 	}
@@ -137,9 +138,9 @@ func runOf(e *entry, nowMs int64) runView {
 		rv.Start = "-"
 	}
 	if r.Finished && r.Start > 0 && r.End >= r.Start {
-		rv.Duration = msText(r.DurationMs())
+		rv.Duration = durtext.Millis(r.DurationMs())
 	} else {
-		rv.Duration = msText(t1-t0) + " so far"
+		rv.Duration = durtext.Millis(t1-t0) + " so far"
 	}
 	if rv.Tokens == 0 {
 		for _, a := range r.Agents {
@@ -147,7 +148,7 @@ func runOf(e *entry, nowMs int64) runView {
 		}
 	}
 	if r.InterruptLatencyMs > 0 {
-		rv.Interrupt = msText(r.InterruptLatencyMs)
+		rv.Interrupt = durtext.Millis(r.InterruptLatencyMs)
 	}
 	ax := axis{t0: t0, t1: t1}
 	shown := make([]bool, len(r.Agents))
@@ -241,24 +242,9 @@ func (ax axis) bar(s, e int64, minW float64) (x, w string, ok bool) {
 
 func spanText(s, e int64) string {
 	if s > 0 && e >= s {
-		return msText(e - s)
+		return durtext.Millis(e - s)
 	}
 	return "-"
-}
-
-func msText(ms int64) string {
-	switch {
-	case ms < 0:
-		return "-"
-	case ms < 1000:
-		return fmt.Sprintf("%dms", ms)
-	case ms < 60_000:
-		return fmt.Sprintf("%.2fs", float64(ms)/1000)
-	case ms < 3_600_000:
-		return fmt.Sprintf("%dm%02ds", ms/60_000, ms/1000%60)
-	default:
-		return fmt.Sprintf("%dh%02dm", ms/3_600_000, ms/60_000%60)
-	}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
