@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/dashboards"
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // TestSLOPageAlertFiresEndToEnd loads the SLO rules, rendered by the same
@@ -25,7 +26,7 @@ func TestSLOPageAlertFiresEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := promBuildCLI(t)
-	target := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
+	target := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

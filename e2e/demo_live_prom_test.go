@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // TestDemoLivePanels is the first hour's next step, with a real Prometheus:
@@ -23,7 +25,7 @@ import (
 func TestDemoLivePanels(t *testing.T) {
 	promBin := requirePrometheus(t)
 	bin := promBuildCLI(t)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(promFreePort(t)))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
 	logs := &promLockedBuffer{}
 	demo := exec.Command(bin, "demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr)
 	demo.Stderr = logs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,52 +45,14 @@ type jaeger struct {
 	otlpGRPC, otlpHTTP, query string // host:port
 }
 
-// jaegerBinary returns the Jaeger binary: $JAEGER_BIN (CI builds it first
-// with tools/jaeger/build.sh), else one built here from tools/jaeger. It
-// skips when neither works, unless CI is set: then a missing Jaeger fails.
-// With -short it does not build one: the test skips (CI: fails) too.
-func jaegerBinary(t *testing.T) string {
-	t.Helper()
-	const hint = "set JAEGER_BIN to a Jaeger v2 built by tools/jaeger/build.sh"
-	if bin, ok := realtool.FromEnv(t, "jaeger", "JAEGER_BIN", hint); ok {
-		return bin
-	}
-	if testing.Short() {
-		realtool.Missing(t, "jaeger", "-short: not building it from tools/jaeger ("+hint+")")
-	}
-	dir := t.TempDir()
-	cmd := exec.Command("sh", "../tools/jaeger/build.sh", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		realtool.Missing(t, "jaeger", fmt.Sprintf("building it with tools/jaeger/build.sh: %v (%s)\n%s", err, hint, out))
-	}
-	return filepath.Join(dir, "jaeger")
-}
-
-// jaegerFreePorts reserves n distinct loopback ports. They are released before
-// Jaeger binds them; a collision with another process is possible but rare.
-func jaegerFreePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+// jaegerHint says how to get Jaeger v2 for the tests that need it.
+const jaegerHint = "set JAEGER_BIN to a Jaeger v2 built by tools/jaeger/build.sh"
 
 // startJaeger runs Jaeger on free loopback ports until the test ends and
 // waits for its health check.
 func startJaeger(t *testing.T, bin string) *jaeger {
 	t.Helper()
-	p := jaegerFreePorts(t, 6)
+	p := realtool.FreePorts(t, 6)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "jaeger.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, p[0], p[1], p[2], p[3], p[4], p[5]), 0o644); err != nil {

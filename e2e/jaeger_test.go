@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
@@ -121,7 +122,7 @@ func runCLI(t *testing.T, bin string, stdin []byte, env []string, args ...string
 // TestJaegerInProcess exports through traces.Setup directly: it holds
 // whatever the command wiring does.
 func TestJaegerInProcess(t *testing.T) {
-	jbin := jaegerBinary(t)
+	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
 	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
 		t.Run(proto, func(t *testing.T) {
 			// A Jaeger per protocol: the ids are deterministic, so both
@@ -175,7 +176,7 @@ func TestJaegerInProcess(t *testing.T) {
 // P` on the corpus's complete recording, one fresh Jaeger per protocol (the
 // ids are deterministic, so both protocols write the very same trace).
 func TestJaegerReplay(t *testing.T) {
-	jbin := jaegerBinary(t)
+	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
 	bin := jaegerBuildCLI(t)
 	want := expectedSpans(t, corpusComplete)
 	tid, _ := traces.IDs(&ingest.Run{TaskID: "ww1t7k50l", RunID: "0mx5yo7rw-0b933e5a"})
@@ -201,7 +202,7 @@ func TestJaegerReplay(t *testing.T) {
 // The simulator records its stdout and the ground truth, from which the
 // expected trace is derived.
 func TestJaegerRun(t *testing.T) {
-	jbin := jaegerBinary(t)
+	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
 	bin := jaegerBuildCLI(t)
 	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
 		t.Run(proto, func(t *testing.T) {

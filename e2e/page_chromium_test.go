@@ -160,7 +160,7 @@ func runsOf(dom string) []string {
 func TestPageChromiumDemo(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 	stdout := startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--json", "--web.listen-address", addr)
 	waitPage(t, addr, "sim-review-fail", "the last 5 of 5")
 	var want []string // the summary is printed before the hold, after the runs are final
@@ -237,7 +237,7 @@ func TestPageChromiumHostileLabels(t *testing.T) {
 	if err := os.WriteFile(file, hostileStream(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 	startPageProc(t, bin, addr, "run", "--web.listen-address", addr, "--grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 60`, file)
 	waitPage(t, addr, "still-open", "alert(1)")
 	dom := dumpDOM(t, chromium, "http://"+addr+"/")

@@ -45,17 +45,6 @@ func promBuildCLI(t *testing.T) string {
 	return bin
 }
 
-// promFreePort returns a loopback port that was free a moment ago.
-func promFreePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // promLockedBuffer collects a child's stderr for failure messages.
 type promLockedBuffer struct {
 	mu sync.Mutex
@@ -114,7 +103,7 @@ func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *p
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := promFreePort(t)
+	port := realtool.FreePorts(t, 1)[0]
 	logs := &promLockedBuffer{}
 	cmd := exec.Command(bin,
 		"--config.file="+cfgPath,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // TestPrometheusScrapesWrapper runs `cbc-otel run` around the simulator,
@@ -26,7 +28,7 @@ func TestPrometheusScrapesWrapper(t *testing.T) {
 	bin := promBuildCLI(t)
 	dir := t.TempDir()
 	expectPath := dir + "/expect.ndjson"
-	target := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
+	target := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // serveProc is a running `cbc-otel serve`.
@@ -32,7 +34,7 @@ type serveProc struct {
 // abandoned).
 func startServe(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", promFreePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 	p := &serveProc{addr: addr, stderr: &promLockedBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--web.listen-address", addr, "--log.level", "info", "--grace", "60s"}, args...)...)
 	p.cmd.Stderr = p.stderr

@@ -171,7 +171,7 @@ func TestPrometheusConfig(t *testing.T) {
 // with its interval, and the repository's rule groups are loaded.
 func TestPrometheusLoadsConfig(t *testing.T) {
 	bin := realtool.Find(t, "prometheus", "", "apt-get install -y --no-install-recommends prometheus")
-	addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
+	addr := "127.0.0.1:" + strconv.Itoa(realtool.FreePorts(t, 1)[0])
 	log := &bytes.Buffer{}
 	cmd := exec.Command(bin, "--config.file="+mustAbs(t, promConfig), "--web.listen-address="+addr,
 		"--storage.tsdb.path="+t.TempDir(), "--log.level=warn")
@@ -447,25 +447,6 @@ func jaegerAddrs(t *testing.T, cfg map[any]any) map[string]string {
 	return out
 }
 
-// jaegerBinary is $JAEGER_BIN, else Jaeger built from tools/jaeger (not
-// with -short).
-func jaegerBinary(t *testing.T) string {
-	t.Helper()
-	const hint = "set JAEGER_BIN to a Jaeger v2 built by tools/jaeger/build.sh"
-	if bin, ok := realtool.FromEnv(t, "jaeger", "JAEGER_BIN", hint); ok {
-		return bin
-	}
-	if testing.Short() {
-		realtool.Missing(t, "jaeger", "-short: not building it from tools/jaeger ("+hint+")")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("sh", filepath.Join(repoRoot(t), "tools", "jaeger", "build.sh"), dir).CombinedOutput()
-	if err != nil {
-		realtool.Missing(t, "jaeger", fmt.Sprintf("building it with tools/jaeger/build.sh: %v (%s)\n%s", err, hint, out))
-	}
-	return filepath.Join(dir, "jaeger")
-}
-
 // TestJaegerConfig: every address of jaeger.yaml is on 127.0.0.1 and the
 // quick start's ports; the real Jaeger started with it (its ports moved to
 // free ones, nothing else changed) is healthy, serves the UI, stores a
@@ -486,7 +467,7 @@ func TestJaegerConfig(t *testing.T) {
 		t.Fatalf("listen addresses\n%v\nwant\n%v", addrs, want)
 	}
 
-	bin := jaegerBinary(t)
+	bin := realtool.Built(t, "jaeger", "JAEGER_BIN", "set JAEGER_BIN to a Jaeger v2 built by tools/jaeger/build.sh")
 	// The same file with free ports (and without its comments, which
 	// name the addresses too).
 	text, err := os.ReadFile(jaegerConfig)
@@ -500,7 +481,7 @@ func TestJaegerConfig(t *testing.T) {
 		}
 	}
 	s := strings.Join(lines, "\n")
-	ports := freePorts(t, len(want))
+	ports := realtool.FreePorts(t, len(want))
 	moved := map[string]string{} // YAML path → new address
 	i := 0
 	for _, path := range slices.Sorted(maps.Keys(want)) {
@@ -662,26 +643,6 @@ func listening(t *testing.T, pid int) []listener {
 }
 
 // ---- helpers ----
-
-// freePorts reserves n distinct loopback ports and releases them for the
-// tool to bind (a collision with another process is possible but rare).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
 
 // start starts cmd and kills it when the test ends, showing its log then
 // if the test failed.

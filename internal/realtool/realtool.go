@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,4 +176,67 @@ func pkg() string {
 		}
 		dir = parent
 	}
+}
+
+// Built returns the tool the environment variable env names, else builds
+// it with the repository's pinned tools/<name>/build.sh into a directory of
+// the test's (not with -short: the build takes minutes cold), else the test
+// is Missing. hint says how to get the tool.
+func Built(t testing.TB, name, env, hint string) string {
+	t.Helper()
+	if bin, ok := FromEnv(t, name, env, hint); ok {
+		return bin
+	}
+	if testing.Short() {
+		Missing(t, name, "-short: not building it from tools/"+name+" ("+hint+")")
+	}
+	script, err := toolScript(name)
+	if err != nil {
+		Missing(t, name, fmt.Sprintf("%v (%s)", err, hint))
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("sh", script, dir).CombinedOutput(); err != nil {
+		Missing(t, name, fmt.Sprintf("building it with tools/%s/build.sh: %v (%s)\n%s", name, err, hint, out))
+	}
+	return filepath.Join(dir, name)
+}
+
+// toolScript finds tools/<name>/build.sh in the working directory or above
+// it (a test runs in its package's directory).
+func toolScript(name string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "tools", name, "build.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no tools/%s/build.sh above the test's directory", name)
+		}
+		dir = parent
+	}
+}
+
+// FreePorts reserves n distinct loopback ports and releases them for a
+// tool to bind (a collision with another process is possible but rare).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
 }

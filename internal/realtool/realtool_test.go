@@ -220,3 +220,23 @@ func mustAbs(t *testing.T, p string) string {
 	}
 	return a
 }
+
+// The build script of a pinned tool is found from a test's directory, and
+// FreePorts gives distinct loopback ports.
+func TestToolScriptAndFreePorts(t *testing.T) {
+	p, err := toolScript("jaeger")
+	if err != nil || !strings.HasSuffix(p, filepath.Join("tools", "jaeger", "build.sh")) {
+		t.Errorf("toolScript(jaeger) = %q, %v", p, err)
+	}
+	if _, err := toolScript("nosuch"); err == nil {
+		t.Error("toolScript(nosuch) found a script")
+	}
+	ports := FreePorts(t, 4)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Errorf("ports %v: want 4 distinct", ports)
+		}
+		seen[p] = true
+	}
+}
