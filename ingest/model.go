@@ -129,6 +129,9 @@ type Agent struct {
 	Tokens      int64
 	ToolCalls   int64
 	Error       string
+	// Cost is what the agent's model calls cost, from the CLI's own
+	// telemetry (run --join-cli-telemetry); zero without it.
+	Cost Cost
 	// Opt-in content (DecodeOptions.KeepPreviews).
 	ResultPreview string
 	PromptPreview string
@@ -173,6 +176,8 @@ type Run struct {
 	Start int64
 	End   int64
 	Usage streamjson.Usage // final usage (notification's, else the last progress)
+	// Cost sums its agents' Cost (the CLI's own telemetry).
+	Cost Cost
 
 	// Adopted is set while a run known only from its task_progress (no
 	// task_started yet: a follower that joined mid-stream, or a reordered

@@ -18,9 +18,11 @@ const (
 	InterruptRequested                      // an interrupt or stop_task was seen on stdin
 	InterruptMatched                        // a stopped notification answered an interrupt
 	ViolationSeen                           // a protocol violation was counted
+	ModelCallSeen                           // the CLI's telemetry reported a model call (Lifecycle.Call)
+	TurnEnded                               // a result line ended a turn of a session (Lifecycle.Turn)
 )
 
-var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation"}
+var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation", "model_call", "turn_ended"}
 
 func (k LifecycleKind) String() string { return lifecycleNames[k] }
 
@@ -36,6 +38,10 @@ type Lifecycle struct {
 	Agent     *Agent    // AgentStarted, AgentEnded
 	Violation Violation // ViolationSeen
 	LatencyMs int64     // InterruptMatched
+	// Call is the model call of a ModelCallSeen; Run and Agent are set too
+	// while its run is open (the call has already been added to their Cost).
+	Call *ModelCall
+	Turn *Turn // TurnEnded
 }
 
 // Sink consumes lifecycle events.
