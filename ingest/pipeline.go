@@ -28,6 +28,10 @@ type PipelineOptions struct {
 	Live bool
 	// Now returns the wall clock; nil means time.Now. Tests replace it.
 	Now func() time.Time
+	// Calls makes the pipeline take the CLI's own model calls (Submit) and
+	// attribute them to agents (TrackerOptions.AttributeCalls); Consume
+	// then waits for EndCalls before it closes the pipeline.
+	Calls bool
 }
 
 // Pipeline frames, decodes and tracks one stream: the CLI's stdout and the
@@ -42,6 +46,7 @@ type Pipeline struct {
 	streamClock int64
 	cur         tap.Source
 	chunkAt     int64 // Unix ns the chunk being processed passed the tap; 0 outside Consume
+	calls       *callQueue
 }
 
 // NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
@@ -60,12 +65,18 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 		c := opts.Tracker.Caps.withDefaults()
 		opts.Decode.MaxElements = c.Agents + c.Phases
 	}
+	if opts.Calls {
+		opts.Tracker.AttributeCalls = true
+	}
 	p := &Pipeline{
 		dec:   streamjson.NewDecoder(opts.Decode),
 		tr:    NewTracker(opts.Tracker),
 		stats: opts.Tracker.Stats,
 		live:  opts.Live,
 		now:   opts.Now,
+	}
+	if opts.Calls {
+		p.calls = newCallQueue()
 	}
 	for i := range p.framers {
 		p.framers[i] = streamjson.NewFramer(opts.MaxLine, p.line)
@@ -110,6 +121,9 @@ func (p *Pipeline) Tick() {
 // Close flushes both sources and ends the stream: open runs are abandoned
 // and every run is finalized.
 func (p *Pipeline) Close() {
+	if p.calls != nil {
+		p.handleCalls()
+	}
 	for src := range p.framers {
 		p.EndOfStream(tap.Source(src))
 	}
@@ -168,7 +182,7 @@ func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *tap.Tap, tick tim
 		tick = 500 * time.Millisecond
 	}
 	taps := [numSources]*tap.Tap{stdout, stdin}
-	_ = tap.Merge(ctx, stdout, stdin, tap.MergeOptions{
+	m := tap.MergeOptions{
 		Chunk: func(s tap.Source, c tap.Chunk) {
 			p.chunkAt = c.At
 			p.chunk(s, taps[s], c)
@@ -177,7 +191,14 @@ func (p *Pipeline) Consume(ctx context.Context, stdout, stdin *tap.Tap, tick tim
 		End:   func(s tap.Source) { p.endTap(s, taps[s]) },
 		Tick:  p.Tick,
 		Every: tick,
-	})
+	}
+	if p.calls != nil {
+		m.Wake, m.OnWake = p.calls.wake, p.handleCalls
+	}
+	_ = tap.Merge(ctx, stdout, stdin, m)
+	if p.calls != nil {
+		p.awaitCalls(ctx, tick)
+	}
 	p.Close()
 }
 

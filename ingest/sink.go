@@ -106,16 +106,26 @@ type Recorded struct {
 	Agent     Agent
 	Violation Violation
 	LatencyMs int64
+	Call      ModelCall // ModelCallSeen
+	Turn      Turn      // TurnEnded
 }
 
 // Observe records l.
 func (r *Recorder) Observe(l Lifecycle) {
 	rec := Recorded{Kind: l.Kind, At: l.At, Violation: l.Violation, LatencyMs: l.LatencyMs}
+	if l.Call != nil {
+		rec.Call = *l.Call
+	}
+	if l.Turn != nil {
+		rec.Turn = *l.Turn
+		rec.Turn.Delta = append([]ModelUsage(nil), l.Turn.Delta...)
+	}
 	if l.Run != nil {
 		rec.Run = l.Run.Clone()
 	}
 	if l.Agent != nil {
 		rec.Agent = *l.Agent
+		rec.Agent.Cost.Models = append([]ModelUsage(nil), l.Agent.Cost.Models...)
 	}
 	r.Events = append(r.Events, rec)
 }
@@ -134,5 +144,9 @@ func (r *Run) Clone() Run {
 	c := *r
 	c.Phases = append([]Phase(nil), r.Phases...)
 	c.Agents = append([]Agent(nil), r.Agents...)
+	c.Cost.Models = append([]ModelUsage(nil), r.Cost.Models...)
+	for i := range c.Agents {
+		c.Agents[i].Cost.Models = append([]ModelUsage(nil), c.Agents[i].Cost.Models...)
+	}
 	return c
 }

@@ -19,6 +19,18 @@ type Stats struct {
 	violations [numViolations]atomic.Int64
 	events     atomic.Int64
 	dropped    [numSources]atomic.Int64
+
+	calls          atomic.Int64 // model calls of the CLI's telemetry
+	lateCalls      atomic.Int64 // ... attributed to a finalized run
+	unmatchedCalls atomic.Int64 // ... whose agent the stream never named
+}
+
+// Calls returns the model calls of the CLI's own telemetry handled, and of
+// those how many came after their run was final (late: they count for the
+// workflow's totals, not its spans) and how many no workflow agent of the
+// stream claimed (unmatched).
+func (s *Stats) Calls() (all, late, unmatched int64) {
+	return s.calls.Load(), s.lateCalls.Load(), s.unmatchedCalls.Load()
 }
 
 // Lines returns the lines framed from src.

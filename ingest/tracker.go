@@ -28,6 +28,10 @@ type TrackerOptions struct {
 	Tombstones int
 	// Caps bounds the state input can make the Tracker hold.
 	Caps Caps
+	// AttributeCalls keeps an index of the agents' ids so that HandleCall
+	// can attribute the CLI's own model calls to them (run
+	// --join-cli-telemetry). Off, every agent call is unmatched.
+	AttributeCalls bool
 }
 
 // Caps bounds what the Tracker holds, so that no stream (a CLI that never
@@ -138,6 +142,7 @@ type Tracker struct {
 	now        int64
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
+	calls      callIndex
 }
 
 // NewTracker returns a Tracker.
@@ -151,7 +156,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if mt <= 0 {
 		mt = 1024
 	}
-	return &Tracker{
+	t := &Tracker{
 		grace:    g.Milliseconds(),
 		caps:     opts.Caps.withDefaults(),
 		sinks:    opts.Sinks,
@@ -160,6 +165,10 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
 	}
+	if opts.AttributeCalls {
+		t.calls.init()
+	}
+	return t
 }
 
 // Stats returns the tracker's counters.
@@ -224,6 +233,7 @@ func (t *Tracker) Advance(now int64) {
 		}
 		t.pendingQ = append(t.pendingQ[:0], t.pendingQ[n:]...)
 	}
+	t.expireCalls(false)
 	n := 0
 	for _, r := range t.graceQ {
 		if r.Finalized {
@@ -285,6 +295,7 @@ func (t *Tracker) eventTime(ev *streamjson.Event) int64 {
 // abandoned, and every run is finalized (no late snapshot can come).
 func (t *Tracker) Close(now int64) {
 	t.tick(now)
+	t.expireCalls(true) // no snapshot can name their agents any more
 	// finalize compacts t.open, so walk a copy.
 	open := slices.Clone(t.open)
 	for _, r := range open {
@@ -604,6 +615,7 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 	a.PromptPreview = e.PromptPreview
 	a.State = st
 	a.Cached = st == AgentCached
+	t.indexAgent(r, a)
 	if st.Final() {
 		a.End = t.agentEnd(r, a, e)
 		seen(r, a.End)
@@ -874,6 +886,7 @@ func settleAgent(r *Run, a *Agent) {
 }
 
 func (t *Tracker) forget(r *Run) {
+	t.unindexRun(r)
 	runs := t.byTask[r.TaskID]
 	for i, x := range runs {
 		if x == r {

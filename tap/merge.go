@@ -19,6 +19,11 @@ type MergeOptions struct {
 	// Idle is called after a chunk when both queues are momentarily empty:
 	// the moment to flush buffered output.
 	Idle func()
+	// Wake, when it fires, calls OnWake on the merging goroutine: how
+	// another producer (the CLI's own telemetry) gets its work serialized
+	// with the chunks without a lock on the consumer's state.
+	Wake   <-chan struct{}
+	OnWake func()
 }
 
 // Merge drains the stdout and stdin taps of a wrapped child until both
@@ -65,6 +70,9 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 				take(1, c, ok)
 			case <-tick:
 				m.Tick()
+				continue
+			case <-m.Wake:
+				m.OnWake()
 				continue
 			case <-ctx.Done():
 				return ctx.Err()
