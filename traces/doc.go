@@ -144,6 +144,24 @@ const (
 	AttrPromptPreview    = "cbc.agent.prompt_preview"
 	AttrResultPreview    = "cbc.agent.result_preview"
 	AttrSummary          = "cbc.summary"
+
+	// GenAI attributes from the CLI's own telemetry (run
+	// --join-cli-telemetry), on agent and workflow spans.
+	AttrProviderName       = "gen_ai.provider.name"
+	AttrUsageInputTokens   = "gen_ai.usage.input_tokens"
+	AttrUsageOutputTokens  = "gen_ai.usage.output_tokens"
+	AttrUsageCacheRead     = "gen_ai.usage.cache_read.input_tokens"
+	AttrUsageCacheCreation = "gen_ai.usage.cache_creation.input_tokens"
+	AttrUsageCostUSD       = "cbc.usage.cost_usd"
+	AttrUsageModelCalls    = "cbc.usage.model_calls"
+)
+
+// gen_ai.provider.name values. Claude Code calls Anthropic's API;
+// CodeBuddy is not in the conventions' list of providers, so it gets a
+// name of its own, as they allow.
+const (
+	ProviderAnthropic = "anthropic"
+	ProviderCodeBuddy = "codebuddy"
 )
 
 // error.type values: a closed set, so that they can be grouped by.

@@ -126,6 +126,41 @@ type Provider struct {
 	tp    *sdktrace.TracerProvider
 	procs []*batcher
 	desc  []string
+	// otlp is the OTLP target in use, for whoever forwards other signals
+	// to the same place (see OTLP).
+	otlp OTLPTarget
+}
+
+// OTLPTarget is where a Provider's OTLP exporter sends, as configured: the
+// protocol, and the endpoint when a flag set it (else the exporters read
+// the environment).
+type OTLPTarget struct {
+	On       bool
+	Protocol string
+	Endpoint string // the flag's endpoint; "" when the environment says
+}
+
+// OTLP returns the OTLP target in use; On is false when spans go to no
+// OTLP endpoint.
+func (p *Provider) OTLP() OTLPTarget {
+	if p == nil {
+		return OTLPTarget{}
+	}
+	return p.otlp
+}
+
+// Forward queues spans made elsewhere (the CLI's own, re-parented) for
+// every exporter of the provider, like the spans it makes itself: never
+// blocking, dropped and counted when a queue is full.
+func (p *Provider) Forward(spans []sdktrace.ReadOnlySpan) {
+	if p == nil {
+		return
+	}
+	for _, b := range p.procs {
+		for _, s := range spans {
+			b.OnEnd(s)
+		}
+	}
 }
 
 var _ trace.TracerProvider = (*Provider)(nil)
@@ -193,6 +228,10 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 			return fail(err)
 		}
 		p.add(exp, desc, rep, cfg, otlpExportBound(cfg.ExportTimeout))
+		p.otlp = OTLPTarget{On: true, Protocol: protocol}
+		if ep.flag {
+			p.otlp.Endpoint = cfg.Endpoint
+		}
 	}
 	if cfg.File != "" {
 		exp, err := newFileExporter(cfg.File)

@@ -35,6 +35,15 @@ type Options struct {
 	// attributes. Off by default: they are user and model text. They only
 	// exist when the pipeline decodes them (streamjson.DecodeOptions.KeepPreviews).
 	CapturePreviews bool
+	// Launcher, when set, finds the CLI's own span that launched a run (its
+	// Workflow tool call, by the run's tool_use_id; run
+	// --join-cli-telemetry): the workflow span becomes its child. A run it
+	// does not know hangs off Parent as before.
+	Launcher func(toolUseID string) (trace.SpanContext, bool)
+	// HoldAgents exports agent spans when their run is finalized rather
+	// than when they end, so that what arrives during the grace window
+	// (the CLI's cost of each agent) is on them.
+	HoldAgents bool
 }
 
 // dropCounter is what a TracerProvider may offer about lost spans; Provider
@@ -64,6 +73,8 @@ type Sink struct {
 	counts   dropCounter
 	parent   trace.SpanContext
 	previews bool
+	launcher func(string) (trace.SpanContext, bool)
+	hold     bool
 
 	// deferred holds, per open run, the agents that ended without both
 	// times; they are exported at RunFinalized.
@@ -85,6 +96,8 @@ func New(tp trace.TracerProvider, opts Options) *Sink {
 		tracer:   tp.Tracer(ScopeName),
 		parent:   opts.Parent,
 		previews: opts.CapturePreviews,
+		launcher: opts.Launcher,
+		hold:     opts.HoldAgents,
 		deferred: make(map[runKey][]int),
 		lastRun:  make(map[string]string),
 	}
@@ -171,7 +184,7 @@ func (s *Sink) remember(r *ingest.Run) {
 }
 
 func (s *Sink) agentEnded(r *ingest.Run, a *ingest.Agent) {
-	if a.Start > 0 && a.End > 0 {
+	if a.Start > 0 && a.End > 0 && !s.hold {
 		s.exportAgent(r, a, a.Start, a.End)
 		return
 	}
@@ -222,7 +235,37 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, s.parent)
 	}
 	tid, sid := s.IDs(r)
+	if sc, ok := s.launchedBy(r); ok {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
 	return withIDs(ctx, tid, sid)
+}
+
+// launchedBy is the CLI's span that launched r, when the Launcher knows it
+// and it lies in the trace r is exported in (the CLI took our TRACEPARENT);
+// a span of another trace cannot be a parent.
+func (s *Sink) launchedBy(r *ingest.Run) (trace.SpanContext, bool) {
+	if s.launcher == nil || r.ToolUseID == "" {
+		return trace.SpanContext{}, false
+	}
+	sc, ok := s.launcher(r.ToolUseID)
+	if !ok || !sc.IsValid() || sc.TraceID() != s.traceID(r.TaskID, r.RunID) {
+		return trace.SpanContext{}, false
+	}
+	return sc, true
+}
+
+// ExportParent exports the span Options.Parent names, when this process
+// minted it (run --join-cli-telemetry without a TRACEPARENT of the user's):
+// the CLI's interactions and our runs hang off it, so it must exist.
+func (s *Sink) ExportParent(name string, start, end time.Time, kv ...attribute.KeyValue) {
+	if !s.parent.IsValid() {
+		return
+	}
+	ctx := withIDs(context.Background(), s.parent.TraceID(), s.parent.SpanID())
+	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(start),
+		trace.WithAttributes(kv...), trace.WithNewRoot())
+	sp.End(trace.WithTimestamp(end))
 }
 
 // common are the attributes of every span of a run.
@@ -258,7 +301,9 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 		attribute.Bool(AttrAgentCached, a.State == ingest.AgentCached),
 		attribute.Int64(AttrUsageTotalTokens, a.Tokens),
 		attribute.Int64(AttrUsageToolUses, a.ToolCalls),
+		attribute.String(AttrProviderName, providerName(r)),
 	)
+	kv = costAttrs(kv, &a.Cost)
 	if a.AgentID != "" {
 		kv = append(kv, attribute.String(AttrAgentID, a.AgentID))
 	}
@@ -369,7 +414,9 @@ func (s *Sink) exportRoot(r *ingest.Run, start, end int64) {
 		attribute.Int64(AttrUsageTotalTokens, r.Usage.TotalTokens),
 		attribute.Int64(AttrUsageToolUses, r.Usage.ToolUses),
 		attribute.Int(AttrWorkflowAgents, len(r.Agents)),
+		attribute.String(AttrProviderName, providerName(r)),
 	)
+	kv = costAttrs(kv, &r.Cost)
 	if r.Name != "" {
 		kv = append(kv, attribute.String(AttrWorkflowName, r.Name))
 	}
@@ -420,4 +467,31 @@ func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute
 		sp.SetStatus(code, streamjson.Clean(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
+}
+
+// providerName is gen_ai.provider.name: the stream tells which CLI wrote it
+// by run_id, which only Claude Code's task events carry.
+func providerName(r *ingest.Run) string {
+	if r.RunID != "" {
+		return ProviderAnthropic
+	}
+	return ProviderCodeBuddy
+}
+
+// costAttrs adds what the CLI's own telemetry said a run or an agent cost,
+// when it said anything. gen_ai.usage.input_tokens includes the cached
+// input, as the conventions ask; the cache split has names of its own.
+func costAttrs(kv []attribute.KeyValue, c *ingest.Cost) []attribute.KeyValue {
+	if !c.Known() {
+		return kv
+	}
+	t := c.Tokens
+	return append(kv,
+		attribute.Int64(AttrUsageInputTokens, t[ingest.TokensInput]+t[ingest.TokensCacheRead]+t[ingest.TokensCacheCreation]),
+		attribute.Int64(AttrUsageOutputTokens, t[ingest.TokensOutput]),
+		attribute.Int64(AttrUsageCacheRead, t[ingest.TokensCacheRead]),
+		attribute.Int64(AttrUsageCacheCreation, t[ingest.TokensCacheCreation]),
+		attribute.Float64(AttrUsageCostUSD, c.CostUSD),
+		attribute.Int64(AttrUsageModelCalls, c.Calls),
+	)
 }
