@@ -181,22 +181,29 @@ const (
 	AlertTapDropping        = "CbcOtelTapDropping"
 	AlertLinesRejected      = "CbcOtelLinesRejected"
 
-	RecordSLIError         = "slo:sli_error:ratio_rate" // + window, e.g. 5m
-	RecordObjective        = "slo:objective:ratio"
-	RecordErrorBudget      = "slo:error_budget:ratio"
-	RecordTimePeriodDays   = "slo:time_period:days"
-	RecordCurrentBurnRate  = "slo:current_burn_rate:ratio"
-	RecordPeriodBurnRate   = "slo:period_burn_rate:ratio"
-	RecordBudgetRemaining  = "slo:period_error_budget_remaining:ratio"
-	RecordSLOInfo          = "sloth_slo_info"
-	sloSelectorLabels      = `sloth_id="` + SLOID + `", sloth_service="` + SLOService + `", sloth_slo="` + SLOName + `"`
-	sloJoinLabels          = "sloth_id, sloth_service, sloth_slo"
-	workflowRunsMetric     = "cbc_workflow_runs_total"
-	ruleGroupSLIRecordings = "sloth-slo-sli-recordings-" + SLOID
-	ruleGroupMeta          = "sloth-slo-meta-recordings-" + SLOID
-	ruleGroupSLOAlerts     = "sloth-slo-alerts-" + SLOID
-	ruleGroupExporter      = "cbc-otel-exporter"
-	ruleGroupWorkflows     = "cbc-otel-workflows"
+	RecordSLIError        = "slo:sli_error:ratio_rate" // + window, e.g. 5m
+	RecordObjective       = "slo:objective:ratio"
+	RecordErrorBudget     = "slo:error_budget:ratio"
+	RecordTimePeriodDays  = "slo:time_period:days"
+	RecordCurrentBurnRate = "slo:current_burn_rate:ratio"
+	RecordPeriodBurnRate  = "slo:period_burn_rate:ratio"
+	RecordBudgetRemaining = "slo:period_error_budget_remaining:ratio"
+	RecordSLOInfo         = "sloth_slo_info"
+	// RecordCostPerSuccessfulRun is the USD a workflow spends per run that
+	// completed, over 1h: every run's cost (failed, stopped and abandoned
+	// runs' too) over the completed runs alone, i.e. the cost of one
+	// success. See costRecordings.
+	RecordCostPerSuccessfulRun = "workflow:cbc_workflow_cost_usd_per_successful_run:ratio_rate1h"
+	sloSelectorLabels          = `sloth_id="` + SLOID + `", sloth_service="` + SLOService + `", sloth_slo="` + SLOName + `"`
+	sloJoinLabels              = "sloth_id, sloth_service, sloth_slo"
+	workflowRunsMetric         = "cbc_workflow_runs_total"
+	ruleGroupSLIRecordings     = "sloth-slo-sli-recordings-" + SLOID
+	ruleGroupMeta              = "sloth-slo-meta-recordings-" + SLOID
+	ruleGroupSLOAlerts         = "sloth-slo-alerts-" + SLOID
+	ruleGroupExporter          = "cbc-otel-exporter"
+	ruleGroupWorkflows         = "cbc-otel-workflows"
+	ruleGroupCost              = "cbc-otel-cost-recordings"
+	workflowCostMetric         = "cbc_workflow_cost_usd_total"
 )
 
 // SLOSelector is the label matcher list that selects this SLO's
@@ -253,6 +260,7 @@ func Rules(opts RuleOptions) (RuleFile, error) {
 		o.sloAlerts(),
 		o.exporterAlerts(),
 		o.workflowAlerts(),
+		o.costRecordings(),
 	}}, nil
 }
 
@@ -277,7 +285,7 @@ func RenderRules(opts RuleOptions) ([]byte, error) {
 	if len(o.GroupBy) > 0 {
 		fmt.Fprintf(&b, ", per %s", strings.Join(o.GroupBy, ", "))
 	}
-	b.WriteString(") and operational alerts.\n")
+	b.WriteString("), operational alerts and the cost-per-successful-run recording.\n")
 	if o.WindowScale != 1 {
 		fmt.Fprintf(&b, "# TEST RENDERING: every window scaled by %s; not for production.\n", num(o.WindowScale))
 	}
@@ -517,6 +525,31 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 					"over 15 minutes: users wait for cancels, and agents keep spending tokens after they asked to stop."),
 		},
 	}}
+}
+
+// costRecordings records what one successful run of a workflow costs.
+//
+// The numerator is the cost of EVERY run of the workflow in the window
+// (cbc_workflow_cost_usd_total has no status label: failed, stopped and
+// abandoned runs spent their tokens too), the denominator only the
+// completed runs. The ratio is the cost of success: a workflow that fails
+// half its runs costs twice as much per success as its runs cost on
+// average. A window without a completed run has no sample (the
+// denominator's `> 0` drops it) rather than +Inf. The cost counter exists
+// only when the CLI's telemetry is joined (`cbc-otel run
+// --join-cli-telemetry`, chart value workload.wrapper.joinCliTelemetry).
+//
+// The name keeps its nominal window and "workflow:" level with GroupBy
+// too (the labels are then workflow and the GroupBy labels), as the SLO
+// rules keep theirs, so dashboards read it unchanged.
+func (o RuleOptions) costRecordings() RuleGroup {
+	by := " by (" + strings.Join(append(slices.Clone(o.GroupBy), "workflow"), ", ") + ")"
+	w := o.scaled(time.Hour)
+	return RuleGroup{Name: ruleGroupCost, Rules: []Rule{{
+		Record: RecordCostPerSuccessfulRun,
+		Expr: fmt.Sprintf("sum%s (increase(%s[%s]))\n/\n(sum%s (increase(%s{status=\"completed\"}[%s])) > 0)\n",
+			by, workflowCostMetric, w, by, workflowRunsMetric, w),
+	}}}
 }
 
 func (o RuleOptions) annotations(anchor, summary, description string) map[string]string {

@@ -2,6 +2,8 @@ package helm_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -41,6 +43,9 @@ type values struct {
 		Command []string  `json:"command"`
 		Args    []string  `json:"args"`
 		SDK     sdkValues `json:"sdk"`
+		Wrapper struct {
+			JoinCliTelemetry bool `json:"joinCliTelemetry"`
+		} `json:"wrapper"`
 	} `json:"workload"`
 	Sidecar struct {
 		Native bool `json:"native"`
@@ -284,6 +289,12 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 			t.Errorf("wrapped command %v, want %v", got, v.Workload.Command)
 		}
 	}
+	// workload.wrapper.joinCliTelemetry: the run flag exactly when set, as a
+	// bare boolean flag (plain and SDK mode alike).
+	if val, ok := runArgs["join-cli-telemetry"]; ok != v.Workload.Wrapper.JoinCliTelemetry || val != "" {
+		t.Errorf("workload.wrapper.joinCliTelemetry=%v, but cbc-otel run has --join-cli-telemetry: %v (value %q)",
+			v.Workload.Wrapper.JoinCliTelemetry, ok, val)
+	}
 	if len(v.Workload.Args) > 0 && !reflect.DeepEqual(cli.Args, v.Workload.Args) {
 		t.Errorf("cli args %v, want %v", cli.Args, v.Workload.Args)
 	}
@@ -390,6 +401,41 @@ func subset(sel, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestJoinCliTelemetry: workload.wrapper.joinCliTelemetry renders
+// --join-cli-telemetry into `cbc-otel run` when true and not when false
+// (checkPod asserts both ways), with the wrapped command and with the SDK
+// script, and the rest of the wiring holds either way.
+func TestJoinCliTelemetry(t *testing.T) {
+	serveFlags, runFlags := subcommandFlags(t, "serve"), subcommandFlags(t, "run")
+	if _, ok := runFlags["join-cli-telemetry"]; !ok {
+		// The flag comes with the CLI-telemetry join (a change of its own):
+		// until this binary has it, only the rendering is checked here.
+		t.Logf("cbc-otel run has no --join-cli-telemetry yet: checking the chart's rendering only")
+		runFlags = maps.Clone(runFlags)
+		runFlags["join-cli-telemetry"] = ""
+	}
+	for _, files := range [][]string{nil, {filepath.Join(chartDir, "examples", sdkExample)}} {
+		for _, join := range []bool{false, true} {
+			name := fmt.Sprintf("plain/%v", join)
+			if files != nil {
+				name = fmt.Sprintf("sdk/%v", join)
+			}
+			t.Run(name, func(t *testing.T) {
+				out, err := render(t, files, "--set", fmt.Sprintf("workload.wrapper.joinCliTelemetry=%v", join))
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := loadValues(t, files...)
+				v.Workload.Wrapper.JoinCliTelemetry = join
+				checkManifest(t, decode(t, out), v, serveFlags, runFlags)
+				if got := strings.Contains(out, "--join-cli-telemetry"); got != join {
+					t.Errorf("joinCliTelemetry=%v: --join-cli-telemetry in the rendering: %v", join, got)
+				}
+			})
+		}
+	}
 }
 
 // TestDefaultPortIsTheBinarys: the chart's default port is serve's own

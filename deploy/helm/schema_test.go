@@ -38,6 +38,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"bad secret name", "webConfig:\n  existingSecret: Not_A_Name\n", "/webConfig/existingSecret"},
 		{"bad group-by label", "prometheusRule:\n  groupBy: [\"name space\"]\n", "/prometheusRule/groupBy"},
 		{"wrapper arg not a flag", "workload:\n  wrapper:\n    args: [cbc]\n", "/workload/wrapper/args"},
+		{"wrong type: joinCliTelemetry as string", "workload:\n  wrapper:\n    joinCliTelemetry: \"yes\"\n", "/workload/wrapper/joinCliTelemetry"},
 		{"env without name", "workload:\n  env:\n    - value: x\n", "/workload/env"},
 		{"unknown securityContext field", "sidecar:\n  securityContext:\n    runAsRoot: true\n", "runAsRoot"},
 		{"bad seccomp type", "podSecurityContext:\n  seccompProfile:\n    type: Default\n", "/podSecurityContext/seccompProfile/type"},

@@ -285,6 +285,7 @@ an SDK started with its own `env` option still runs it right.
 {{- define "cbc-otel.sdkScript" -}}
 {{- $w := .Values.workload -}}
 {{- $words := list (printf "%s/cbc-otel" (include "cbc-otel.binDir" .)) "run" (printf "--spool-dir=%s" (include "cbc-otel.spoolDir" .)) (printf "--log.level=%s" $w.wrapper.logLevel) -}}
+{{- if $w.wrapper.joinCliTelemetry }}{{ $words = append $words "--join-cli-telemetry" }}{{ end -}}
 {{- $words = concat $words $w.wrapper.args (list "--") $w.sdk.realCLI -}}
 {{- $quoted := list -}}
 {{- range $words }}{{ $quoted = append $quoted (include "cbc-otel.shq" .) }}{{ end -}}
@@ -311,6 +312,9 @@ exec {{ join " " $quoted }} "$@"
     - run
     - --spool-dir={{ include "cbc-otel.spoolDir" . }}
     - --log.level={{ $w.wrapper.logLevel }}
+    {{- if $w.wrapper.joinCliTelemetry }}
+    - --join-cli-telemetry
+    {{- end }}
     {{- with $w.wrapper.args }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
