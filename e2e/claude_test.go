@@ -35,6 +35,15 @@ type claudeOpts struct {
 	scenario  string // mock scenario
 	wrapped   bool   // run under cbc-otel run with telemetry files
 	interrupt bool   // send an interrupt once the hanging agent's request arrived
+	// runArgs, when set (with wrapped), replaces the wrapper's default
+	// flags: `cbc-otel run RUNARGS -- cli ...`; the summary, metrics and
+	// traces files are then whatever runArgs name.
+	runArgs []string
+	env     []string // appended to claudeEnv
+	// beforeClose, when set, is called once the session is done, just
+	// before the driver closes the CLI's stdin (the CLI and the wrapper are
+	// still up: their live endpoints can be polled).
+	beforeClose func()
 }
 
 // runClaude runs one session of the real CLI against the mock, driven over
@@ -63,16 +72,20 @@ func runClaude(t *testing.T, bin, cli string, api *mockAnthropic, o claudeOpts) 
 	cliArgs := []string{"-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
 		"--allowedTools", "Workflow"}
 	var cmd *exec.Cmd
-	if o.wrapped {
+	switch {
+	case o.wrapped && o.runArgs != nil:
+		args := append(append([]string{"run"}, o.runArgs...), "--", cli)
+		cmd = exec.Command(bin, append(args, cliArgs...)...)
+	case o.wrapped:
 		run.summary, run.metrics, run.traces = filepath.Join(root, "summary.ndjson"), filepath.Join(root, "metrics.prom"), filepath.Join(root, "traces.jsonl")
 		args := []string{"run", "--web.listen-address=", "--grace=1s", "--capture-errors", "--summary-file", run.summary,
 			"--metrics-file", run.metrics, "--traces-file", run.traces, "--", cli}
 		cmd = exec.Command(bin, append(args, cliArgs...)...)
-	} else {
+	default:
 		cmd = exec.Command(cli, cliArgs...)
 	}
 	cmd.Dir = filepath.Join(root, "work")
-	cmd.Env = claudeEnv(root, api.URL)
+	cmd.Env = append(claudeEnv(root, api.URL), o.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -213,6 +226,9 @@ func runClaude(t *testing.T, bin, cli string, api *mockAnthropic, o claudeOpts) 
 		}
 		if done && !closed {
 			closed = true
+			if o.beforeClose != nil {
+				o.beforeClose()
+			}
 			stdin.Close()
 		}
 	}

@@ -149,6 +149,7 @@ type mockRequest struct {
 	Status int
 	Input  int
 	Output int
+	Model  string // the request's model (what the CLI prices the call at)
 }
 
 // mockAnthropic is the running stand-in.
@@ -365,18 +366,18 @@ func (m *mockAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case !workflowCalled:
-			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "tool_use:Workflow", Status: 200, Input: mockMainInput, Output: mockMainOutput})
+			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "tool_use:Workflow", Status: 200, Input: mockMainInput, Output: mockMainOutput, Model: model})
 			mockStream(w, body.Stream, model, m.idFor("main:"+sc.Name+":workflow"), []mockContent{{Tool: "Workflow", Input: map[string]any{"script": sc.Script}}}, "tool_use", mockMainInput, mockMainOutput)
 		case hasToolResult:
-			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput})
+			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput, Model: model})
 			mockStream(w, body.Stream, model, m.idFor("main:"+sc.Name+":launched"), []mockContent{{Text: "Workflow launched; waiting for its notification."}}, "end_turn", mockMainInput, mockMainOutput)
 		default:
-			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput})
+			m.record(mockRequest{Path: r.URL.Path, Kind: "main", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput, Model: model})
 			mockStream(w, body.Stream, model, m.idFor("main:"+sc.Name+":notified"), []mockContent{{Text: "Workflow notification received."}}, "end_turn", mockMainInput, mockMainOutput)
 		}
 		return
 	}
-	m.record(mockRequest{Path: r.URL.Path, Kind: "side", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput})
+	m.record(mockRequest{Path: r.URL.Path, Kind: "side", Reply: "text", Status: 200, Input: mockMainInput, Output: mockMainOutput, Model: model})
 	mockStream(w, body.Stream, model, m.idFor("side"), []mockContent{{Text: "Mock side answer."}}, "end_turn", mockMainInput, mockMainOutput)
 }
 
@@ -403,7 +404,7 @@ func (m *mockAnthropic) serveAgent(w http.ResponseWriter, r *http.Request, strea
 	if a == nil {
 		a = &mockAgent{Name: name, Mode: "text", Input: mockMainInput, Output: mockMainOutput}
 	}
-	req := mockRequest{Path: r.URL.Path, Kind: "agent", Agent: name, Status: 200, Input: a.Input, Output: a.Output}
+	req := mockRequest{Path: r.URL.Path, Kind: "agent", Agent: name, Status: 200, Input: a.Input, Output: a.Output, Model: model}
 	switch a.Mode {
 	case "fail":
 		if !m.waitGate(r) {
