@@ -19,11 +19,14 @@ type callQueue struct {
 	wake    chan struct{}
 	done    chan struct{}
 	endOnce sync.Once
+	// streamDone is closed when Consume has processed the whole stream
+	// and waits for EndCalls only.
+	streamDone chan struct{}
 	dropped atomic.Int64
 }
 
 func newCallQueue() *callQueue {
-	return &callQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &callQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), streamDone: make(chan struct{})}
 }
 
 // Submit queues one model call of the CLI's own telemetry for the pipeline's
@@ -59,6 +62,17 @@ func (p *Pipeline) EndCalls() {
 	}
 }
 
+// StreamDone is closed when Consume has processed every byte of the
+// stream and only waits for EndCalls: the lifecycle of every run the
+// stream described has reached the sinks, but for finalization. nil when
+// the pipeline takes no calls.
+func (p *Pipeline) StreamDone() <-chan struct{} {
+	if p.calls == nil {
+		return nil
+	}
+	return p.calls.streamDone
+}
+
 // DroppedCalls returns how many submitted calls were dropped because the
 // queue was full.
 func (p *Pipeline) DroppedCalls() int64 {
@@ -84,6 +98,7 @@ func (p *Pipeline) handleCalls() {
 // done: the CLI flushes its telemetry as it exits, after its last line.
 func (p *Pipeline) awaitCalls(ctx context.Context, every time.Duration) {
 	cq := p.calls
+	close(cq.streamDone)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

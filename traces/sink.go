@@ -132,6 +132,17 @@ func (s *Sink) IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
 	return s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
 }
 
+// AgentSpanContext returns the span context of the invoke_agent span of
+// agent index of run (task, run), as the Sink exports it: what the CLI's
+// own spans of that agent are re-parented under.
+func (s *Sink) AgentSpanContext(task, run string, index int) trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    s.traceID(task, run),
+		SpanID:     SpanID(task, run, kindAgent, index),
+		TraceFlags: s.flags(),
+	})
+}
+
 // Exemplar returns IDs as hex strings, for metric exemplars.
 func (s *Sink) Exemplar(r *ingest.Run) (traceID, spanID string) {
 	t, sp := s.IDs(r)
