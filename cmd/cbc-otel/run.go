@@ -44,6 +44,7 @@ type runConfig struct {
 	summaryFile  string
 	tel          telemetryFlags
 	spool        spoolFlags
+	joinCLI      bool            // --join-cli-telemetry
 	collect      bool            // keep the runs seen for the caller (demo)
 	explicit     map[string]bool // flags set on the command line
 	command      []string        // CMD [ARGS...], after --
@@ -69,6 +70,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
+	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
 	c.tel.register(fs, true)
 	c.spool.register(fs)
 }
@@ -93,6 +95,9 @@ func (c *runConfig) Validate() error {
 	}
 	if c.summaryFile != "" {
 		errs = append(errs, checkOutputPath("summary-file", c.summaryFile))
+	}
+	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
+		errs = append(errs, errors.New("--join-cli-telemetry needs the pipeline: with --spool-dir, add --spool.process"))
 	}
 	errs = append(errs, c.tel.validate(), c.spool.validate(c.explicit))
 	return errors.Join(errs...)
@@ -209,7 +214,11 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	}
 	name := cmp.Or(r.name, "run")
 	cfg.tel.traces.console = sio.err
-	c, err := r.startConsumers(ctx, &cfg, log)
+	var join *cliJoin
+	if cfg.joinCLI {
+		join = newCLIJoin(&cfg, log)
+	}
+	c, err := r.startConsumers(ctx, &cfg, log, join)
 	if err != nil {
 		return outcome{code: fail(sio.err, name, exitUsage, err)}
 	}
@@ -224,11 +233,13 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		Stderr:       sio.err,
 		StdoutTap:    c.stdoutTap(),
 		StdinTap:     c.stdinTap(),
+		Env:          c.join.env(),
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
 	})
+	c.join.childDone(ctx)
 	out := c.finish(ctx, r.consumerWait, log)
 	out.code, out.err = res.ExitCode, err
 	if err != nil {
@@ -245,7 +256,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	if r.finished != nil {
 		r.finished(c.tel, out)
 	}
-	c.tel.shutdown(ctx) // under deadlines of its own: a dead backend never costs the exit status
+	c.shutdown(ctx, cfg.command[0]) // under deadlines of its own: a dead backend never costs the exit status
 	if err != nil && r.finished == nil {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
 	}
@@ -262,12 +273,13 @@ type consumers struct {
 	runs     report.Collector
 	collect  bool
 	consumed chan struct{}
+	join     *cliJoin // --join-cli-telemetry; nil without
 }
 
 // startConsumers starts the telemetry and the spool writer that cfg asks
 // for. With --spool-dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
-func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger) (*consumers, error) {
+func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin) (*consumers, error) {
 	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != ""}
 	if cfg.spool.dir == "" || cfg.spool.process {
 		var err error
@@ -296,7 +308,16 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		if c.collect {
 			extra = append(extra, &c.runs)
 		}
-		p := c.tel.newPipeline(stream{live: true, extra: extra})
+		if join != nil {
+			extra = append(extra, join.joiner)
+		}
+		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
+		if join != nil {
+			if err := join.start(ctx, c.tel, p); err != nil {
+				log.Error("the CLI's own telemetry will not be joined: its receiver did not start", "err", err)
+			}
+			c.join = join
+		}
 		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
 			p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
 			logTapTotals(log, p.Stats(), stdout, stdin)
@@ -333,6 +354,7 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
+	c.join.streamDone(wctx)
 	if c.sp != nil {
 		select {
 		case <-c.sp.done:
@@ -351,6 +373,17 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 		c.collect = false // what was collected is incomplete and still being written
 	}
 	return outcome{}
+}
+
+// shutdown ends the join (its minted parent span, the CLI's logs and
+// metrics), then the telemetry, each under deadlines of its own.
+func (c *consumers) shutdown(ctx context.Context, command string) {
+	if c.join != nil && c.tel != nil {
+		jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.tel.flags.traces.flushTimeout)
+		c.join.shutdown(jctx, c.tel, command)
+		cancel()
+	}
+	c.tel.shutdown(ctx)
 }
 
 // summarize writes the waterfall (--summary) and the runs file

@@ -27,6 +27,9 @@ import (
 var wrapperBin, testExe string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(fakeCLIEnv); dir != "" {
+		os.Exit(fakeCLI(dir))
+	}
 	if mode := supervisetest.Mode(); mode != "" {
 		os.Exit(supervisetest.RunChild(mode, os.Args[1:]))
 	}

@@ -137,6 +137,9 @@ type stream struct {
 	// traces is the stream's traces sink; nil means the process's shared
 	// one (if tracing is on).
 	traces ingest.Sink
+	// calls makes the pipeline take the CLI's own model calls (run
+	// --join-cli-telemetry).
+	calls bool
 }
 
 // newPipeline is the pipeline of one stream: framing → decoding → Tracker
@@ -163,6 +166,7 @@ func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 		MaxLine: t.flags.maxLine,
 		Live:    s.live,
 		Now:     s.now,
+		Calls:   s.calls,
 		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: t.flags.captureErrors},
 		Tracker: t.flags.trackerOptions(sinks, t.stats),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"os"
@@ -39,6 +40,16 @@ type tracesFlags struct {
 	// console is where the console exporter writes: the command's stderr
 	// (never stdout); nil means os.Stderr.
 	console io.Writer
+	// join is set by run --join-cli-telemetry before the start.
+	join *tracesJoin
+}
+
+// tracesJoin is what the traces sink needs under --join-cli-telemetry: the
+// parent the child's TRACEPARENT names (the user's, or minted), and the
+// CLI's spans that launched runs.
+type tracesJoin struct {
+	parent   trace.SpanContext
+	launcher func(toolUseID string) (trace.SpanContext, bool)
 }
 
 // register defines the traces flags on fs. live is true for run and demo
@@ -171,7 +182,13 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		logger.Warn("ignoring malformed TRACEPARENT")
 	}
 	r.previews = f.capturePreviews
-	r.sk = traces.New(prov, traces.Options{Parent: parent, CapturePreviews: f.capturePreviews})
+	opts := traces.Options{Parent: parent, CapturePreviews: f.capturePreviews}
+	if f.join != nil {
+		// Agent spans wait for the run's end: the CLI's cost of each
+		// agent arrives until then.
+		opts.Parent, opts.Launcher, opts.HoldAgents = f.join.parent, f.join.launcher, true
+	}
+	r.sk = traces.New(prov, opts)
 	logger.Info("exporting traces", "to", prov.Describe(), "parent", parent.IsValid(), "previews", f.capturePreviews)
 	return r, nil
 }

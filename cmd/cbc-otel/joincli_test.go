@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/clitelemetry"
+)
+
+// fakeCLIEnv names the recording a test child replays as Claude Code with
+// its telemetry on (see fakeCLI).
+const fakeCLIEnv = "CBC_TEST_FAKE_CLI"
+
+// recordedTrace and recordedParent are the TRACEPARENT the otel recordings
+// were made under.
+const (
+	recordedTrace  = "0123456789abcdef0123456789abcdef"
+	recordedParent = "fedcba9876543210"
+)
+
+// fakeCLI plays Claude Code 2.1.334 from a recording of its stdout and of
+// what it exported (testdata/corpus/claude-code-2.1.334-otel): it posts
+// the recorded spans to the endpoint its environment names, under the
+// TRACEPARENT it was given, BEFORE it writes the stream (spans that come
+// before the stream names their agents), then the stream, then the log
+// events, as JSON like the CLI does with http/json.
+func fakeCLI(dir string) int {
+	tp := os.Getenv("TRACEPARENT")
+	parts := strings.Split(tp, "-")
+	if len(parts) != 4 {
+		fmt.Fprintln(os.Stderr, "fake cli: no TRACEPARENT:", tp)
+		return 1
+	}
+	post := func(signal string) error {
+		b, err := os.ReadFile(filepath.Join(dir, signal+".jsonl"))
+		if err != nil {
+			return err
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var rec struct {
+				Body json.RawMessage `json:"body"`
+			}
+			if err := json.Unmarshal(line, &rec); err != nil {
+				return err
+			}
+			body := strings.NewReplacer(recordedTrace, parts[1], recordedParent, parts[2]).Replace(string(rec.Body))
+			url := os.Getenv("OTEL_EXPORTER_OTLP_" + strings.ToUpper(signal) + "_ENDPOINT")
+			resp, err := http.Post(url, "application/json", strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", url, resp.Status)
+			}
+		}
+		return nil
+	}
+	if err := post("traces"); err != nil {
+		fmt.Fprintln(os.Stderr, "fake cli:", err)
+		return 1
+	}
+	stream, err := os.ReadFile(filepath.Join(dir, "stream.ndjson"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake cli:", err)
+		return 1
+	}
+	os.Stdout.Write(stream)
+	if err := post("logs"); err != nil {
+		fmt.Fprintln(os.Stderr, "fake cli:", err)
+		return 1
+	}
+	return 0
+}
+
+// TestChildEnv: the join's plumbing is ours, the switches the user's when
+// set, TRACEPARENT theirs when they have one.
+func TestChildEnv(t *testing.T) {
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	cases := []struct {
+		name string
+		base []string
+		want map[string]string // "" value: must be absent
+	}{
+		{"nothing set", []string{"PATH=/bin"}, map[string]string{
+			"PATH": "/bin", "CLAUDE_CODE_ENABLE_TELEMETRY": "1", "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
+			"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:7/v1/traces", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://127.0.0.1:7/v1/logs",
+			"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf", "OTEL_LOGS_EXPORT_INTERVAL": "1000",
+			"TRACEPARENT": "00-01000000000000000000000000000000-0200000000000000-01",
+		}},
+		{"cbc-otel's own export settings do not reach the child", []string{
+			"OTEL_TRACES_EXPORTER=none", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://collector:4318/v1/traces",
+			"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=https://collector:4318",
+		}, map[string]string{
+			"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:7/v1/traces",
+			"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/protobuf",
+			// the generic one stays: the per-signal ones win over it in the CLI
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318",
+		}},
+		{"the user's switches win", []string{
+			"CLAUDE_CODE_ENABLE_TELEMETRY=", "OTEL_LOGS_EXPORT_INTERVAL=250", "TRACEPARENT=00-aa000000000000000000000000000000-bb00000000000000-01",
+		}, map[string]string{
+			"CLAUDE_CODE_ENABLE_TELEMETRY": "", "OTEL_LOGS_EXPORT_INTERVAL": "250",
+			"TRACEPARENT": "00-aa000000000000000000000000000000-bb00000000000000-01",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := childEnv(tc.base, "http://127.0.0.1:7", parent)
+			got := map[string][]string{}
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				got[k] = append(got[k], v)
+			}
+			for k, vs := range got {
+				if len(vs) > 1 {
+					t.Errorf("%s set %d times: %q", k, len(vs), vs)
+				}
+			}
+			for k, want := range tc.want {
+				if vs := got[k]; len(vs) != 1 || vs[0] != want {
+					t.Errorf("%s = %q, want %q", k, vs, want)
+				}
+			}
+		})
+	}
+}
+
+// jspan is an exported span, flattened for the assertions.
+type jspan struct {
+	name, id, parent, trace string
+	attrs                   map[string]string
+	links                   []string
+}
+
+func readTracesFile(t *testing.T, path string) []jspan {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []jspan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		req, err := clitelemetry.DecodeTraces(sc.Bytes(), clitelemetry.EncodingJSON)
+		if err != nil {
+			t.Fatalf("traces file: %v", err)
+		}
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					out = append(out, flatten(sp))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func flatten(sp *tracepb.Span) jspan {
+	j := jspan{name: sp.GetName(), id: fmt.Sprintf("%x", sp.GetSpanId()), parent: fmt.Sprintf("%x", sp.GetParentSpanId()),
+		trace: fmt.Sprintf("%x", sp.GetTraceId()), attrs: map[string]string{}}
+	for _, kv := range sp.GetAttributes() {
+		v := kv.GetValue()
+		switch {
+		case v.GetStringValue() != "":
+			j.attrs[kv.GetKey()] = v.GetStringValue()
+		default:
+			j.attrs[kv.GetKey()] = strings.TrimSpace(fmt.Sprint(v.GetIntValue(), v.GetDoubleValue()))
+		}
+	}
+	for _, l := range sp.GetLinks() {
+		j.links = append(j.links, fmt.Sprintf("%x", l.GetSpanId()))
+	}
+	return j
+}
+
+// TestRunJoinsRecordedCLITelemetry drives the built binary around a child
+// that replays what the real Claude Code 2.1.334 printed and exported in
+// one run, and checks the joined trace in --traces-file: one trace under a
+// minted parent; every sub-agent span under its agent's invoke_agent, with
+// a link to its original parent; nested spans untouched; the workflow
+// under the Workflow tool span; cost per agent on the spans.
+func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
+	dir := t.TempDir()
+	spans, summary := filepath.Join(dir, "spans.jsonl"), filepath.Join(dir, "runs.jsonl")
+	rec, err := filepath.Abs("../../testdata/corpus/claude-code-2.1.334-otel/complete-traceparent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--traces-file", spans,
+		"--summary-file", summary, "--grace=2s", "--", testExe)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") }),
+		fakeCLIEnv+"="+rec)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	want, _ := os.ReadFile(filepath.Join(rec, "stream.ndjson"))
+	if !bytes.Equal(out, want) {
+		t.Fatalf("stdout differs from the child's (%d vs %d bytes)", len(out), len(want))
+	}
+	got := readTracesFile(t, spans)
+	byID := map[string]jspan{}
+	agentSpan := map[string]jspan{} // agentId → our invoke_agent
+	var root, workflow, launcher jspan
+	for _, s := range got {
+		byID[s.id] = s
+		switch {
+		case strings.HasPrefix(s.name, "run "):
+			root = s
+		case strings.HasPrefix(s.name, "invoke_workflow"):
+			workflow = s
+		case strings.HasPrefix(s.name, "invoke_agent"):
+			agentSpan[s.attrs["gen_ai.agent.id"]] = s
+		case s.name == "claude_code.tool" && s.attrs["tool_name"] == "Workflow":
+			launcher = s
+		}
+	}
+	if root.id == "" || root.parent != "" || workflow.id == "" || launcher.id == "" {
+		t.Fatalf("missing root %q, workflow %q or launcher %q", root.name, workflow.name, launcher.name)
+	}
+	for _, s := range got {
+		if s.trace != root.trace {
+			t.Errorf("%s in trace %s, want the one trace %s", s.name, s.trace, root.trace)
+		}
+	}
+	if workflow.parent != launcher.id {
+		t.Errorf("invoke_workflow's parent %s, want the Workflow tool span %s", workflow.parent, launcher.id)
+	}
+	joined := 0
+	for _, s := range got {
+		id := s.attrs["agent_id"]
+		switch {
+		case id != "":
+			a, ok := agentSpan[id]
+			if !ok {
+				t.Errorf("%s of agent %s: no invoke_agent with that gen_ai.agent.id", s.name, id)
+				continue
+			}
+			if s.parent != a.id {
+				t.Errorf("%s of agent %s: parent %s, want invoke_agent %s", s.name, id, s.parent, a.id)
+			}
+			if len(s.links) != 1 || byID[s.links[0]].name != "claude_code.tool.execution" {
+				t.Errorf("%s of agent %s: links %v, want one to the Workflow tool.execution", s.name, id, s.links)
+			}
+			joined++
+		case strings.HasPrefix(s.name, "claude_code.") && s.attrs["gen_ai.conversation.id"] != "" && byID[s.parent].attrs["agent_id"] != "":
+			if len(s.links) != 0 {
+				t.Errorf("nested %s was moved", s.name)
+			}
+		}
+	}
+	if joined != 6 {
+		t.Errorf("%d sub-agent spans joined, want 6 (5 model calls, 1 Bash tool)", joined)
+	}
+	for id, a := range agentSpan {
+		if a.attrs["cbc.usage.model_calls"] == "" || a.attrs["cbc.usage.cost_usd"] == "" {
+			t.Errorf("agent %s: no cost on its span: %v", id, a.attrs)
+		}
+	}
+	if workflow.attrs["cbc.usage.model_calls"] != "5" {
+		t.Errorf("workflow model calls = %q, want 5; attrs %v", workflow.attrs["cbc.usage.model_calls"], workflow.attrs)
+	}
+}
