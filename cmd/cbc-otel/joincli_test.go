@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/cbc-otel/cbc-otel/clitelemetry"
@@ -157,7 +158,7 @@ func readTracesFile(t *testing.T, path string) []jspan {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
-		req, err := clitelemetry.DecodeTraces(sc.Bytes(), clitelemetry.EncodingJSON)
+		req, err := clitelemetry.DecodeTraces(sc.Bytes(), clitelemetry.JSON)
 		if err != nil {
 			t.Fatalf("traces file: %v", err)
 		}
@@ -176,12 +177,15 @@ func flatten(sp *tracepb.Span) jspan {
 	j := jspan{name: sp.GetName(), id: fmt.Sprintf("%x", sp.GetSpanId()), parent: fmt.Sprintf("%x", sp.GetParentSpanId()),
 		trace: fmt.Sprintf("%x", sp.GetTraceId()), attrs: map[string]string{}}
 	for _, kv := range sp.GetAttributes() {
-		v := kv.GetValue()
-		switch {
-		case v.GetStringValue() != "":
-			j.attrs[kv.GetKey()] = v.GetStringValue()
-		default:
-			j.attrs[kv.GetKey()] = strings.TrimSpace(fmt.Sprint(v.GetIntValue(), v.GetDoubleValue()))
+		switch v := kv.GetValue().GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			j.attrs[kv.GetKey()] = v.StringValue
+		case *commonpb.AnyValue_IntValue:
+			j.attrs[kv.GetKey()] = fmt.Sprint(v.IntValue)
+		case *commonpb.AnyValue_DoubleValue:
+			j.attrs[kv.GetKey()] = fmt.Sprint(v.DoubleValue)
+		case *commonpb.AnyValue_BoolValue:
+			j.attrs[kv.GetKey()] = fmt.Sprint(v.BoolValue)
 		}
 	}
 	for _, l := range sp.GetLinks() {
@@ -276,7 +280,12 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 			t.Errorf("agent %s: no cost on its span: %v", id, a.attrs)
 		}
 	}
-	if workflow.attrs["cbc.usage.model_calls"] != "5" {
-		t.Errorf("workflow model calls = %q, want 5; attrs %v", workflow.attrs["cbc.usage.model_calls"], workflow.attrs)
+	// The recording's api_request events: 5 by sub-agents, 100 input and
+	// 20 output tokens each at $0.0006 (claude-sonnet-4-5 list price).
+	for k, want := range map[string]string{"cbc.usage.model_calls": "5", "gen_ai.usage.input_tokens": "500",
+		"gen_ai.usage.output_tokens": "100", "cbc.usage.cost_usd": "0.003"} {
+		if got := workflow.attrs[k]; got != want {
+			t.Errorf("workflow %s = %q, want %q", k, got, want)
+		}
 	}
 }
