@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +75,10 @@ type ForwarderConfig struct {
 	// BatchInterval is how often log records are exported; 0 means
 	// DefaultBatchInterval.
 	BatchInterval time.Duration
-	// ExportTimeout bounds each export; 0 means DefaultExportTimeout.
+	// ExportTimeout bounds each export; 0 means DefaultExportTimeout,
+	// raised to OTEL_EXPORTER_OTLP[_LOGS|_METRICS]_TIMEOUT (milliseconds,
+	// read by the exporters too) when that is longer, so as not to cut
+	// the exporter's own timeout short.
 	ExportTimeout time.Duration
 	// MaxResources bounds the distinct resources of log records; the
 	// records of more are dropped and counted. 0 means DefaultMaxResources.
@@ -114,9 +118,6 @@ func NewForwarder(ctx context.Context, cfg ForwarderConfig) (*Forwarder, error) 
 	if cfg.BatchInterval <= 0 {
 		cfg.BatchInterval = DefaultBatchInterval
 	}
-	if cfg.ExportTimeout <= 0 {
-		cfg.ExportTimeout = DefaultExportTimeout
-	}
 	if cfg.MaxResources <= 0 {
 		cfg.MaxResources = DefaultMaxResources
 	}
@@ -140,11 +141,13 @@ func NewForwarder(ctx context.Context, cfg ForwarderConfig) (*Forwarder, error) 
 	if err != nil {
 		return nil, err
 	}
+	timeout := cfg.ExportTimeout
 	if lon {
 		exp, err := logExporter(ctx, lp, lu)
 		if err != nil {
 			return nil, err
 		}
+		cfg.ExportTimeout = exportTimeout(timeout, "LOGS")
 		f.logs = newLogPipeline(exp, cfg, f.onErr("logs", lp))
 	}
 	if mon {
@@ -155,12 +158,29 @@ func NewForwarder(ctx context.Context, cfg ForwarderConfig) (*Forwarder, error) 
 			}
 			return nil, err
 		}
+		cfg.ExportTimeout = exportTimeout(timeout, "METRICS")
 		f.metrics = newMetricPipeline(exp, cfg, f.onErr("metrics", mp))
 	}
 	if f.logs == nil && f.metrics == nil {
 		return nil, nil
 	}
 	return f, nil
+}
+
+// exportTimeout is the queue's bound on one export of a signal (LOGS or
+// METRICS): the configured one, else the default or, when longer, the
+// exporter's own timeout as the exporter reads it (the per-signal variable
+// first, an invalid value ignored).
+func exportTimeout(configured time.Duration, signal string) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_" + signal + "_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
+		if ms, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && ms >= 0 {
+			return max(DefaultExportTimeout, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return DefaultExportTimeout
 }
 
 func (f *Forwarder) onErr(signal, protocol string) func(error) {

@@ -16,7 +16,9 @@ import (
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -130,8 +132,10 @@ func cleanEnv(t *testing.T) {
 
 type logKey struct {
 	trace, span, body, event string
-	time                     uint64
+	time, observed           uint64
 	severity                 int32
+	flags                    uint32
+	attrs                    int
 }
 
 // TestForwarder forwards the corpus logs and metrics over gRPC and HTTP and
@@ -160,7 +164,8 @@ func TestForwarder(t *testing.T) {
 								event = str(obj(a, "value"), "stringValue")
 							}
 						}
-						wantLogs = append(wantLogs, logKey{str(r, "traceId"), str(r, "spanId"), str(obj(r, "body"), "stringValue"), event, uint64(num(r, "timeUnixNano")), int32(num(r, "severityNumber"))})
+						wantLogs = append(wantLogs, logKey{str(r, "traceId"), str(r, "spanId"), str(obj(r, "body"), "stringValue"), event,
+							uint64(num(r, "timeUnixNano")), uint64(num(r, "observedTimeUnixNano")), int32(num(r, "severityNumber")), uint32(num(r, "flags")), len(list(r, "attributes"))})
 					}
 				}
 			}
@@ -247,7 +252,8 @@ func TestForwarder(t *testing.T) {
 									event = a.GetValue().GetStringValue()
 								}
 							}
-							got = append(got, logKey{hexs(r.GetTraceId()), hexs(r.GetSpanId()), r.GetBody().GetStringValue(), event, r.GetTimeUnixNano(), int32(r.GetSeverityNumber())})
+							got = append(got, logKey{hexs(r.GetTraceId()), hexs(r.GetSpanId()), r.GetBody().GetStringValue(), event,
+								r.GetTimeUnixNano(), r.GetObservedTimeUnixNano(), int32(r.GetSeverityNumber()), r.GetFlags(), len(r.GetAttributes())})
 						}
 					}
 				}
@@ -408,5 +414,66 @@ func TestNewForwarderOff(t *testing.T) {
 	}
 	if _, err := NewForwarder(ctx, ForwarderConfig{Protocol: "http/json", Endpoint: "c:1"}); err == nil {
 		t.Error("http/json accepted")
+	}
+}
+
+// TestForwarderMaxResources: the records of resources past the bound are
+// dropped and counted.
+func TestForwarderMaxResources(t *testing.T) {
+	cleanEnv(t)
+	s, addr := httpSink(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := NewForwarder(ctx, ForwarderConfig{Protocol: ProtocolHTTP, Endpoint: addr, MaxResources: 1, Env: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(service string) *collogspb.ExportLogsServiceRequest {
+		return &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+			Resource:  &resourcepb.Resource{Attributes: []*commonpb.KeyValue{{Key: "service.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: service}}}}},
+			ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{{TimeUnixNano: 1}, {TimeUnixNano: 2}}}},
+		}}}
+	}
+	f.Logs(ctx, req("a"))
+	f.Logs(ctx, req("b"))
+	f.Logs(ctx, req("a"))
+	if err := f.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := f.Stats().LogRecords
+	if st.Exported.Load() != 4 || st.Unsupported.Load() != 2 || st.Lost() != 2 {
+		t.Errorf("exported %d, unsupported %d, lost %d; want 4, 2, 2", st.Exported.Load(), st.Unsupported.Load(), st.Lost())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := CountLogRecords(s.logs[0].GetResourceLogs()); len(s.logs) != 1 || n != 4 {
+		t.Errorf("%d requests, first with %d records; want 1 with 4", len(s.logs), n)
+	}
+}
+
+func TestExportTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		configured time.Duration
+		env        map[string]string
+		want       time.Duration
+	}{
+		{"default", 0, nil, DefaultExportTimeout},
+		{"configured wins", time.Second, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "60000"}, time.Second},
+		{"longer env", 0, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "60000"}, time.Minute},
+		{"shorter env", 0, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "500"}, DefaultExportTimeout},
+		{"per-signal first", 0, map[string]string{"OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "30000", "OTEL_EXPORTER_OTLP_TIMEOUT": "60000"}, 30 * time.Second},
+		{"invalid ignored", 0, map[string]string{"OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "soon", "OTEL_EXPORTER_OTLP_TIMEOUT": "20000"}, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "")
+			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			if got := exportTimeout(tc.configured, "LOGS"); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

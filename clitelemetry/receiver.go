@@ -1,6 +1,7 @@
 package clitelemetry
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -87,8 +88,11 @@ type ReceiverConfig struct {
 	// requests are answered 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxConcurrent bounds the requests being read, decoded and handled
-	// at once, and so the memory they hold (about MaxConcurrent ×
-	// MaxBodyBytes × a small factor). 0 means DefaultMaxConcurrent.
+	// at once, and so the memory they hold: about MaxConcurrent ×
+	// MaxBodyBytes × 10-20 while decoding (TestReceiverFlood measures the
+	// heap peak, garbage included, at +21-36 MiB for 2 × 1 MiB, JSON or
+	// protobuf, under a flood of 192 requests). Requests waiting for a slot
+	// have read nothing but their headers. 0 means DefaultMaxConcurrent.
 	MaxConcurrent int
 	// BusyWait is how long a request over the bound waits for a slot before
 	// it is answered 503 with Retry-After. 0 means DefaultBusyWait; negative
@@ -275,7 +279,7 @@ func (r *Receiver) serve(sig signal) http.HandlerFunc {
 		}
 		defer func() { <-r.sem }()
 
-		body, err := readBody(req.Body, ce == "gzip", r.cfg.MaxBodyBytes)
+		body, err := readBody(req.Body, ce == "gzip", r.cfg.MaxBodyBytes, req.ContentLength)
 		if errors.Is(err, errTooLarge) {
 			st.TooLarge.Add(1)
 			writeStatus(w, enc, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, err.Error())
@@ -360,8 +364,10 @@ func encodingOf(ct string) (Encoding, bool) {
 }
 
 // readBody reads at most limit bytes, decompressed when gz, and the
-// compressed stream is held to the same bound; more is errTooLarge.
-func readBody(body io.Reader, gz bool, limit int64) ([]byte, error) {
+// compressed stream is held to the same bound; more is errTooLarge. A
+// known length (≤ limit, checked by the caller) sizes the buffer of a plain
+// body at once.
+func readBody(body io.Reader, gz bool, limit, length int64) ([]byte, error) {
 	var raw io.Reader = &capReader{r: body, n: limit}
 	if gz {
 		zr, err := gzip.NewReader(raw)
@@ -374,7 +380,12 @@ func readBody(body io.Reader, gz bool, limit int64) ([]byte, error) {
 		defer zr.Close()
 		raw = &capReader{r: zr, n: limit}
 	}
-	b, err := io.ReadAll(raw)
+	var buf bytes.Buffer
+	if !gz && length > 0 {
+		buf.Grow(int(length) + 1)
+	}
+	_, err := buf.ReadFrom(raw)
+	b := buf.Bytes()
 	switch {
 	case errors.Is(err, errTooLarge):
 		return nil, err

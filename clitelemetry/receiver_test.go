@@ -446,15 +446,45 @@ func bigTraces(size int) []byte {
 // answered (200 or 503), no more than MaxConcurrent are handled at once,
 // and the heap stays within MaxConcurrent × MaxBodyBytes × a decoding factor.
 func TestReceiverFlood(t *testing.T) {
+	const maxBody = 1 << 20
+	jsonBody := bigTraces(maxBody - 1024)
+	for _, tc := range []struct {
+		name, ct string
+		body     []byte
+	}{
+		{"json", "application/json", jsonBody},
+		{"protobuf", "application/x-protobuf", toProtobuf(t, "/v1/traces", bigTraces(2*maxBody))[:0]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := tc.body
+			if len(body) == 0 {
+				// As much protobuf as fits the cap.
+				full := toProtobuf(t, "/v1/traces", bigTraces(3*maxBody))
+				req, _ := DecodeTraces(full, Protobuf)
+				spans := req.ResourceSpans[0].ScopeSpans[0].Spans
+				for {
+					b, _ := proto.Marshal(req)
+					if len(b) <= maxBody {
+						body = b
+						break
+					}
+					spans = spans[:len(spans)*9/10]
+					req.ResourceSpans[0].ScopeSpans[0].Spans = spans
+				}
+			}
+			flood(t, tc.ct, body, maxBody)
+		})
+	}
+}
+
+func flood(t *testing.T, ct string, body []byte, maxBody int) {
 	const (
-		maxBody    = 1 << 20
 		concurrent = 2
 		clients    = 64
 	)
 	h := &counting{}
-	r := listen(t, ReceiverConfig{MaxBodyBytes: maxBody, MaxConcurrent: concurrent, BusyWait: 20 * time.Millisecond}, h)
-	body := bigTraces(maxBody - 1024)
-	spansPer := int64(strings.Count(string(body), `"spanId"`))
+	r := listen(t, ReceiverConfig{MaxBodyBytes: int64(maxBody), MaxConcurrent: concurrent, BusyWait: 20 * time.Millisecond}, h)
+	spansPer := int64(CountSpans(mustTraces(t, ct, body).GetResourceSpans()))
 
 	runtime.GC()
 	var base runtime.MemStats
@@ -488,7 +518,7 @@ func TestReceiverFlood(t *testing.T) {
 		wg.Go(func() {
 			for range 3 {
 				req, _ := http.NewRequest(http.MethodPost, r.Endpoint()+"/v1/traces", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Content-Type", ct)
 				resp, err := client.Do(req)
 				if err != nil {
 					t.Errorf("request: %v", err)
@@ -536,6 +566,16 @@ func TestReceiverFlood(t *testing.T) {
 	if limit := int64(concurrent*maxBody*40 + clients*maxBody + 32<<20); grown > limit {
 		t.Errorf("heap grew by %d MiB, want under %d MiB", grown>>20, limit>>20)
 	}
+}
+
+func mustTraces(t *testing.T, ct string, body []byte) *coltracepb.ExportTraceServiceRequest {
+	t.Helper()
+	enc, _ := encodingOf(ct)
+	m, err := DecodeTraces(body, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestReceiverShutdown: Shutdown is idempotent and refuses later requests.
