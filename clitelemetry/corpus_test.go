@@ -20,7 +20,7 @@ type corpusLine struct {
 // loadCorpus reads every recorded request under testdata.
 func loadCorpus(t testing.TB) []corpusLine {
 	t.Helper()
-	files, err := filepath.Glob("testdata/claude-code-2.1.334/*/*.jsonl")
+	files, err := filepath.Glob("../testdata/corpus/claude-code-2.1.334-otel/*/*.jsonl")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("corpus: %v (%d files)", err, len(files))
 	}

@@ -31,7 +31,7 @@ import (
 //
 //   - one trace per CLI process: every span of service claude-code and of
 //     service cbc-otel is in the TRACEPARENT's trace (the user's, or the
-//     minted `cbc-otel run claude` root's), and Jaeger knows no other trace;
+//     minted `run claude` root's), and Jaeger knows no other trace;
 //   - invoke_workflow's parent is the CLI's Workflow claude_code.tool span
 //     (tool_use_id == task_started.tool_use_id); workflow_phase under it,
 //     invoke_agent under its phase;
@@ -227,7 +227,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 			phases = append(phases, s)
 		case strings.HasPrefix(s.OperationName, traces.OpInvokeAgent):
 			agents[str(s, traces.AttrAgentID)] = s
-		case strings.HasPrefix(s.OperationName, "cbc-otel run"):
+		case strings.HasPrefix(s.OperationName, "run "):
 			root = s
 		}
 	}
@@ -245,7 +245,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 		}
 	} else {
 		if root.SpanID == "" || !strings.Contains(root.OperationName, "claude") || root.parent() != "" {
-			t.Fatalf("no minted root span `cbc-otel run claude` without parent; have %q parent %q", root.OperationName, root.parent())
+			t.Fatalf("no minted root span `run claude` without parent; have %q parent %q", root.OperationName, root.parent())
 		}
 		parentID = root.SpanID
 	}
