@@ -9,25 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"runtime"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
-
-// forwardedSignals are passed on to the child. SIGINT, SIGTERM, SIGHUP and
-// SIGQUIT also ask the wrapper to stop (SIGKILL after --kill-timeout).
-var forwardedSignals = []os.Signal{
-	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
-}
 
 // defaultConsumerWait bounds how long the wrapper waits, after the child is
 // done, for the tap consumer to finish: telemetry must never hold up the exit.
@@ -129,24 +117,8 @@ type runner struct {
 
 // cmdRun is `cbc-otel run [flags] -- CMD [ARGS...]`.
 func cmdRun(ctx context.Context, args []string, sio stdio) int {
-	r := runner{signals: notifySignals, watchParent: true, consumerWait: defaultConsumerWait}
+	r := runner{signals: supervise.NotifySignals, watchParent: true, consumerWait: defaultConsumerWait}
 	return r.run(ctx, args, sio)
-}
-
-// notifySignals subscribes to the forwarded signals, and to SIGPIPE on a
-// channel of its own that nobody reads. Notify (not Ignore) for SIGPIPE: an
-// ignored disposition would be inherited by the child across exec, and the
-// child must die of SIGPIPE as it would without us. Being notified, the
-// runtime no longer kills us on EPIPE on stdout; the pump sees the error.
-func notifySignals() (<-chan os.Signal, func()) {
-	c := make(chan os.Signal, 16)
-	signal.Notify(c, forwardedSignals...)
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	return c, func() {
-		signal.Stop(c)
-		signal.Stop(pipe)
-	}
 }
 
 const runUsage = `usage: cbc-otel run [flags] -- CMD [ARGS...]
@@ -210,7 +182,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	if r.watchParent {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		stopWithParent(wctx, log)
+		supervise.StopWithParent(wctx, log)
 	}
 	name := cmp.Or(r.name, "run")
 	cfg.tel.traces.console = sio.err
@@ -309,13 +281,11 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 			extra = append(extra, &c.runs)
 		}
 		if join != nil {
-			extra = append(extra, join.joiner)
+			extra = append(extra, join.s.Joiner)
 		}
 		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
 		if join != nil {
-			if err := join.start(ctx, c.tel, p); err != nil {
-				log.Error("the CLI's own telemetry will not be joined: its receiver did not start", "err", err)
-			}
+			join.start(ctx, c.tel, p, log)
 			c.join = join
 		}
 		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
@@ -325,7 +295,9 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 	}
 	go func() {
 		defer close(c.consumed)
-		yieldToPassthrough(log)
+		if err := supervise.YieldToPassthrough(); err != nil {
+			log.Debug("lowering the telemetry consumer's priority", "err", err)
+		}
 		consume(c.pipe, c.pipeIn, log)
 	}()
 	return c, nil
@@ -404,26 +376,6 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 	}
 }
 
-// stopWithParent sends us SIGTERM when our parent process exits, which the
-// supervisor forwards to the child (then SIGKILL after the kill timeout),
-// until ctx ends. It watches the process, not the thread that forked us
-// (supervise.WatchParent): a caller's short-lived thread ending must not
-// stop the run.
-func stopWithParent(ctx context.Context, log *slog.Logger) {
-	gone, how := supervise.WatchParent(ctx, 0)
-	log.Debug("watching the parent process", "how", how)
-	go func() {
-		select {
-		case <-gone:
-			log.Info("parent process exited: stopping as on SIGTERM")
-			if err := unix.Kill(os.Getpid(), unix.SIGTERM); err != nil {
-				log.Error("parent process exited, cannot signal self", "err", err)
-			}
-		case <-ctx.Done():
-		}
-	}()
-}
-
 // logTapTotals logs at debug level what the pipeline and the taps saw.
 func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
 	for _, t := range []struct {
@@ -439,21 +391,5 @@ func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
 		}
 		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
 			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
-	}
-}
-
-// consumerNice is the nice value of the telemetry consumer's thread.
-const consumerNice = 10
-
-// yieldToPassthrough locks the calling goroutine (the telemetry consumer) to
-// its own OS thread and lowers that thread's priority. On a busy machine the
-// kernel then gives the CPU to the child and the pumps first: the consumer
-// takes what is left and, when it falls behind, the tap drops and counts
-// rather than the passthrough slowing down. The thread ends with the
-// goroutine (it stays locked), so no lowered thread returns to the pool.
-func yieldToPassthrough(log *slog.Logger) {
-	runtime.LockOSThread()
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), consumerNice); err != nil {
-		log.Debug("lowering the telemetry consumer's priority", "err", err)
 	}
 }

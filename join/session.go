@@ -1,0 +1,227 @@
+package join
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// Bounds of a Session's own waits. The CLI flushes its telemetry before it
+// exits (2 s by default), so by the time the child is gone every request
+// has arrived or is being answered.
+const (
+	receiverDrain = 3 * time.Second // answering the requests in progress
+	streamWait    = 3 * time.Second // the pipeline catching up with the stream
+	expireEvery   = 500 * time.Millisecond
+)
+
+// forcedEnv are set for the child whatever the wrapper's own environment
+// says: there they configure the wrapper's export; for the child they are
+// the join's plumbing. ChildEnv fills in the values.
+var forcedEnv = []string{
+	"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER", "OTEL_METRICS_EXPORTER",
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+}
+
+// defaultEnv switch the CLI's own telemetry on, unless the environment
+// already says otherwise: the user's choice wins.
+var defaultEnv = [][2]string{
+	{"CLAUDE_CODE_ENABLE_TELEMETRY", "1"},
+	{"CLAUDE_CODE_ENHANCED_TELEMETRY_BETA", "1"}, // no spans without it (2.1.334)
+	// Short intervals: spans and cost should reach the pipeline within
+	// the grace window of the run they belong to.
+	{"OTEL_TRACES_EXPORT_INTERVAL", "1000"},
+	{"OTEL_LOGS_EXPORT_INTERVAL", "1000"},
+	{"OTEL_METRIC_EXPORT_INTERVAL", "10000"},
+}
+
+// ChildEnv is the child's environment: base (the wrapper's own), with the
+// CLI's telemetry switched on and pointed at the receiver (endpoint, a base
+// URL), and TRACEPARENT set to parent unless base has one. Precedence: the
+// variables of forcedEnv are ours; the others are set only when base lacks
+// them. To set anything for the child alone, put it on the command line
+// (`-- env VAR=value claude ...`): it applies after us.
+func ChildEnv(base []string, endpoint string, parent trace.SpanContext) []string {
+	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(forcedEnv, k)
+	})
+	has := func(k string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+	}
+	for _, sig := range []string{"TRACES", "LOGS", "METRICS"} {
+		env = append(env,
+			"OTEL_"+sig+"_EXPORTER=otlp",
+			"OTEL_EXPORTER_OTLP_"+sig+"_ENDPOINT="+endpoint+"/v1/"+strings.ToLower(sig),
+			"OTEL_EXPORTER_OTLP_"+sig+"_PROTOCOL=http/protobuf")
+	}
+	for _, d := range defaultEnv {
+		if !has(d[0]) {
+			env = append(env, d[0]+"="+d[1])
+		}
+	}
+	if !has("TRACEPARENT") && parent.IsValid() {
+		env = append(env, "TRACEPARENT=00-"+parent.TraceID().String()+"-"+parent.SpanID().String()+"-"+parent.TraceFlags().String())
+	}
+	return env
+}
+
+// MintParent returns a new sampled span context: the parent of the CLI's
+// spans and of ours when the user gave none.
+func MintParent() trace.SpanContext {
+	var tid trace.TraceID
+	var sid trace.SpanID
+	for !tid.IsValid() || !sid.IsValid() {
+		_, _ = crand.Read(tid[:]) // crypto/rand.Read never fails on supported platforms
+		_, _ = crand.Read(sid[:])
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+}
+
+// Pipeline is what a Session needs of the ingest pipeline (ingest.Pipeline).
+type Pipeline interface {
+	Submit(ingest.ModelCall) bool
+	StreamDone() <-chan struct{}
+	EndCalls()
+}
+
+// Wiring connects a Session to the rest of the process; built by the
+// command, which alone knows every part.
+type Wiring struct {
+	Pipeline Pipeline
+	// AgentSpan is the traces sink's span context of an agent; nil when
+	// no spans are exported (nothing is re-parented then).
+	AgentSpan func(task, run string, index int) trace.SpanContext
+	// Spans takes the CLI's spans, converted for our span exporters.
+	Spans func([]sdktrace.ReadOnlySpan)
+	// Forward is where logs and metrics go: the protocol and the endpoint
+	// of our OTLP span exporter; Endpoint "none" forwards nothing.
+	Forward clitelemetry.ForwarderConfig
+}
+
+// Session is run --join-cli-telemetry for one CLI process: the receiver the
+// child exports to, the Joiner, and the forwarder of the CLI's logs and
+// metrics. Its methods follow the child's life: Start before it, ChildEnv
+// for it, ChildDone when it exited, StreamDone when its stream was read,
+// Shutdown at the end. A nil *Session does nothing.
+type Session struct {
+	Joiner  *Joiner
+	recv    *clitelemetry.Receiver
+	fwd     *clitelemetry.Forwarder
+	pipe    Pipeline
+	parent  trace.SpanContext
+	stop    context.CancelFunc
+	expired chan struct{}
+	log     *slog.Logger
+}
+
+// NewSession prepares a session under parent (the TRACEPARENT the child
+// will get); hold is how long spans wait for their agent.
+func NewSession(parent trace.SpanContext, hold time.Duration, log *slog.Logger) *Session {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Session{Joiner: New(Options{Hold: hold, Logger: log}), parent: parent, log: log}
+}
+
+// Start wires the Joiner and starts the forwarder and the receiver. An
+// error means the receiver did not start: the child then runs without its
+// telemetry joined, as it would without the flag.
+func (s *Session) Start(ctx context.Context, w Wiring) error {
+	s.pipe = w.Pipeline
+	w.Forward.Logger = s.log
+	fwd, err := clitelemetry.NewForwarder(ctx, w.Forward)
+	if err != nil {
+		s.log.Error("the CLI's logs and metrics will not be forwarded", "err", err)
+	}
+	s.fwd = fwd
+	opts := s.Joiner.opts
+	opts.Submit = w.Pipeline.Submit
+	opts.AgentSpan = w.AgentSpan
+	opts.Spans = func(rs []*tracepb.ResourceSpans) {
+		if w.Spans != nil {
+			w.Spans(clitelemetry.ReadOnlySpans(rs))
+		}
+	}
+	opts.Logs = func(r *collogspb.ExportLogsServiceRequest) { s.fwd.Logs(ctx, r) }
+	opts.Metrics = func(r *colmetricspb.ExportMetricsServiceRequest) { s.fwd.Metrics(ctx, r) }
+	s.Joiner.Configure(opts)
+	recv, err := clitelemetry.Listen(clitelemetry.ReceiverConfig{Logger: s.log}, s.Joiner)
+	if err != nil {
+		return err
+	}
+	s.recv = recv
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop, s.expired = stop, make(chan struct{})
+	go func() { defer close(s.expired); s.Joiner.Run(rctx, expireEvery) }()
+	s.log.Info("joining the CLI's own telemetry", "receiver", recv.Endpoint(), "trace", s.parent.TraceID())
+	return nil
+}
+
+// ChildEnv is the child's environment (see ChildEnv) from base; nil (the
+// wrapper's own) when the receiver did not start.
+func (s *Session) ChildEnv(base []string) []string {
+	if s == nil || s.recv == nil {
+		return nil
+	}
+	return ChildEnv(base, s.recv.Endpoint(), s.parent)
+}
+
+// ChildDone runs once the child has exited: the receiver answers what is
+// in progress (the CLI's last flush came before its exit) and stops.
+func (s *Session) ChildDone(ctx context.Context) {
+	if s == nil || s.recv == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiverDrain)
+	defer cancel()
+	if err := s.recv.Shutdown(dctx); err != nil {
+		s.log.Warn("stopping the CLI telemetry receiver", "err", err)
+	}
+}
+
+// StreamDone runs once the taps are closed: when the pipeline has read the
+// whole stream (every agent named that will ever be), the spans still held
+// go as they are, and the pipeline may close.
+func (s *Session) StreamDone(ctx context.Context) {
+	if s == nil || s.pipe == nil {
+		return
+	}
+	t := time.NewTimer(streamWait)
+	defer t.Stop()
+	select {
+	case <-s.pipe.StreamDone():
+	case <-t.C:
+		s.log.Warn("the pipeline did not catch up with the stream in time: spans of agents it had not seen yet go unjoined")
+	case <-ctx.Done():
+	}
+	if s.stop != nil {
+		s.stop()
+		<-s.expired
+	}
+	s.pipe.EndCalls()
+}
+
+// Shutdown flushes the forwarder within ctx.
+func (s *Session) Shutdown(ctx context.Context) {
+	if s == nil || s.fwd == nil {
+		return
+	}
+	if err := s.fwd.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("flushing the CLI's logs and metrics", "err", err)
+	}
+}
