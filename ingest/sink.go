@@ -1,5 +1,7 @@
 package ingest
 
+import "slices"
+
 // LifecycleKind says what happened to a run.
 type LifecycleKind uint8
 
@@ -106,11 +108,16 @@ type Recorded struct {
 	Agent     Agent
 	Violation Violation
 	LatencyMs int64
+	Turn      Turn // TurnEnded
 }
 
 // Observe records l.
 func (r *Recorder) Observe(l Lifecycle) {
 	rec := Recorded{Kind: l.Kind, At: l.At, Violation: l.Violation, LatencyMs: l.LatencyMs}
+	if l.Turn != nil {
+		rec.Turn = *l.Turn
+		rec.Turn.Delta = slices.Clone(l.Turn.Delta)
+	}
 	if l.Run != nil {
 		rec.Run = l.Run.Clone()
 	}

@@ -28,6 +28,9 @@ type TrackerOptions struct {
 	Tombstones int
 	// Caps bounds the state input can make the Tracker hold.
 	Caps Caps
+	// MaxSessions bounds the sessions whose cost baseline is remembered
+	// (see session.go); 0 means DefaultMaxSessions.
+	MaxSessions int
 }
 
 // Caps bounds what the Tracker holds, so that no stream (a CLI that never
@@ -138,6 +141,7 @@ type Tracker struct {
 	now        int64
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
+	sess       sessions
 }
 
 // NewTracker returns a Tracker.
@@ -159,6 +163,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		byTask:   make(map[string][]*Run),
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
+		sess:     newSessions(opts.MaxSessions),
 	}
 }
 
@@ -261,6 +266,8 @@ func (t *Tracker) Handle(ev *streamjson.Event, now int64) {
 		if ev.Source == tap.SourceStdin { // requests only travel to the CLI
 			t.control(ev)
 		}
+	case streamjson.KindResult:
+		t.result(ev)
 	}
 }
 
