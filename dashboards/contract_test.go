@@ -71,6 +71,11 @@ func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 	// either way, this gives it a sample.
 	m.Observe(ingest.Lifecycle{Kind: ingest.InterruptRequested})
 	m.Observe(ingest.Lifecycle{Kind: ingest.InterruptMatched, LatencyMs: 1200})
+	// The recordings report no cost: a turn and a workflow's model call
+	// give the cost families their series.
+	u := ingest.ModelUsage{Model: "claude-sonnet-4-5", CostUSD: 0.01, Tokens: ingest.Tokens{100, 10, 0, 0}}
+	m.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{Subtype: "success", DurationMs: 3000, Delta: []ingest.ModelUsage{u}}})
+	m.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{Usage: u, Scope: ingest.CallWorkflow, Workflow: "wf"}})
 
 	mfs, err := m.Registry().Gather()
 	if err != nil {
