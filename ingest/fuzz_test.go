@@ -262,6 +262,9 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Names are case-sensitive.
 		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","Status":"failed","TASK_ID":"x","SubType":"task_started","Type":"user"}`,
 		`{"Type":"system","SubType":"task_notification","Task_ID":"w","Status":"completed"}`,
+		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
+		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
+		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}
