@@ -368,12 +368,13 @@ func Health(opts Options) (DashboardSpec, error) {
 				},
 				{
 					Title:       "Label cap overflow",
-					Description: "Runs (workflow) and tasks (task_type) whose label was folded into \"other\" because the cardinality cap was reached.",
+					Description: "Runs (workflow), tasks (task_type) and model usages (model) whose label was folded into \"other\" because the cardinality cap was reached.",
 					Unit:        "short",
-					WhenRed:     "More distinct workflow names than --max-workflows: raise the cap if the names are legitimate, or fix whatever generates unique names.",
+					WhenRed:     "More distinct workflow names than --metrics.max-workflows (models than --metrics.max-models): raise the cap if the names are legitimate, or fix whatever generates unique names.",
 					Queries: []query{
 						{Expr: "sum(increase(cbc_otel_workflow_labels_overflow_total{" + target + "}[$__range]))", Legend: "workflow", Instant: true},
 						{Expr: "sum(increase(cbc_otel_task_type_labels_overflow_total{" + target + "}[$__range]))", Legend: "task_type", Instant: true},
+						{Expr: "sum(increase(cbc_otel_model_labels_overflow_total{" + target + "}[$__range]))", Legend: "model", Instant: true},
 					},
 					kind: kindStat, width: 6, height: 6,
 					steps: []dashboard.Threshold{step("green", nil), step("orange", f64(1))},

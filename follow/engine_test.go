@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,15 @@ func (tl *tally) Observe(l ingest.Lifecycle) {
 		tl.live["task "+l.Run.Status.String()]++
 	case ingest.AgentEnded:
 		tl.live["agent "+l.Agent.State.String()]++
+	case ingest.TurnEnded:
+		tl.live["turn"]++
+		if l.Turn.Reset {
+			tl.live["turn reset"]++
+		}
+		tl.live["cost µ$"] += int(math.Round(l.Turn.CostUSD * 1e6))
+		for _, d := range l.Turn.Delta {
+			tl.live["tokens "+d.Model] += int(d.Tokens.Total())
+		}
 	}
 }
 
@@ -649,6 +659,62 @@ func TestEngineCrashAtAnyCycleIsExact(t *testing.T) {
 	}
 	want := run(t, -1)
 	if want["run completed"] != 1 || want["run stopped"] != 1 || want["run failed"] != 1 || want["task failed"] != 1 {
+		t.Fatalf("uninterrupted totals %v", want)
+	}
+	for crashAt := range steps {
+		t.Run(fmt.Sprintf("after step %d", crashAt), func(t *testing.T) {
+			if got := run(t, crashAt); !maps.Equal(got, want) {
+				t.Fatalf("totals %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// result is a result line of session S with cumulative values: n turns
+// of 100 input and 10 output tokens on one model, $0.001 each (a second
+// model from the third turn on).
+func result(n int) string {
+	models := fmt.Sprintf(`"sonnet":{"inputTokens":%d,"outputTokens":%d,"costUSD":%g}`, 100*n, 10*n, 0.001*float64(n))
+	total := 0.001 * float64(n)
+	if n >= 3 {
+		models += fmt.Sprintf(`,"haiku":{"inputTokens":%d,"costUSD":%g}`, n-2, 0.0001*float64(n-2))
+		total += 0.0001 * float64(n-2)
+	}
+	return fmt.Sprintf(`{"type":"result","subtype":"success","duration_ms":900,"session_id":"S","total_cost_usd":%g,"modelUsage":{%s},"result":"ok"}`+"\n", total, models)
+}
+
+// A session's cost survives a crash after any cycle exactly: the result
+// lines after the restart give their deltas, never the session's whole
+// cumulative cost again (the baselines are in the Tracker's checkpoint).
+func TestEngineCrashSessionCostIsExact(t *testing.T) {
+	steps := []func(r *rig){
+		func(r *rig) { r.write("a.ndjson", result(1)) },
+		func(r *rig) { r.write("a.ndjson", wfStart("w1")+result(2)) },
+		func(r *rig) { r.write("a.ndjson", result(3)+agent("w1", 1, "done")) },
+		func(r *rig) { r.write("a.ndjson", notify("w1", "completed")+result(4)) },
+		func(r *rig) {},
+		func(r *rig) { r.write("a.ndjson", result(5)) },
+		func(r *rig) {},
+	}
+	run := func(t *testing.T, crashAt int) map[string]int {
+		r := newRig(t, func(o *Options) { o.CheckpointEvery = time.Hour })
+		for i, st := range steps {
+			if i == crashAt {
+				for _, s := range r.e.streams {
+					s.f.Close()
+				}
+				r.start()
+			}
+			st(r)
+			r.step(3 * time.Second)
+		}
+		r.settle()
+		return r.tl.totals()
+	}
+	want := run(t, -1)
+	// The sums of the deltas are the last cumulative values.
+	if want["turn"] != 5 || want["turn reset"] != 0 || want["tokens sonnet"] != 550 || want["tokens haiku"] != 3 ||
+		want["cost µ$"] != 5300 || want["run completed"] != 1 {
 		t.Fatalf("uninterrupted totals %v", want)
 	}
 	for crashAt := range steps {

@@ -27,6 +27,10 @@ type TrackerState struct {
 	// Tombstones are the (task id, run id) of finalized runs still
 	// remembered, oldest first.
 	Tombstones [][2]string `json:"tombstones,omitempty"`
+	// Sessions are the cost baselines of the sessions seen, least
+	// recently used first (see Turn). A checkpoint of an older version has
+	// none: each session's next result then counts in full, once.
+	Sessions []SessionSnapshot `json:"sessions,omitempty"`
 }
 
 // RunSnapshot is one unfinalized run: its exported fields plus what the
@@ -72,6 +76,7 @@ func (t *Tracker) Snapshot() TrackerState {
 	for _, k := range t.tombOrder {
 		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
 	}
+	s.Sessions = t.sess.snapshot()
 	return s
 }
 
@@ -82,8 +87,12 @@ func (t *Tracker) Snapshot() TrackerState {
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
-	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 || len(t.sess.byID) > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
+	}
+	loadSessions, err := t.sess.restore(s.Sessions)
+	if err != nil {
+		return err
 	}
 	shift := int64(0)
 	if now > s.Now {
@@ -148,5 +157,6 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		delete(t.tombs, t.tombOrder[0])
 		t.tombOrder = t.tombOrder[1:]
 	}
+	loadSessions()
 	return nil
 }

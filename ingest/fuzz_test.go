@@ -171,7 +171,7 @@ func checkClean(t *testing.T, field, s string, bound int) {
 
 func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 	t.Helper()
-	if ev.Kind == streamjson.KindNone || ev.Kind > streamjson.KindControlResponse {
+	if ev.Kind == streamjson.KindNone || ev.Kind > streamjson.KindResult {
 		t.Errorf("kind %v", ev.Kind)
 	}
 	for name, s := range map[string]string{"SessionID": ev.SessionID, "TaskID": ev.TaskID, "RunID": ev.RunID,
@@ -183,7 +183,25 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 	checkClean(t, "Description", ev.Description, boundText)
 	checkClean(t, "PatchError", ev.PatchError, boundText)
 	checkClean(t, "Summary", ev.Summary, boundPreview)
-	nums := []int64{ev.Usage.TotalTokens, ev.Usage.ToolUses, ev.Usage.DurationMs, ev.PatchEndTime}
+	checkClean(t, "ResultSubtype", ev.ResultSubtype, boundID)
+	nums := []int64{ev.Usage.TotalTokens, ev.Usage.ToolUses, ev.Usage.DurationMs, ev.PatchEndTime, ev.DurationMs}
+	if len(ev.Models) > streamjson.MaxResultModels {
+		t.Errorf("%d models", len(ev.Models))
+	}
+	costs := []float64{ev.TotalCostUSD}
+	for _, m := range ev.Models {
+		checkClean(t, "Model", m.Model, boundID)
+		if m.Model == "" {
+			t.Errorf("a model without a name")
+		}
+		nums = append(nums, m.Tokens[:]...)
+		costs = append(costs, m.CostUSD)
+	}
+	for _, c := range costs {
+		if !(c >= 0 && c <= 1e6) {
+			t.Errorf("cost %v out of range", c)
+		}
+	}
 	if !keep && ev.Summary != "" {
 		t.Errorf("summary kept without KeepPreviews")
 	}
@@ -244,6 +262,9 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Names are case-sensitive.
 		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","Status":"failed","TASK_ID":"x","SubType":"task_started","Type":"user"}`,
 		`{"Type":"system","SubType":"task_notification","Task_ID":"w","Status":"completed"}`,
+		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
+		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
+		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}

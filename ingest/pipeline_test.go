@@ -90,13 +90,13 @@ func TestConsumeGapAtLineEndKeepsNextLine(t *testing.T) {
 
 // TestIgnoredLinesDoNotAllocate: the bulk of a stream, lines the Tracker
 // does not consume, costs no allocation in the decoder nor in the whole
-// pipeline (framing, counting, decoding).
+// pipeline (framing, counting, decoding). Result lines are consumed (one
+// per turn, for the session's cost) and are not in the list.
 func TestIgnoredLinesDoNotAllocate(t *testing.T) {
 	big := strings.Repeat("x", 64<<10)
 	cases := map[string]string{
 		"assistant":        `{"type":"assistant","message":{"content":[{"type":"text","text":"` + big + `"}]}}`,
 		"user quoting":     `{"type":"user","message":{"content":"{\"type\":\"system\",\"subtype\":\"task_progress\"}"}}`,
-		"result":           `{"type":"result","subtype":"success","is_error":false,"result":"done"}`,
 		"system status":    `{"type":"system","subtype":"status","status":null,"session_id":"s"}`,
 		"stream event":     `{"type":"stream_event","event":{"type":"content_block_delta"}}`,
 		"keys reordered":   `{"uuid":"u","type":"assistant","message":{"content":"hi"}}`,

@@ -1,5 +1,7 @@
 package ingest
 
+import "slices"
+
 // LifecycleKind says what happened to a run.
 type LifecycleKind uint8
 
@@ -118,7 +120,7 @@ func (r *Recorder) Observe(l Lifecycle) {
 	}
 	if l.Turn != nil {
 		rec.Turn = *l.Turn
-		rec.Turn.Delta = append([]ModelUsage(nil), l.Turn.Delta...)
+		rec.Turn.Delta = slices.Clone(l.Turn.Delta)
 	}
 	if l.Run != nil {
 		rec.Run = l.Run.Clone()

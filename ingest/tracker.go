@@ -32,6 +32,9 @@ type TrackerOptions struct {
 	// can attribute the CLI's own model calls to them (run
 	// --join-cli-telemetry). Off, every agent call is unmatched.
 	AttributeCalls bool
+	// MaxSessions bounds the sessions whose cost baseline is remembered
+	// (see session.go); 0 means DefaultMaxSessions.
+	MaxSessions int
 }
 
 // Caps bounds what the Tracker holds, so that no stream (a CLI that never
@@ -143,6 +146,7 @@ type Tracker struct {
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
 	calls      callIndex
+	sess       sessions
 }
 
 // NewTracker returns a Tracker.
@@ -164,6 +168,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		byTask:   make(map[string][]*Run),
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
+		sess:     newSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
 		t.calls.init()
@@ -271,6 +276,8 @@ func (t *Tracker) Handle(ev *streamjson.Event, now int64) {
 		if ev.Source == tap.SourceStdin { // requests only travel to the CLI
 			t.control(ev)
 		}
+	case streamjson.KindResult:
+		t.result(ev)
 	}
 }
 

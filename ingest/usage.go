@@ -139,6 +139,19 @@ type ModelCall struct {
 
 // Turn is one turn of a session as its result line tells it: the session's
 // cumulative cost turned into what this turn added.
+//
+// The rule: result lines carry total_cost_usd and modelUsage CUMULATIVE
+// over the session (workflow sub-agents included), so they are never
+// summed. The Tracker keeps each session's last values (its baseline) and
+// emits delta = current - previous, per model (cost and each token type)
+// and for total_cost_usd. The first result of a session, or of one whose
+// baseline was forgotten (the bound on sessions), counts in full. If any
+// cumulative value went DOWN (beyond float noise) or a model of the
+// baseline is missing, it is a new session under the same id or a reset:
+// Reset is set and the delta is the whole current value. A total_cost_usd
+// that is absent or bad leaves its baseline as it was (CostUSD 0). A
+// result line lost (too long, dropped) costs nothing in the end: the next
+// one's delta includes its share. Delta lists only the models that grew.
 type Turn struct {
 	SessionID  string
 	Subtype    string // result.subtype: success, error_max_turns, ...

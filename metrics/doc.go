@@ -19,6 +19,13 @@
 //	cbc_interrupts_total                   counter    —                 interrupt and stop_task requests seen on stdin
 //	cbc_interrupt_stop_seconds             histogram  —                 request → stopped notification latency
 //	cbc_protocol_violations_total          counter    kind              protocol violations (closed set, pre-created)
+//	cbc_cost_usd_total                     counter    model             USD of the sessions' turns (result lines: deltas of the cumulative modelUsage costUSD)
+//	cbc_model_tokens_total                 counter    model, type       tokens of the sessions' turns (type: input, output, cache_read, cache_creation)
+//	cbc_turns_total                        counter    subtype           turns ended (result lines) by subtype (closed set + "other", pre-created)
+//	cbc_turn_duration_seconds              histogram  —                 result duration_ms, in seconds (classic + native)
+//	cbc_workflow_cost_usd_total            counter    workflow          USD of workflow sub-agents' model calls (the CLI's own telemetry)
+//	cbc_workflow_model_tokens_total        counter    workflow, model, type  tokens of workflow sub-agents' model calls
+//	cbc_cli_cost_usd_total                 counter    scope             USD of the model calls the CLI's telemetry reported: main, workflow, unmatched
 //	cbc_otel_lines_total                   counter    source            lines framed per tapped stream
 //	cbc_otel_bytes_total                   counter    source            bytes framed per tapped stream
 //	cbc_otel_lines_rejected_total          counter    reason            lines that could not be decoded (closed set, pre-created)
@@ -27,6 +34,7 @@
 //	cbc_otel_export_errors_total           counter    —                 failed trace exports
 //	cbc_otel_workflow_labels_overflow_total   counter  —   runs whose workflow label was folded into "other" by the cap
 //	cbc_otel_task_type_labels_overflow_total  counter  —   tasks whose task_type label was folded into "other" by the cap
+//	cbc_otel_model_labels_overflow_total      counter  —   model usages whose model label was folded into "other" by the cap
 //	cbc_otel_build_info                    gauge      version, goversion always 1
 //
 // plus the standard go_* and process_* collectors.
@@ -39,14 +47,16 @@
 // (a 1-2-5 progression that switches to minute marks, which is what an SLO
 // on "done within N minutes" wants). Sub-agents use the GenAI-style
 // exponential 0.1·2^k s, k = 0…12 (0.1 … 409.6). Interrupt latency uses
-// 0.05 … 60 s. Every histogram is also a native histogram (bucket factor
+// 0.05 … 60 s; turns 1 s … 1 h on the workflow progression. Every
+// histogram is also a native histogram (bucket factor
 // 1.1, at most 160 buckets, resolution reduced rather than reset when that
 // is exceeded, so nothing ever goes down) for scrapers that negotiate it.
 //
 // Cardinality. The workflow label is the sanitized workflow_name
 // (streamjson.Clean, 128 bytes), "unknown" when empty, and at most
 // Options.MaxWorkflows distinct values (default 200); later names become
-// "other" and are counted. task_type is capped the same way (32 values).
+// "other" and are counted. task_type is capped the same way (32 values),
+// and model (Options.MaxModels, default 20).
 // Identifiers (task, run, session, agent) are never labels.
 //
 // Serving, pushing and writing: Listen/Serve expose /metrics (OpenMetrics

@@ -66,6 +66,9 @@ type Options struct {
 	// MaxTaskTypes caps the distinct task_type label values; 0 means
 	// DefaultMaxTaskTypes.
 	MaxTaskTypes int
+	// MaxModels caps the distinct model label values; 0 means
+	// DefaultMaxModels. Names beyond it become "other".
+	MaxModels int
 	// Exemplar, when non-nil, gives the trace and span id of a run's
 	// workflow span; cbc_workflow_runs_total and
 	// cbc_workflow_duration_seconds then carry {trace_id, span_id}
@@ -103,6 +106,7 @@ type Metrics struct {
 	violations    map[ingest.Violation]prometheus.Counter
 	wfOverflow    prometheus.Counter
 	typeOverflow  prometheus.Counter
+	cost          *costMetrics // cost.go
 
 	exemplar func(*ingest.Run) (string, string)
 	export   *exportFuncs
@@ -127,8 +131,11 @@ type runState struct {
 
 // New builds a Metrics and registers every collector in a fresh registry.
 func New(opts Options) (*Metrics, error) {
-	if opts.MaxWorkflows < 0 || opts.MaxTaskTypes < 0 {
-		return nil, errors.New("metrics: MaxWorkflows and MaxTaskTypes must not be negative")
+	if opts.MaxWorkflows < 0 || opts.MaxTaskTypes < 0 || opts.MaxModels < 0 {
+		return nil, errors.New("metrics: MaxWorkflows, MaxTaskTypes and MaxModels must not be negative")
+	}
+	if opts.MaxModels == 0 {
+		opts.MaxModels = DefaultMaxModels
 	}
 	if opts.MaxWorkflows == 0 {
 		opts.MaxWorkflows = DefaultMaxWorkflows
@@ -149,6 +156,7 @@ func New(opts Options) (*Metrics, error) {
 		runs:      make(map[*ingest.Run]*runState),
 		workflows: newLabelCap(opts.MaxWorkflows),
 		taskTypes: newLabelCap(opts.MaxTaskTypes),
+		cost:      newCostMetrics(opts.MaxModels),
 	}
 	m.SetExportCounters(opts.SpansDropped, opts.ExportErrors)
 
@@ -228,6 +236,7 @@ func New(opts Options) (*Metrics, error) {
 		m.wfOverflow, m.typeOverflow, buildInfo,
 		newStatsCollector(opts.Stats, m.export),
 	}
+	cs = append(cs, m.cost.collectors...)
 	if !opts.NoRuntimeCollectors {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -321,6 +330,14 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 		if c, ok := m.violations[l.Violation]; ok {
 			c.Inc()
 		}
+	case ingest.TurnEnded:
+		if l.Turn != nil {
+			m.turnEnded(l.Turn)
+		}
+	case ingest.ModelCallSeen:
+		if l.Call != nil {
+			m.modelCall(l)
+		}
 	}
 }
 
@@ -353,6 +370,7 @@ func (m *Metrics) workflowLabel(name string) string {
 		m.runsActive.WithLabelValues(label)
 		m.tokens.WithLabelValues(label)
 		m.toolUses.WithLabelValues(label)
+		m.cost.wfCost.WithLabelValues(label)
 		for _, s := range ingest.TerminalStatuses() {
 			m.runsTotal.WithLabelValues(label, s.String())
 		}

@@ -194,6 +194,7 @@ type checkpointState struct {
 	Totals    json.RawMessage `json:"totals,omitempty"`
 	Workflows []string        `json:"workflows,omitempty"`
 	TaskTypes []string        `json:"task_types,omitempty"`
+	Models    []string        `json:"models,omitempty"`
 }
 
 // SaveCheckpoint implements ingest.Checkpointer.
@@ -207,6 +208,9 @@ func (k *Checkpoint) SaveCheckpoint() (json.RawMessage, error) {
 		return nil, err
 	}
 	st.Workflows, st.TaskTypes = k.m.labels()
+	k.m.mu.Lock()
+	st.Models = k.m.cost.modelLabels()
+	k.m.mu.Unlock()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: encoding the checkpoint: %w", err)
@@ -231,6 +235,11 @@ func (k *Checkpoint) RestoreCheckpoint(state json.RawMessage) (func(), error) {
 	return func() {
 		k.c.SetBase(base)
 		k.m.restoreLabels(st.Workflows, st.TaskTypes)
+		k.m.mu.Lock()
+		for _, l := range st.Models {
+			k.m.cost.models.seen[l] = struct{}{}
+		}
+		k.m.mu.Unlock()
 	}, nil
 }
 

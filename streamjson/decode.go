@@ -85,12 +85,16 @@ var (
 	markerTask    = []byte(`"task_`)
 	markerInit    = []byte(`"init"`)
 	markerControl = []byte(`"control_`)
+	// A result line has it as its type's value whatever its key order;
+	// Claude Code writes "type" late, after the result text.
+	markerResult = []byte(`"result"`)
 )
 
 // Interesting reports whether line may be a message the Tracker consumes.
 // It is the cheap prefilter in front of Decode.
 func Interesting(line []byte) bool {
-	return bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit)
+	return bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
+		bytes.Contains(line, markerResult)
 }
 
 // LongLineOfInterest reports whether the prefix of an over-long line is a
@@ -141,7 +145,7 @@ func classify(prefix []byte) (known, interesting bool) {
 			}
 		}
 		switch {
-		case strings.HasPrefix(typ, "control_"):
+		case strings.HasPrefix(typ, "control_") || typ == "result":
 			return true, true
 		case typ != "" && typ != "system":
 			return true, false
@@ -308,6 +312,8 @@ func readFields(k Kind) uint32 {
 		return always | 1<<fRequestID
 	case KindControlResponse:
 		return always | 1<<fSessionID
+	case KindResult:
+		return always | 1<<fSessionID | 1<<fSubtype
 	}
 	return 0
 }
@@ -406,7 +412,7 @@ func (d *Decoder) Decode(src tap.Source, line []byte) (*Event, Reason) {
 	if line[0] != '{' || line[len(line)-1] != '}' {
 		return nil, ReasonInvalidJSON
 	}
-	if typ, ok := leadingType(line); ok && string(typ) != "system" && !bytes.HasPrefix(typ, []byte("control_")) {
+	if typ, ok := leadingType(line); ok && string(typ) != "system" && string(typ) != "result" && !bytes.HasPrefix(typ, []byte("control_")) {
 		// Both CLIs write "type" first: an assistant or user message, the
 		// bulk of the bytes, is dismissed without a scan.
 		return nil, ReasonNone
@@ -448,7 +454,7 @@ func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 		case fUsage:
 			if good = plainObject(raw, &d.sub) == nil; good {
 				w.hasUsage = true
-				w.usage.bad = plainNums(d.sub, usageFields[:], w.usage.num[:])
+				w.usage.bad = plainMembers(d.sub, usageFields[:], w.usage.num[:], memberNum)
 			}
 		case fPatch:
 			if good = plainObject(raw, &d.sub) == nil; good {
@@ -467,12 +473,12 @@ func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 		case fRequest:
 			if good = plainObject(raw, &d.sub) == nil; good {
 				w.hasRequest = true
-				w.request.bad = plainStrs(d.sub, requestFields[:], w.request.str[:])
+				w.request.bad = plainMembers(d.sub, requestFields[:], w.request.str[:], memberStr)
 			}
 		case fResponse:
 			if good = plainObject(raw, &d.sub) == nil; good {
 				w.hasResponse = true
-				w.response.bad = plainStrs(d.sub, responseFields[:], w.response.str[:])
+				w.response.bad = plainMembers(d.sub, responseFields[:], w.response.str[:], memberStr)
 			}
 		case fProgress:
 			if good = raw[0] == '['; good {
@@ -534,42 +540,30 @@ func plainNumber(raw []byte) (f float64, ok bool) {
 	return f, true
 }
 
-// memberStr reads the string member name of m; ok is false when it is
-// present, not null and not a string.
-func memberStr(m map[string]json.RawMessage, name string) (s string, ok bool) {
+// member reads the member name of m with conv; ok is false when it is
+// present, not null and not what conv reads.
+func member[T any](m map[string]json.RawMessage, name string, conv func([]byte) (T, bool)) (v T, ok bool) {
 	raw, found := m[name]
 	if !found || isNull(raw) {
-		return "", true
+		return v, true
 	}
-	return plainString(raw)
+	return conv(raw)
 }
 
-// memberNum is memberStr for a number member.
-func memberNum(m map[string]json.RawMessage, name string) (f float64, ok bool) {
-	raw, found := m[name]
-	if !found || isNull(raw) {
-		return 0, true
-	}
-	return plainNumber(raw)
+// memberStr reads a string member; memberNum a number member.
+func memberStr(m map[string]json.RawMessage, name string) (string, bool) {
+	return member(m, name, plainString)
+}
+func memberNum(m map[string]json.RawMessage, name string) (float64, bool) {
+	return member(m, name, plainNumber)
 }
 
-// plainStrs reads the string members names of m into dst and returns the
-// bad mask of those present with another type.
-func plainStrs(m map[string]json.RawMessage, names []string, dst []string) (bad uint8) {
+// plainMembers reads the members names of m into dst with get (memberStr,
+// memberNum) and returns the bad mask of those present with another type.
+func plainMembers[T any](m map[string]json.RawMessage, names []string, dst []T, get func(map[string]json.RawMessage, string) (T, bool)) (bad uint8) {
 	for k, name := range names {
 		var ok bool
-		if dst[k], ok = memberStr(m, name); !ok {
-			bad |= 1 << k
-		}
-	}
-	return bad
-}
-
-// plainNums is plainStrs for number members.
-func plainNums(m map[string]json.RawMessage, names []string, dst []float64) (bad uint8) {
-	for k, name := range names {
-		var ok bool
-		if dst[k], ok = memberNum(m, name); !ok {
+		if dst[k], ok = get(m, name); !ok {
 			bad |= 1 << k
 		}
 	}
@@ -593,12 +587,7 @@ func (d *Decoder) plainEntry(raw []byte, we *wireEntry) (ok bool) {
 		case entryNumbers&(1<<f) != 0:
 			we.num[f], good = plainNumber(v)
 		case f == eCached:
-			switch string(v) {
-			case "true":
-				we.cached, good = true, true
-			case "false":
-				good = true
-			}
+			good = json.Unmarshal(v, &we.cached) == nil // true or false (null was skipped)
 		default:
 			we.str[f], good = plainString(v)
 			we.hasType = we.hasType || f == eType && good
@@ -694,6 +683,8 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 			return nil, ReasonBadShape
 		}
 		ev.Kind = KindControlResponse
+	case "result":
+		ev.Kind = KindResult
 	default:
 		return nil, ReasonNone
 	}
@@ -717,6 +708,9 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		ev.RequestSubtype = Clean(r.str[0], maxIDLen)
 		ev.RequestID = cleanID(r.str[1])
 		ev.BadFields += bits.OnesCount8(r.bad)
+		return ev, ReasonNone
+	case KindResult:
+		d.result(ev)
 		return ev, ReasonNone
 	}
 

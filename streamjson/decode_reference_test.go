@@ -7,8 +7,10 @@ package streamjson
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +42,12 @@ type refEvent struct {
 	Entries               []refEntry
 	BadFields, BadEntries int
 	WrittenAt             int64
+	// result
+	ResultSubtype    string
+	IsError, HasCost bool
+	DurationMs       int64
+	TotalCostUSD     float64
+	Models           []ResultModel
 }
 
 // fromEvent projects a decoder's result onto refEvent.
@@ -50,7 +58,9 @@ func fromEvent(ev *Event, r Reason) refEvent {
 	out := refEvent{Reason: r, Kind: ev.Kind, TaskID: ev.TaskID, RunID: ev.RunID, SessID: ev.SessionID,
 		Status: ev.Status, PatchStatus: ev.PatchStatus, RequestSubtype: ev.RequestSubtype, PatchEndTime: ev.PatchEndTime,
 		Usage: ev.Usage, HasUsage: ev.HasUsage, HasProgress: ev.HasProgress,
-		BadFields: ev.BadFields, BadEntries: ev.BadEntries, WrittenAt: ev.WrittenAt}
+		BadFields: ev.BadFields, BadEntries: ev.BadEntries, WrittenAt: ev.WrittenAt,
+		ResultSubtype: ev.ResultSubtype, IsError: ev.IsError, HasCost: ev.HasCost, DurationMs: ev.DurationMs,
+		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models)}
 	for _, e := range ev.Entries {
 		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
 			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens})
@@ -104,6 +114,26 @@ func (r *refReader) boolean(m map[string]any, k string) bool {
 	return b
 }
 
+// cost reads a cost in USD: a number in [0, 1e6]; ok is false when it is
+// absent or bad.
+func (r *refReader) cost(m map[string]any, k string) (float64, bool) {
+	v := m[k]
+	if v == nil {
+		return 0, false
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		r.bad++
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || f < 0 || f > 1e6 {
+		r.bad++
+		return 0, false
+	}
+	return f, true
+}
+
 func (r *refReader) obj(m map[string]any, k string) map[string]any {
 	v := m[k]
 	if v == nil {
@@ -147,12 +177,13 @@ func refDecode(line []byte) refEvent {
 	if rest, ok := bytes.CutPrefix(line, []byte(`{"type":"`)); ok {
 		rest = rest[:min(len(rest), 64)]
 		if q := bytes.IndexByte(rest, '"'); q >= 0 && !bytes.Contains(rest[:q], []byte(`\`)) {
-			if t := string(rest[:q]); t != "system" && !strings.HasPrefix(t, "control_") {
+			if t := string(rest[:q]); t != "system" && t != "result" && !strings.HasPrefix(t, "control_") {
 				return none
 			}
 		}
 	}
-	if !bytes.Contains(line, []byte(`"task_`)) && !bytes.Contains(line, []byte(`"control_`)) && !bytes.Contains(line, []byte(`"init"`)) {
+	if !bytes.Contains(line, []byte(`"task_`)) && !bytes.Contains(line, []byte(`"control_`)) && !bytes.Contains(line, []byte(`"init"`)) &&
+		!bytes.Contains(line, []byte(`"result"`)) {
 		return none
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
@@ -194,6 +225,8 @@ func refDecode(line []byte) refEvent {
 			return badShape
 		}
 		ev.Kind = map[string]Kind{"control_request": KindControlRequest, "control_response": KindControlResponse}[typ]
+	case "result":
+		ev.Kind = KindResult
 	default:
 		return none
 	}
@@ -210,6 +243,8 @@ func refDecode(line []byte) refEvent {
 		r.bad++ // "" is no time either
 	}
 	switch ev.Kind {
+	case KindResult:
+		refResult(m, &ev, &r)
 	case KindInit:
 		ev.SessID = r.str(m, "session_id")
 	case KindControlRequest:
@@ -272,6 +307,31 @@ func refDecode(line []byte) refEvent {
 		*s = Clean(*s, maxIDLen)
 	}
 	return ev
+}
+
+// refResult reads a result line: the cumulative cost and modelUsage, whose
+// models are taken in name order, at most MaxResultModels, each an object
+// with a non-empty name once cleaned (else a bad field).
+func refResult(m map[string]any, ev *refEvent, r *refReader) {
+	ev.SessID = r.str(m, "session_id")
+	ev.ResultSubtype = Clean(r.str(m, "subtype"), maxIDLen)
+	ev.IsError = r.boolean(m, "is_error")
+	ev.DurationMs = r.num(m, "duration_ms")
+	ev.TotalCostUSD, ev.HasCost = r.cost(m, "total_cost_usd")
+	mu := r.obj(m, "modelUsage")
+	for _, name := range slices.Sorted(maps.Keys(mu)) {
+		o, isObj := mu[name].(map[string]any)
+		model := Clean(name, maxIDLen)
+		dup := slices.ContainsFunc(ev.Models, func(x ResultModel) bool { return x.Model == model })
+		if !isObj || model == "" || dup || len(ev.Models) == MaxResultModels {
+			r.bad++
+			continue
+		}
+		rm := ResultModel{Model: model, Tokens: [4]int64{r.num(o, "inputTokens"), r.num(o, "outputTokens"),
+			r.num(o, "cacheReadInputTokens"), r.num(o, "cacheCreationInputTokens")}}
+		rm.CostUSD, _ = r.cost(o, "costUSD")
+		ev.Models = append(ev.Models, rm)
+	}
 }
 
 // refElement converts one workflow_progress element: ok is false for a

@@ -18,9 +18,10 @@ const (
 	KindTaskNotification      // system/task_notification
 	KindControlRequest        // control_request (stdin: interrupt, stop_task)
 	KindControlResponse       // control_response (stdout)
+	KindResult                // result: the end of a turn, with the session's cumulative cost
 )
 
-var kindNames = [...]string{"none", "init", "task_started", "task_progress", "task_updated", "task_notification", "control_request", "control_response"}
+var kindNames = [...]string{"none", "init", "task_started", "task_progress", "task_updated", "task_notification", "control_request", "control_response", "result"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -119,12 +120,26 @@ type Event struct {
 	// control_request / control_response
 	RequestID      string
 	RequestSubtype string // interrupt, stop_task, initialize, ... / success, error
+
+	// result: TotalCostUSD and Models are cumulative over the session.
+	ResultSubtype string // success, error_max_turns, ...
+	IsError       bool
+	DurationMs    int64
+	HasCost       bool // total_cost_usd was usable: else TotalCostUSD is unknown, not 0
+	TotalCostUSD  float64
+	Models        []ResultModel // sorted by name, at most MaxResultModels
 }
 
-// Times returns the largest plausible epoch-ms timestamp the event
-// carries, or 0. The
-// replay clock advances with it so that replay sees the same grace windows
-// as a live run.
+// ResultModel is one model of a result line's modelUsage.
+type ResultModel struct {
+	Model   string
+	CostUSD float64
+	Tokens  [4]int64 // input, output, cache read, cache creation: ingest.TokenType's order
+}
+
+// Times returns the largest plausible epoch-ms timestamp the event carries,
+// or 0. The replay clock advances with it so that replay sees the same
+// grace windows as a live run.
 func (e *Event) Times() int64 {
 	var t int64
 	up := func(v int64) {

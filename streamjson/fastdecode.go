@@ -19,6 +19,11 @@ func (d *Decoder) decodeFast(src tap.Source, line []byte) (ev *Event, reason Rea
 		return nil, ReasonNone, false
 	}
 	t := &d.top
+	if string(d.scan.raw(t.spans[fType])) == "result" {
+		// One per turn, with a nested map of models: encoding/json
+		// decodes it (decodePlain and Decoder.result).
+		return nil, ReasonNone, false
+	}
 	if t.progressOK {
 		if !cur.uncached {
 			d.snap.key = append(d.snap.key[:0], line[t.taskIDRaw[0]:t.taskIDRaw[1]]...)
@@ -120,10 +125,10 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 			end, st, bad = structField(s, i, &w.hasPatch, d.scanPatch)
 		case fRequest:
 			w.request = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasRequest, d.scanRequest)
+			end, st, bad = structField(s, i, &w.hasRequest, func(i int) (int, scanStatus) { return d.scanStrings(i, requestFields[:], &w.request) })
 		case fResponse:
 			w.response = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasResponse, d.scanResponse)
+			end, st, bad = structField(s, i, &w.hasResponse, func(i int) (int, scanStatus) { return d.scanStrings(i, responseFields[:], &w.response) })
 		default:
 			end, st, bad = s.strField(i, &t.spans[f])
 			if f == fTaskID {
@@ -224,14 +229,6 @@ func (d *Decoder) scanPatch(i int) (int, scanStatus) {
 		}
 		return end, true, st
 	})
-}
-
-func (d *Decoder) scanRequest(i int) (int, scanStatus) {
-	return d.scanStrings(i, requestFields[:], &d.w.request)
-}
-
-func (d *Decoder) scanResponse(i int) (int, scanStatus) {
-	return d.scanStrings(i, responseFields[:], &d.w.response)
 }
 
 // scanStrings scans an object whose fields of interest are all strings:

@@ -165,6 +165,10 @@ var trickyLines = []string{
 	`{"type":"system","subtype":"task_started","task_id":"a","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `]}`,
 	`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","x":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}]}`,
+	// Result lines: refused numbers, bad model entries, duplicates, types.
+	`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"cacheReadInputTokens":"7","costUSD":-0.1},"m\u0007":{},"":{},"x":5},"duration_ms":-5,"is_error":"no","total_cost_usd":2e6}`,
+	`{"subtype":"error_during_execution","type":"result","is_error":true,"modelUsage":{"b":{"costUSD":1e400},"a":{"inputTokens":1,"inputTokens":2}},"total_cost_usd":null}`,
+	`{"type":"result","modelUsage":[1],"Type":"x","subtype":7}`,
 }
 
 // corpusLines returns every line of the recordings and simulated streams.
@@ -214,8 +218,16 @@ func TestFastDecodeHandlesRealLines(t *testing.T) {
 		if len(l) == 0 || !Interesting(l) || l[0] != '{' || l[len(l)-1] != '}' {
 			continue
 		}
+		_, _, ok := d.decodeFast(tap.SourceStdout, l)
+		if ev, _ := d.Decode(tap.SourceStdout, l); ev != nil && ev.Kind == KindResult {
+			// Left to encoding/json on purpose: one per turn.
+			if ok {
+				t.Errorf("the scanner decoded a result line itself: %.200q", l)
+			}
+			continue
+		}
 		n++
-		if _, _, ok := d.decodeFast(tap.SourceStdout, l); !ok {
+		if !ok {
 			t.Errorf("the scanner left a recorded line to encoding/json: %.200q", l)
 		}
 	}

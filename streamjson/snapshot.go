@@ -1,8 +1,6 @@
 package streamjson
 
-import (
-	"bytes"
-)
+import "bytes"
 
 // Incremental decoding of workflow_progress snapshots.
 //

@@ -30,7 +30,7 @@ const defaultFlushTimeout = 10 * time.Second
 // replay (replay has only --metrics-file and --metrics.max-workflows).
 type metricsFlags struct {
 	listen, webConfig, file, pushURL, pushJob string
-	maxWorkflows                              int
+	maxWorkflows, maxModels                   int
 	flushTimeout                              time.Duration // --push.timeout
 	serve                                     bool          // the listen and push flags were registered
 	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
@@ -70,6 +70,8 @@ func (m *metricsFlags) registerFiles(fs *flag.FlagSet) {
 	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
 	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
 		"distinct workflow label values before further workflows are counted as \"other\"")
+	fs.IntVar(&m.maxModels, "metrics.max-models", metrics.DefaultMaxModels,
+		"distinct model label values (cost and token metrics) before further models are counted as \"other\"")
 }
 
 // validate checks the flag values before anything starts, so that a typo
@@ -105,6 +107,9 @@ func (m *metricsFlags) validate() error {
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))
+	}
+	if m.maxModels < 1 {
+		errs = append(errs, fmt.Errorf("--metrics.max-models %d: must be at least 1", m.maxModels))
 	}
 	return errors.Join(errs...)
 }
@@ -158,6 +163,7 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 		Stats:        stats,
 		Version:      buildVersion(),
 		MaxWorkflows: m.maxWorkflows,
+		MaxModels:    m.maxModels,
 		Exemplar:     exemplar,
 		// A replay's file describes the recording, not the replaying process.
 		NoRuntimeCollectors: !m.serve,

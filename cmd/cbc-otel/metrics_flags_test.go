@@ -79,7 +79,7 @@ func TestMetricsFlagsValidate(t *testing.T) {
 	if err := os.WriteFile(badCfg, []byte("nonsense: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := metricsFlags{listen: ":9478", pushJob: "cbc-otel", maxWorkflows: 200, flushTimeout: defaultFlushTimeout}
+	ok := metricsFlags{listen: ":9478", pushJob: "cbc-otel", maxWorkflows: 200, maxModels: 20, flushTimeout: defaultFlushTimeout}
 	cases := []struct {
 		name   string
 		mod    func(*metricsFlags)
@@ -102,6 +102,7 @@ func TestMetricsFlagsValidate(t *testing.T) {
 		{"file", func(m *metricsFlags) { m.file = filepath.Join(dir, "m.prom") }, ""},
 		{"file dir missing", func(m *metricsFlags) { m.file = filepath.Join(dir, "no", "m.prom") }, "--metrics-file"},
 		{"cap zero", func(m *metricsFlags) { m.maxWorkflows = 0 }, "--metrics.max-workflows"},
+		{"model cap zero", func(m *metricsFlags) { m.maxModels = 0 }, "--metrics.max-models"},
 		{"push timeout short", func(m *metricsFlags) { m.pushURL, m.flushTimeout = "http://pgw:9091", time.Millisecond }, ""},
 		{"push timeout zero", func(m *metricsFlags) { m.flushTimeout = 0 }, "--push.timeout"},
 		{"push timeout negative", func(m *metricsFlags) { m.flushTimeout = -time.Second }, "--push.timeout"},

@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"math"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// Cost and tokens: from result lines (TurnEnded: the session's cumulative
+// cost turned into per-turn deltas by the Tracker) and from the CLI's own
+// telemetry (ModelCallSeen: one model call, attributed to the main
+// conversation, a workflow, or neither).
+
+// DefaultMaxModels bounds the distinct model label values: a session uses
+// one to three models, a fleet a handful more.
+const DefaultMaxModels = 20
+
+// TurnSubtypes are the result subtypes that are label values of
+// cbc_turns_total (the Agent SDK's SDKResultMessage); any other is "other".
+func TurnSubtypes() []string {
+	return []string{"success", "error_max_turns", "error_during_execution", "error_max_budget_usd", "error_max_structured_output_retries"}
+}
+
+// turnBuckets are the classic buckets of cbc_turn_duration_seconds: a turn
+// takes from a second (a short answer) to an hour (a long workflow).
+var turnBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+
+// costMetrics are the cost families and the model label cap.
+type costMetrics struct {
+	cost          *prometheus.CounterVec // {model}
+	tokens        *prometheus.CounterVec // {model, type}
+	turns         *prometheus.CounterVec // {subtype}
+	turnDuration  prometheus.Histogram
+	wfCost        *prometheus.CounterVec // {workflow}
+	wfTokens      *prometheus.CounterVec // {workflow, model, type}
+	cliCost       *prometheus.CounterVec // {scope}
+	modelOverflow prometheus.Counter
+	models        labelCap // the model label values admitted
+	collectors    []prometheus.Collector
+}
+
+func newCostMetrics(maxModels int) *costMetrics {
+	c := &costMetrics{models: newLabelCap(maxModels)}
+	c.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_cost_usd_total",
+		Help: "Cost in USD of the sessions' turns, by model: the growth of each result line's cumulative modelUsage costUSD (sub-agents included; CodeBuddy reports 0).",
+	}, []string{"model"})
+	c.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_model_tokens_total",
+		Help: "Tokens of the sessions' turns by model and type (input, output, cache_read, cache_creation): the growth of each result line's cumulative modelUsage.",
+	}, []string{"model", "type"})
+	c.turns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_turns_total",
+		Help: "Turns ended (result lines) by subtype; subtypes outside the known set are \"other\".",
+	}, []string{"subtype"})
+	c.turnDuration = prometheus.NewHistogram(nativeToo(prometheus.HistogramOpts{
+		Name:    "cbc_turn_duration_seconds",
+		Help:    "Duration of turns (result duration_ms), in seconds.",
+		Buckets: turnBuckets,
+	}))
+	c.wfCost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_workflow_cost_usd_total",
+		Help: "Cost in USD of the model calls of workflow sub-agents, by workflow (the CLI's own telemetry).",
+	}, []string{"workflow"})
+	c.wfTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_workflow_model_tokens_total",
+		Help: "Tokens of the model calls of workflow sub-agents, by workflow, model and type (the CLI's own telemetry).",
+	}, []string{"workflow", "model", "type"})
+	c.cliCost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_cli_cost_usd_total",
+		Help: "Cost in USD of the model calls the CLI's own telemetry reported, by scope: main (the conversation), workflow (a workflow's sub-agents), unmatched (other agents).",
+	}, []string{"scope"})
+	c.modelOverflow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cbc_otel_model_labels_overflow_total",
+		Help: "Model usages whose model label was replaced by \"other\" because the label cap was reached.",
+	})
+	// Closed sets are pre-created: increase() sees the first one.
+	for _, s := range append(TurnSubtypes(), LabelOther) {
+		c.turns.WithLabelValues(s)
+	}
+	for _, s := range ingest.CallScopes() {
+		c.cliCost.WithLabelValues(s.String())
+	}
+	c.collectors = []prometheus.Collector{c.cost, c.tokens, c.turns, c.turnDuration, c.wfCost, c.wfTokens, c.cliCost, c.modelOverflow}
+	return c
+}
+
+// modelLabel maps a model name to its label value under the cap,
+// pre-creating the series of a newly admitted one.
+func (c *costMetrics) modelLabel(name string) string {
+	label, added, overflow := c.models.resolve(name)
+	if overflow {
+		c.modelOverflow.Inc()
+	}
+	if added {
+		c.cost.WithLabelValues(label)
+		for _, k := range ingest.TokenTypes() {
+			c.tokens.WithLabelValues(label, k.String())
+		}
+	}
+	return label
+}
+
+// add adds v to a counter when it is a positive finite amount: a counter
+// panics on a negative one, and NaN would poison it for good.
+func add(c prometheus.Counter, v float64) {
+	if v > 0 && !math.IsInf(v, 0) {
+		c.Add(v)
+	}
+}
+
+// turnEnded counts a turn and what it cost. Called with m.mu held.
+func (m *Metrics) turnEnded(t *ingest.Turn) {
+	c := m.cost
+	sub := LabelOther
+	if slices.Contains(TurnSubtypes(), t.Subtype) {
+		sub = t.Subtype
+	}
+	c.turns.WithLabelValues(sub).Inc()
+	if t.DurationMs > 0 {
+		c.turnDuration.Observe(float64(t.DurationMs) / 1000)
+	}
+	for _, d := range t.Delta {
+		model := c.modelLabel(d.Model)
+		add(c.cost.WithLabelValues(model), d.CostUSD)
+		for _, k := range ingest.TokenTypes() {
+			add(c.tokens.WithLabelValues(model, k.String()), float64(d.Tokens[k]))
+		}
+	}
+}
+
+// modelCall counts a model call of the CLI's own telemetry by scope and,
+// for a workflow's, by workflow. Called with m.mu held.
+func (m *Metrics) modelCall(l ingest.Lifecycle) {
+	c, call := m.cost, l.Call
+	if int(call.Scope) >= len(ingest.CallScopes()) {
+		return
+	}
+	add(c.cliCost.WithLabelValues(call.Scope.String()), call.Usage.CostUSD)
+	if call.Scope != ingest.CallWorkflow {
+		return
+	}
+	// The run's label when it is known, so that its cost and its runs
+	// are under the same one; else the name through the same cap.
+	var wf string
+	if st, ok := m.runs[l.Run]; ok && l.Run != nil {
+		wf = st.label
+	} else {
+		wf = m.workflowLabel(call.Workflow)
+	}
+	add(c.wfCost.WithLabelValues(wf), call.Usage.CostUSD)
+	model := c.modelLabel(call.Usage.Model)
+	for _, k := range ingest.TokenTypes() {
+		add(c.wfTokens.WithLabelValues(wf, model, k.String()), float64(call.Usage.Tokens[k]))
+	}
+}
+
+// modelLabels returns the model label values admitted, sorted, for the
+// checkpoint. Called with m.mu held.
+func (c *costMetrics) modelLabels() []string {
+	var out []string
+	for l := range c.models.seen {
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
