@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -484,5 +485,92 @@ func TestCLITelemetryOff(t *testing.T) {
 				t.Errorf("got %d spans and %d log events; want spans %v, logs %v", len(r.spans), len(r.logs), c.spans, c.logs)
 			}
 		})
+	}
+}
+
+// TestCLITelemetryShutdownBounded: a receiver that never answers delays
+// the simulator's exit by the shutdown timeout at most, and the failure
+// goes to Stderr, never to the stream.
+func TestCLITelemetryShutdownBounded(t *testing.T) {
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		io.Copy(io.Discard, req.Body)
+		select {
+		case <-req.Context().Done(): // the simulator gave up and closed the connection
+		case <-release:
+		}
+	}))
+	t.Cleanup(hung.Close)
+	t.Cleanup(func() { close(release) }) // runs first
+	env := map[string]string{clitel.EnvShutdownTimeout: "200"}
+	for _, kv := range clitel.Environ(hung.URL, clitel.ProtocolProtobuf) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	var stderr bytes.Buffer
+	cfg := telConfig(env)
+	cfg.Stderr = &stderr
+	began := time.Now()
+	out, _ := runSim(t, cfg, initLine, userLine("[[SCENARIO:completed]] one"))
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("Run took %v with a shutdown timeout of 200ms", d)
+	}
+	if !strings.Contains(stderr.String(), "simulate: telemetry:") {
+		t.Errorf("no export error on Stderr: %q", stderr.String())
+	}
+	if bytes.Contains(out, []byte("telemetry")) {
+		t.Error("telemetry on stdout")
+	}
+}
+
+// TestCLITelemetryStopped: calls cut short by an interrupt leave no span
+// and no api_request, as the CLI's do; the turn's own calls remain.
+func TestCLITelemetryStopped(t *testing.T) {
+	r := newReceiver(t)
+	cfg := telConfig(telEnv(r, clitel.ProtocolProtobuf))
+	cfg.InterruptAfter = 2 // both slow readers are in flight
+	_, expect := runSim(t, cfg, initLine, userLine("[[SCENARIO:stopped]] one"))
+	agentSpans, mainSpans := 0, 0
+	for _, s := range r.spans {
+		if s.Name == "claude_code.llm_request" {
+			if _, ok := attrs(s.Attributes)["agent_id"]; ok {
+				agentSpans++
+			} else {
+				mainSpans++
+			}
+		}
+	}
+	agentEvents := 0
+	for _, l := range r.logs {
+		if _, ok := attrs(l.Attributes)["agent_id"]; ok {
+			agentEvents++
+		}
+	}
+	if agentSpans != 0 || agentEvents != 0 || mainSpans == 0 {
+		t.Errorf("%d agent spans, %d agent events, %d main spans; want 0, 0, some", agentSpans, agentEvents, mainSpans)
+	}
+	if bytes.Contains(expect, []byte("cost_usd")) {
+		t.Errorf("ground truth has a cost without any call: %s", expect)
+	}
+}
+
+// TestCLITelemetryCBC: the cbc dialect emits the same telemetry (a demo
+// may join either), with its agentIds.
+func TestCLITelemetryCBC(t *testing.T) {
+	r := newReceiver(t)
+	cfg := telConfig(telEnv(r, clitel.ProtocolJSON))
+	cfg.Dialect = DialectCBC
+	out, _ := runSim(t, cfg, initLine, userLine("[[SCENARIO:completed]] one"))
+	n := 0
+	for _, s := range r.spans {
+		if id := attrs(s.Attributes)["agent_id"].GetStringValue(); id != "" {
+			n++
+			if !bytes.Contains(out, []byte(`"agentId":"`+id+`"`)) {
+				t.Errorf("agent_id %s is no agentId of the stream", id)
+			}
+		}
+	}
+	if n != 5 { // four agents, one with a tool call
+		t.Errorf("%d agent llm_request spans, want 5", n)
 	}
 }
