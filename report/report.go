@@ -1,6 +1,21 @@
 // Package report turns finalized runs into what people and scripts read: a
 // terminal waterfall per workflow run and the `replay --json` contract, one
-// JSON object per line.
+// JSON object per line (README, "replay --json").
+//
+// Cost: when the CLI's own telemetry was joined (run --join-cli-telemetry),
+// a run and an agent whose ingest.Cost is known gain, in JSON,
+//
+//	"cost_usd": 0.0123,                  the sum of the CLI's api_request cost_usd
+//	"tokens_by_type": {"input":N,"output":N,"cache_read":N,"cache_creation":N},
+//	"model_calls": N,                    api_request events counted in
+//	"models": [{"model":"claude-sonnet-4-5","cost_usd":0.0123,"tokens_by_type":{...}}]
+//
+// and the waterfall shows "$0.0123" on their lines. (The stream's own
+// "tokens", a total, keeps its name and meaning.) The main conversation's
+// calls, which no run owns, are summed per session in a "session" line,
+// {"kind":"session","session_id":…,"cost_usd":…,…}, before the stats line
+// (WriteJSONSessions) and under the waterfall. Without cost nothing of
+// this appears: the output is what it was.
 package report
 
 import (
@@ -9,9 +24,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
@@ -19,16 +36,110 @@ import (
 )
 
 // Collector is an ingest.Sink that keeps every finalized run, in order of
-// finalization.
+// finalization, and the cost of each session's main conversation.
 type Collector struct {
 	Runs []ingest.Run
+	main []sessionCost // in order of first call
 }
 
-// Observe keeps finalized runs.
+// MaxSessions bounds the sessions whose main conversation a Collector
+// sums; calls of further sessions are not counted (a wrapped CLI runs one).
+const MaxSessions = 1024
+
+type sessionCost struct {
+	id   string
+	cost ingest.Cost
+}
+
+// Observe keeps finalized runs and sums the main conversation's calls.
 func (c *Collector) Observe(l ingest.Lifecycle) {
-	if l.Kind == ingest.RunFinalized {
+	switch {
+	case l.Kind == ingest.RunFinalized:
 		c.Runs = append(c.Runs, l.Run.Clone())
+	case l.Kind == ingest.ModelCallSeen && l.Call != nil && l.Call.Scope == ingest.CallMain:
+		for i := range c.main {
+			if c.main[i].id == l.Call.SessionID {
+				c.main[i].cost.Add(l.Call.Usage, 1)
+				return
+			}
+		}
+		if len(c.main) < MaxSessions {
+			s := sessionCost{id: strings.Clone(l.Call.SessionID)}
+			s.cost.Add(ingest.ModelUsage{Model: strings.Clone(l.Call.Usage.Model), CostUSD: l.Call.Usage.CostUSD, Tokens: l.Call.Usage.Tokens}, 1)
+			c.main = append(c.main, s)
+		}
 	}
+}
+
+// Sessions returns the main conversation's cost of every session that had
+// one, in order of first call.
+func (c *Collector) Sessions() []Session {
+	out := make([]Session, 0, len(c.main))
+	for _, s := range c.main {
+		out = append(out, Session{Kind: "session", SessionID: s.id, Cost: CostOf(&s.cost)})
+	}
+	return out
+}
+
+// Session is the JSON form of a session's main conversation (kind
+// "session"): the calls no run owns.
+type Session struct {
+	Kind      string `json:"kind"` // "session"
+	SessionID string `json:"session_id"`
+	Cost
+}
+
+// Cost is the JSON form of an ingest.Cost, embedded in Workflow, Agent and
+// Session; every field is left out when no cost is known, and a cost_usd
+// that is not a finite number (JSON has none) is left out alone.
+type Cost struct {
+	CostUSD      *float64      `json:"cost_usd,omitempty"`
+	TokensByType *TokensByType `json:"tokens_by_type,omitempty"`
+	ModelCalls   int64         `json:"model_calls,omitempty"`
+	Models       []ModelCost   `json:"models,omitempty"`
+}
+
+// TokensByType is the JSON form of ingest.Tokens.
+type TokensByType struct {
+	Input         int64 `json:"input"`
+	Output        int64 `json:"output"`
+	CacheRead     int64 `json:"cache_read"`
+	CacheCreation int64 `json:"cache_creation"`
+}
+
+// ModelCost is one model's share of a Cost.
+type ModelCost struct {
+	Model        string       `json:"model"`
+	CostUSD      *float64     `json:"cost_usd,omitempty"`
+	TokensByType TokensByType `json:"tokens_by_type"`
+}
+
+// CostOf converts c; the zero Cost when c is not Known.
+func CostOf(c *ingest.Cost) Cost {
+	if !c.Known() {
+		return Cost{}
+	}
+	tok := tokensOf(c.Tokens)
+	out := Cost{CostUSD: finite(c.CostUSD), TokensByType: &tok, ModelCalls: c.Calls, Models: make([]ModelCost, 0, len(c.Models))}
+	for _, m := range c.Models {
+		out.Models = append(out.Models, ModelCost{Model: m.Model, CostUSD: finite(m.CostUSD), TokensByType: tokensOf(m.Tokens)})
+	}
+	return out
+}
+
+// finite is &v, nil when v is NaN or infinite: encoding/json refuses
+// those, and one bad value from the CLI's telemetry must not cost the
+// whole report.
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func tokensOf(t ingest.Tokens) TokensByType {
+	return TokensByType{Input: t[ingest.TokensInput], Output: t[ingest.TokensOutput],
+		CacheRead: t[ingest.TokensCacheRead], CacheCreation: t[ingest.TokensCacheCreation]}
 }
 
 // Workflow is the JSON form of a workflow run (kind "workflow"). Times are
@@ -51,6 +162,7 @@ type Workflow struct {
 	ToolUses      int64   `json:"tool_uses"`
 	Phases        []Phase `json:"phases"`
 	Agents        []Agent `json:"agents"`
+	Cost                  // what its agents' model calls cost (package doc)
 }
 
 // Phase is the JSON form of a phase: its agents' earliest start and latest end.
@@ -78,6 +190,7 @@ type Agent struct {
 	EndInferred bool   `json:"end_inferred,omitempty"`
 	Tokens      int64  `json:"tokens"`
 	Error       string `json:"error"`
+	Cost               // what its model calls cost (package doc)
 }
 
 // Task is the JSON form of a non-workflow background task (kind "task").
@@ -103,7 +216,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		Kind: "workflow", TaskID: r.TaskID, RunID: r.RunID, SessionID: r.SessionID,
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
-		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)),
+		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
 	}
 	for _, p := range r.Phases {
 		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})
@@ -112,7 +225,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		w.Agents = append(w.Agents, Agent{
 			Index: a.Index, AgentID: a.AgentID, Label: a.Label, PhaseIndex: a.PhaseIndex,
 			State: a.State.String(), Cached: a.Cached, Start: a.Start, End: a.End,
-			EndInferred: a.EndInferred, Tokens: a.Tokens, Error: a.Error,
+			EndInferred: a.EndInferred, Tokens: a.Tokens, Error: a.Error, Cost: CostOf(&a.Cost),
 		})
 	}
 	return w
@@ -145,6 +258,12 @@ func StatsOf(s *ingest.Stats) StatsLine {
 
 // WriteJSON writes one JSON object per run and the stats line.
 func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
+	return WriteJSONSessions(w, runs, nil, stats)
+}
+
+// WriteJSONSessions is WriteJSON with a "session" line per session
+// (Collector.Sessions) between the runs and the stats line.
+func WriteJSONSessions(w io.Writer, runs []ingest.Run, sessions []Session, stats *ingest.Stats) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	for i := range runs {
@@ -155,6 +274,11 @@ func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
 			v = TaskOf(&runs[i])
 		}
 		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	}
+	for _, s := range sessions {
+		if err := enc.Encode(s); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"unicode/utf8"
 
@@ -15,6 +16,9 @@ type WaterfallOptions struct {
 	// Width is the total line width in columns; 0 means 100. The bar gets
 	// what the name and figure columns leave.
 	Width int
+	// Sessions, if any, are printed after the runs: the main
+	// conversation's cost (Collector.Sessions).
+	Sessions []Session
 }
 
 const nameCols = 28
@@ -53,6 +57,11 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	if nw == 0 && nt == 0 {
 		b.WriteString("no workflow runs or tasks seen\n")
 	}
+	for _, s := range opts.Sessions {
+		if s.CostUSD != nil {
+			fmt.Fprintf(&b, "session %s: main conversation %s in %d model calls\n", cut(s.SessionID, 40), usdText(*s.CostUSD), s.ModelCalls)
+		}
+	}
 	if stats != nil {
 		s := StatsOf(stats)
 		fmt.Fprintf(&b, "stream: %d lines, %s", s.Lines, bytesText(s.Bytes))
@@ -74,7 +83,11 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if name == "" {
 		name = "(unnamed workflow)"
 	}
-	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  [task %s", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), wf.Tokens, wf.ToolUses, cut(r.TaskID, 40))
+	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  ", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), wf.Tokens, wf.ToolUses)
+	if wf.CostUSD != nil {
+		fmt.Fprintf(b, "%s  ", usdText(*wf.CostUSD))
+	}
+	fmt.Fprintf(b, "[task %s", cut(r.TaskID, 40))
 	if r.RunID != "" {
 		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))
 	}
@@ -112,6 +125,9 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 	line := fmt.Sprintf("    %-*s %s %8s  %-11s", nameCols-2, cut(fmt.Sprintf("#%d %s", a.Index, label), nameCols-2), ax.bar(a.Start, a.End, '█'), durtext.Millis(span(a.Start, a.End)), a.State)
 	if a.Tokens > 0 {
 		line += fmt.Sprintf(" %d tok", a.Tokens)
+	}
+	if c := CostOf(&a.Cost); c.CostUSD != nil {
+		line += " " + usdText(*c.CostUSD)
 	}
 	if a.EndInferred {
 		line += "  (no end given: the run's)"
@@ -188,4 +204,13 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// usdText is a cost as the waterfall prints it: four decimals, enough for
+// one cheap model call; an absurd one stays short.
+func usdText(usd float64) string {
+	if math.Abs(usd) >= 1e6 {
+		return fmt.Sprintf("$%.3g", usd)
+	}
+	return fmt.Sprintf("$%.4f", usd)
 }

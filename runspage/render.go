@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -103,6 +104,10 @@ type runView struct {
 	Error, Reason, Interrupt             string
 	Rows                                 []rowView
 	HiddenAgents, HiddenPhases           int
+	// Cost is the run's cost ("" unknown); HasCost adds the cost column,
+	// when the run or an agent has one.
+	Cost    string
+	HasCost bool
 }
 
 type rowView struct {
@@ -116,6 +121,7 @@ type rowView struct {
 	Tokens      int64
 	Error       string
 	EndInferred bool
+	Cost        string // "" unknown
 }
 
 // runOf lays out one run: its axis runs from its start to its end (an
@@ -150,6 +156,7 @@ func runOf(e *entry, nowMs int64) runView {
 	if r.InterruptLatencyMs > 0 {
 		rv.Interrupt = durtext.Millis(r.InterruptLatencyMs)
 	}
+	rv.Cost = costText(&r.Cost)
 	ax := axis{t0: t0, t1: t1}
 	shown := make([]bool, len(r.Agents))
 	for _, ph := range r.Phases {
@@ -169,7 +176,26 @@ func runOf(e *entry, nowMs int64) runView {
 			rv.Rows = append(rv.Rows, agentRow(&r.Agents[i], ax, t1, r.Finished))
 		}
 	}
+	rv.HasCost = rv.Cost != ""
+	for _, row := range rv.Rows {
+		rv.HasCost = rv.HasCost || row.Cost != ""
+	}
 	return rv
+}
+
+// costText is a known cost in dollars, "" when unknown: four decimals,
+// enough for one cheap model call; an absurd one (the CLI's telemetry is
+// input too) stays short.
+func costText(c *ingest.Cost) string {
+	switch {
+	case !c.Known():
+		return ""
+	case math.IsNaN(c.CostUSD) || math.IsInf(c.CostUSD, 0):
+		return "$?"
+	case math.Abs(c.CostUSD) >= 1e6:
+		return fmt.Sprintf("$%.3g", c.CostUSD)
+	}
+	return fmt.Sprintf("$%.4f", c.CostUSD)
 }
 
 func agentRow(a *ingest.Agent, ax axis, t1 int64, finished bool) rowView {
@@ -177,7 +203,7 @@ func agentRow(a *ingest.Agent, ax axis, t1 int64, finished bool) rowView {
 	if label == "" {
 		label = "agent"
 	}
-	row := rowView{Label: fmt.Sprintf("#%d %s", a.Index, label), Class: a.State.String(), State: a.State.String(), Tokens: a.Tokens, Error: clean(a.Error, 300), EndInferred: a.EndInferred}
+	row := rowView{Label: fmt.Sprintf("#%d %s", a.Index, label), Class: a.State.String(), State: a.State.String(), Tokens: a.Tokens, Error: clean(a.Error, 300), EndInferred: a.EndInferred, Cost: costText(&a.Cost)}
 	end := a.End
 	if end == 0 && a.State == ingest.AgentRunning && !finished {
 		end = t1 // still running: up to now

@@ -122,7 +122,7 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 		return
 	}
 	switch l.Kind {
-	case ingest.RunStarted, ingest.RunUpdated, ingest.RunFinished, ingest.RunFinalized, ingest.AgentStarted, ingest.AgentEnded:
+	case ingest.RunStarted, ingest.RunUpdated, ingest.RunFinished, ingest.RunFinalized, ingest.AgentStarted, ingest.AgentEnded, ingest.ModelCallSeen:
 	default:
 		return // violations and interrupts may name a run already gone
 	}
@@ -133,7 +133,7 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 		return
 	}
 	switch {
-	case e != nil && (l.Kind == ingest.AgentStarted || l.Kind == ingest.AgentEnded) && l.Agent != nil:
+	case e != nil && (l.Kind == ingest.AgentStarted || l.Kind == ingest.AgentEnded || l.Kind == ingest.ModelCallSeen) && l.Agent != nil:
 		e.agent(r, l.Agent)
 	case e != nil:
 		e.copyRun(r)
@@ -218,7 +218,7 @@ func keepRun(old, r *ingest.Run) ingest.Run {
 		Workflow: r.Workflow, Name: keep(old.Name, r.Name), Status: r.Status, Reason: keep(old.Reason, r.Reason),
 		Error: keep(old.Error, r.Error), FirstSeen: r.FirstSeen, StartedAt: r.StartedAt, LastSeen: r.LastSeen,
 		Start: r.Start, End: r.End, Usage: r.Usage, InterruptLatencyMs: r.InterruptLatencyMs,
-		Finished: r.Finished, Finalized: r.Finalized,
+		Finished: r.Finished, Finalized: r.Finalized, Cost: costTotal(&r.Cost),
 	}
 	n := min(len(r.Phases), MaxPhases)
 	c.Phases = make([]ingest.Phase, n)
@@ -244,8 +244,14 @@ func keepAgent(prev, a *ingest.Agent) ingest.Agent {
 	return ingest.Agent{
 		Index: a.Index, Label: keep(p.Label, a.Label), PhaseIndex: a.PhaseIndex, State: a.State, Cached: a.Cached,
 		Start: a.Start, End: a.End, EndInferred: a.EndInferred, DurationMs: a.DurationMs, Tokens: a.Tokens,
-		Error: keep(p.Error, a.Error),
+		Error: keep(p.Error, a.Error), Cost: costTotal(&a.Cost),
 	}
+}
+
+// costTotal is what the page shows of a cost: the totals, without the
+// per-model list, which is the Tracker's slice and would be shared.
+func costTotal(c *ingest.Cost) ingest.Cost {
+	return ingest.Cost{CostUSD: c.CostUSD, Tokens: c.Tokens, Calls: c.Calls}
 }
 
 // keep is s, as old when they are equal, else a copy.

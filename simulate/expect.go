@@ -65,6 +65,50 @@ type ExpectedRun struct {
 	// Agents lists every workflow_agent index ever seen, by index, in the
 	// state of its last row (late cbc flips after the notification included).
 	Agents []ExpectedAgent `json:"agents"`
+	// ExpectedCost sums the agents' (present only with the simulator's own
+	// log events on: Config.Getenv).
+	ExpectedCost
+}
+
+// ExpectedCost is what the api_request events of the simulator's own
+// telemetry add up to, in the shape of the report's cost fields (report
+// package doc): present only when some api_request was exported, so the
+// ground truth without telemetry stays what it was.
+type ExpectedCost struct {
+	// CostUSD sums cost_usd.
+	CostUSD *float64 `json:"cost_usd,omitempty"`
+	// TokensByType sums the calls' tokens by type.
+	TokensByType *ExpectedTokens `json:"tokens_by_type,omitempty"`
+	// ModelCalls counts the api_request events.
+	ModelCalls int64 `json:"model_calls,omitempty"`
+	// Models is the same per model (the simulator has one).
+	Models []ExpectedModel `json:"models,omitempty"`
+}
+
+// ExpectedTokens counts tokens by type.
+type ExpectedTokens struct {
+	Input         int64 `json:"input"`
+	Output        int64 `json:"output"`
+	CacheRead     int64 `json:"cache_read"`
+	CacheCreation int64 `json:"cache_creation"`
+}
+
+// ExpectedModel is one model's share of an ExpectedCost.
+type ExpectedModel struct {
+	Model        string         `json:"model"`
+	CostUSD      float64        `json:"cost_usd"`
+	TokensByType ExpectedTokens `json:"tokens_by_type"`
+}
+
+// expectedCost renders an accounting; the zero value (no call) stays empty.
+func expectedCost(c callCost) ExpectedCost {
+	if c.calls == 0 {
+		return ExpectedCost{}
+	}
+	usd := c.usd
+	tok := ExpectedTokens{Input: c.tok[0], Output: c.tok[1], CacheRead: c.tok[2], CacheCreation: c.tok[3]}
+	return ExpectedCost{CostUSD: &usd, TokensByType: &tok, ModelCalls: c.calls,
+		Models: []ExpectedModel{{Model: claudeModel, CostUSD: usd, TokensByType: tok}}}
 }
 
 // ExpectedPhase is one workflow phase of an ExpectedRun.
@@ -109,6 +153,9 @@ type ExpectedAgent struct {
 	Tokens int64 `json:"tokens"`
 	// Error is the last row's error, "" if none.
 	Error string `json:"error"`
+	// ExpectedCost is what the agent's api_request events said (only with
+	// the simulator's own log events on).
+	ExpectedCost
 }
 
 // MarshalJSON prints the kind-specific shape: tasks that are not workflows
@@ -134,6 +181,9 @@ func (r ExpectedRun) MarshalJSON() ([]byte, error) {
 		o = append(o, kv{"cli_duration_ms", r.CLIDurationMS})
 	}
 	o = append(o, obj{{"tokens", r.Tokens}, {"tool_uses", r.ToolUses}, {"phases", phases}, {"agents", agents}}...)
+	if c := r.ExpectedCost; c.CostUSD != nil {
+		o = append(o, obj{{"cost_usd", *c.CostUSD}, {"tokens_by_type", c.TokensByType}, {"model_calls", c.ModelCalls}, {"models", c.Models}}...)
+	}
 	return marshalOrdered(o)
 }
 
@@ -202,13 +252,21 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 		r.End = t.endTime
 	}
 	earliest := int64(0)
+	var spent callCost
 	for _, a := range t.agents {
 		if !a.visible {
 			continue
 		}
 		row := s.row(t, a)
 		ea := ExpectedAgent{Index: a.index, AgentID: row.stringOf("agentId"), Label: row.stringOf("label"),
-			Error: row.stringOf("error")}
+			Error: row.stringOf("error"), ExpectedCost: expectedCost(a.spent)}
+		if a.spent.calls > 0 {
+			spent.usd += a.spent.usd
+			for i, v := range a.spent.tok {
+				spent.tok[i] += v
+			}
+			spent.calls += a.spent.calls
+		}
 		pi, _ := row.int64Of("phaseIndex")
 		ea.PhaseIndex = int(pi)
 		ea.Tokens, _ = row.int64Of("tokens")
@@ -254,6 +312,7 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 	if r.Start != 0 && r.End != 0 {
 		r.DurationMS = r.End - r.Start
 	}
+	r.ExpectedCost = expectedCost(spent)
 	settleAgents(&r, t, s)
 	for i, title := range t.plan.phases {
 		ph := ExpectedPhase{Index: i + 1, Title: title}

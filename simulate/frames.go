@@ -3,11 +3,17 @@ package simulate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cbc-otel/cbc-otel/simulate/clitel"
 )
 
 // This file renders the lines that frame the task events: system/init,
 // assistant and user messages, results. Their shapes follow the corpus
 // recordings of each CLI, trimmed of fields no consumer reads.
+
+// ClaudeVersion is the Claude Code version the simulator pretends to be:
+// system/init's claude_code_version and its telemetry's service.version.
+const ClaudeVersion = "2.1.328"
 
 const (
 	claudeModel = "claude-sonnet-4-5"
@@ -23,7 +29,7 @@ func (s *session) emitInit() error {
 			{"session_id", s.sessionID},
 			{"tools", []string{"Task", "Bash", "Edit", "Read", "Write", "Workflow", "TaskStop"}},
 			{"mcp_servers", []string{}}, {"model", claudeModel}, {"permissionMode", "default"},
-			{"apiKeySource", "none"}, {"claude_code_version", "2.1.328"}, {"output_style", "default"},
+			{"apiKeySource", "none"}, {"claude_code_version", ClaudeVersion}, {"output_style", "default"},
 			{"uuid", s.ids.uuid()}})
 	}
 	if err := s.emit(obj{{"type", "system"}, {"subtype", "init"}, {"uuid", s.sessionID},
@@ -57,7 +63,11 @@ func (s *session) emitAssistant(content []obj, outTokens int) error {
 }
 
 func (s *session) emitAssistantText(text string) error {
-	return s.emitAssistant([]obj{{{"type", "text"}, {"text", text}}}, 20)
+	if err := s.emitAssistant([]obj{{{"type", "text"}, {"text", text}}}, 20); err != nil {
+		return err
+	}
+	s.tel.MainCall(s.clk.Now(), clitel.Tokens{100, 20}, "end_turn") // the line's usage
+	return nil
 }
 
 // emitNoise writes one large assistant message, if noise is on.
@@ -70,7 +80,11 @@ func (s *session) emitNoise() error {
 
 // emitToolUse writes the assistant's tool call that launches a task.
 func (s *session) emitToolUse(toolUseID, name string, input obj) error {
-	return s.emitAssistant([]obj{{{"type", "tool_use"}, {"id", toolUseID}, {"name", name}, {"input", input}}}, 1)
+	if err := s.emitAssistant([]obj{{{"type", "tool_use"}, {"id", toolUseID}, {"name", name}, {"input", input}}}, 1); err != nil {
+		return err
+	}
+	s.tel.MainCall(s.clk.Now(), clitel.Tokens{100, 1}, "tool_use")
+	return nil
 }
 
 // emitToolResult writes the tool result that acknowledges a launch.

@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/simulate/clitel"
 )
 
 // Dialects of the stream.
@@ -65,6 +67,15 @@ type Config struct {
 	InterruptAfter int
 	// Expect, if set, receives one ExpectedRun JSON line per task run.
 	Expect io.Writer
+	// Getenv, if set, is how the simulator reads its environment (os.Getenv
+	// in a real process): with Claude Code's telemetry switches set (see
+	// clitel.Parse) it exports the CLI's own spans and log events
+	// over OTLP/HTTP, never to stdout. Nil reads nothing: no telemetry, so
+	// that a test's or a parent's environment cannot switch it on.
+	Getenv func(string) string
+	// Stderr, if set, receives the telemetry's export errors, which never
+	// fail the session (the CLI's do not either).
+	Stderr io.Writer
 }
 
 // inbound is one parsed stdin line.
@@ -110,6 +121,10 @@ func Run(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 	if _, err := newPlan(cfg.Scenario, cfg.Agents); err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
+	tel, err := clitel.Parse(cfg.Getenv)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
 
 	done := make(chan struct{})
 	defer close(done)
@@ -126,6 +141,8 @@ func Run(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 		// [[scenario:complete]].
 		marker: regexp.MustCompile(`(?i)\[\[SCENARIO:([a-z0-9_-]+)\]\]`),
 	}
+	s.tel = clitel.New(tel, clitel.Options{Seed: cfg.Seed, SessionID: s.sessionID, Version: ClaudeVersion, Model: claudeModel, Errors: cfg.Stderr})
+	defer s.tel.Shutdown() // the CLI's flush at exit, bounded
 	return s.loop()
 }
 
@@ -251,6 +268,7 @@ type session struct {
 	ids       *ids
 	clk       *clock
 	sessionID string
+	tel       *clitel.Recorder // nil: no telemetry of its own
 	msgSeq    int
 	queue     []string // user messages waiting for their turn
 	marker    *regexp.Regexp
@@ -474,6 +492,7 @@ func (s *session) turn(content string) error {
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
+	s.tel.BeginTurn(began, content)
 	if err := s.emitInit(); err != nil {
 		return err
 	}
@@ -500,7 +519,11 @@ func (s *session) turn(content string) error {
 	if err := s.emitAssistantText(text); err != nil {
 		return err
 	}
-	return s.emitResult(text, s.clk.Now()-began)
+	if err := s.emitResult(text, s.clk.Now()-began); err != nil {
+		return err
+	}
+	s.tel.EndTurn(s.clk.Now())
+	return nil
 }
 
 // writeExpect writes the ground truth of this turn's tasks, abandoned ones

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/simulate/clitel"
 )
 
 // task is one background task of a turn: a workflow or a side task.
@@ -23,6 +25,8 @@ type task struct {
 	lastUsage *usage   // usage of the last task_progress
 	notifUse  *usage   // usage of the notification, if it had one
 	progressN int      // task_progress frames emitted, for noise pacing
+
+	wf *clitel.Workflow // its Workflow tool call in the CLI's own telemetry, nil without
 }
 
 // agent is one sub-agent row. Its fields are what the rows printed so far
@@ -43,6 +47,10 @@ type agent struct {
 	byStop    bool // flipped to error by a stop
 
 	endAt, toolAt time.Duration // scheduled, in the group's scripted time
+
+	// The CLI's own telemetry (agentCall).
+	callFrom int64    // when its model call in progress began
+	spent    callCost // what its api_request events said
 }
 
 func (a *agent) terminal() bool {
@@ -217,6 +225,7 @@ func (s *session) startWorkflow(p *plan) (*task, error) {
 	if err := s.emit(s.taskTail(o)); err != nil {
 		return nil, err
 	}
+	t.wf = s.tel.WorkflowLaunched(t.id, t.toolUseID, t.start)
 	if err := s.emitToolResult(t.toolUseID, "Workflow launched in background. Task ID: "+t.id+"\nSummary: "+t.description); err != nil {
 		return nil, err
 	}
@@ -270,6 +279,7 @@ func (s *session) runGroup(t *task, g int) (bool, error) {
 				a.queuedAt = now
 			}
 			a.visible, a.started, a.state, a.startedAt, a.progress = true, true, "start", now, now
+			a.callFrom = now
 			a.endAt = local + s.ids.jitter(a.ap.dur)
 			if a.ap.slow {
 				a.endAt = local + a.ap.dur // the stall window stays exact
@@ -309,6 +319,7 @@ func (s *session) runGroup(t *task, g int) (bool, error) {
 		next.progress = now
 		if isTool {
 			next.toolFired = true
+			s.agentCall(t, next, now, false)
 			if err := s.emitProgressTick(t, next); err != nil {
 				return false, err
 			}
@@ -320,6 +331,7 @@ func (s *session) runGroup(t *task, g int) (bool, error) {
 			next.state, next.errMsg = "error", next.ap.errMsg
 		}
 		running = slices.DeleteFunc(running, func(a *agent) bool { return a == next })
+		s.agentCall(t, next, now, true)
 		if err := s.emitProgress(t, next); err != nil {
 			return false, err
 		}
@@ -554,4 +566,60 @@ func (s *session) stopWorkflow(t *task) error {
 		}
 	}
 	return nil
+}
+
+// callCost is what an agent's api_request events added up to: the
+// simulator's own accounting of cost, written to ExpectedAgent.
+type callCost struct {
+	usd   float64
+	tok   clitel.Tokens
+	calls int64
+}
+
+// agentCall records agent a's model call that ended at now in the CLI's
+// own telemetry: the first of two at its tool tick, else its last at its
+// end (one call, and one more after its tool calls came back). The
+// agent's tokens are split over its calls so that they add up to its
+// row's; an agent that ends in error has its last call rejected. A call
+// cut short by a stop is never recorded: the CLI leaves no span for it.
+func (s *session) agentCall(t *task, a *agent, now int64, last bool) {
+	if s.tel == nil {
+		return
+	}
+	n := int64(1)
+	if a.ap.tools > 0 {
+		n = 2
+	}
+	share := a.ap.tokens / n
+	if last {
+		share = a.ap.tokens - share*(n-1)
+	}
+	var tok clitel.Tokens
+	stop, errMsg := "end_turn", ""
+	switch {
+	case !last:
+		stop = "tool_use"
+	case a.ap.errMsg != "":
+		stop, errMsg = "", a.ap.errMsg
+	}
+	if errMsg == "" {
+		// Output a quarter; the first call writes the prompt cache, later
+		// ones read it; the rest is plain input.
+		tok[1] = share / 4
+		if !last || n == 1 {
+			tok[3] = share / 8
+		} else {
+			tok[2] = share / 2
+		}
+		tok[0] = share - tok[1] - tok[2] - tok[3]
+	}
+	usd, ok := s.tel.AgentCall(t.wf, a.id, a.callFrom, now, tok, stop, errMsg)
+	a.callFrom = now
+	if ok {
+		a.spent.usd += usd
+		for i, v := range tok {
+			a.spent.tok[i] += v
+		}
+		a.spent.calls++
+	}
 }
