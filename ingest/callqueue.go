@@ -22,7 +22,7 @@ type callQueue struct {
 	// streamDone is closed when Consume has processed the whole stream
 	// and waits for EndCalls only.
 	streamDone chan struct{}
-	dropped atomic.Int64
+	dropped    atomic.Int64
 }
 
 func newCallQueue() *callQueue {

@@ -227,4 +227,3 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 		}
 	}
 }
-

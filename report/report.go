@@ -291,14 +291,14 @@ func WriteJSONSessions(w io.Writer, runs []ingest.Run, sessions []Session, stats
 
 // WriteJSONFile writes WriteJSON's output to path atomically (a temporary
 // file renamed into place), so a reader never sees half a summary.
-func WriteJSONFile(path string, runs []ingest.Run, stats *ingest.Stats) error {
+func WriteJSONFile(path string, runs []ingest.Run, sessions []Session, stats *ingest.Stats) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("summary file: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename this fails harmlessly
 	w := bufio.NewWriter(tmp)
-	if err := WriteJSON(w, runs, stats); err != nil {
+	if err := WriteJSONSessions(w, runs, sessions, stats); err != nil {
 		tmp.Close()
 		return fmt.Errorf("summary file: %w", err)
 	}

@@ -191,7 +191,7 @@ func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry,
 		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.stats.Lines(tap.SourceStdout), out.stats.Events())
 		return exitOK
 	}
-	if err := writeRuns(sio.out, cfg.json, cfg.width, out.runs, out.stats); err != nil {
+	if err := writeRuns(sio.out, cfg.json, cfg.width, out.runs, out.sessions, out.stats); err != nil {
 		return fail(sio.err, "demo", exitFailure, err)
 	}
 	if a := tel.metrics.listenAddr(); cfg.hold && a != nil {

@@ -81,7 +81,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		}
 	}
 	tel.shutdown(ctx)
-	if err := writeRuns(sio.out, cfg.json, cfg.width, col.Runs, tel.stats); err != nil {
+	if err := writeRuns(sio.out, cfg.json, cfg.width, col.Runs, col.Sessions(), tel.stats); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	// The runs are printed either way: the replay itself went fine.
@@ -92,11 +92,11 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 }
 
 // writeRuns prints runs as the replay --json lines or as a waterfall.
-func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, st *ingest.Stats) error {
+func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, sessions []report.Session, st *ingest.Stats) error {
 	if asJSON {
-		return report.WriteJSON(w, runs, st)
+		return report.WriteJSONSessions(w, runs, sessions, st)
 	}
-	return report.WriteWaterfall(w, runs, st, report.WaterfallOptions{Width: width})
+	return report.WriteWaterfall(w, runs, st, report.WaterfallOptions{Width: width, Sessions: sessions})
 }
 
 // replayFile feeds the recording name ("-": stdin) to p and closes p.

@@ -164,10 +164,11 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 // outcome is what a run ended with: the exit code, the supervisor's
 // error if any and, when the config asked to collect them, the runs seen.
 type outcome struct {
-	code  int
-	err   error
-	runs  []ingest.Run
-	stats *ingest.Stats
+	code     int
+	err      error
+	runs     []ingest.Run
+	sessions []report.Session // the main conversation's cost (--join-cli-telemetry)
+	stats    *ingest.Stats
 }
 
 // exec runs cfg.command under the supervisor with telemetry and spooling
@@ -338,7 +339,7 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	select {
 	case <-c.consumed:
 		if c.tel != nil {
-			return outcome{runs: c.runs.Runs, stats: c.tel.stats}
+			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
 		}
 	case <-wctx.Done():
 		log.Warn("telemetry consumer did not finish; exiting without it", "waited", wait)
@@ -365,12 +366,12 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 		return
 	}
 	if cfg.summary {
-		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{}); err != nil {
+		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions()}); err != nil {
 			log.Error("writing the summary", "err", err)
 		}
 	}
 	if cfg.summaryFile != "" {
-		if err := report.WriteJSONFile(cfg.summaryFile, c.runs.Runs, c.tel.stats); err != nil {
+		if err := report.WriteJSONFile(cfg.summaryFile, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
 			log.Error("writing the summary file", "err", err)
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +27,9 @@ flags:
 // protocol and runs scripted workflows (see package simulate).
 func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	fs := newFlagSet("simulate", simulateUsage, sio.err)
-	var cfg simulate.Config
+	// The CLI's own telemetry, when its environment switches it on
+	// (demo --join-cli-telemetry), as Claude Code does.
+	cfg := simulate.Config{Getenv: os.Getenv, Stderr: sio.err}
 	var record, expect string
 	fs.StringVar(&cfg.Scenario, "scenario", simulate.ScenarioCompleted,
 		"scenario of every turn unless a user message says [[SCENARIO:name]]: "+strings.Join(simulate.Scenarios(), ", "))
@@ -41,7 +42,7 @@ func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	fs.IntVar(&cfg.InterruptAfter, "interrupt-after", 0, "test aid: interrupt itself after the Nth agent start (0 = never)")
 	fs.StringVar(&record, "record", "", "also write every stdout byte to this file")
 	fs.StringVar(&expect, "expect", "", "write the ground truth, one JSON line per task run, to this file")
-	ignoreCLIFlags(fs)
+	simulate.IgnoreCLIFlags(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -49,7 +50,7 @@ func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 		fmt.Fprintf(sio.err, "cbc-otel simulate: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	if err := validateSimulate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(sio.err, "cbc-otel simulate: %v\n", err)
 		return exitUsage
 	}
@@ -94,46 +95,5 @@ func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	default:
 		fmt.Fprintf(sio.err, "cbc-otel simulate: %v\n", err)
 		return exitFailure
-	}
-}
-
-// validateSimulate rejects flag values Run would refuse, so that they are
-// usage errors rather than runtime failures.
-func validateSimulate(cfg simulate.Config) error {
-	if cfg.Dialect != simulate.DialectCBC && cfg.Dialect != simulate.DialectClaude {
-		return fmt.Errorf("--dialect must be cbc or claude, not %q", cfg.Dialect)
-	}
-	known := false
-	for _, s := range simulate.Scenarios() {
-		known = known || s == cfg.Scenario
-	}
-	if !known {
-		return fmt.Errorf("--scenario must be one of %s, not %q", strings.Join(simulate.Scenarios(), ", "), cfg.Scenario)
-	}
-	if cfg.Speed < 0 {
-		return fmt.Errorf("--speed must not be negative")
-	}
-	if cfg.Agents < 3 {
-		return fmt.Errorf("--agents must be at least 3")
-	}
-	if cfg.Noise < 0 || cfg.InterruptAfter < 0 {
-		return fmt.Errorf("--noise and --interrupt-after must not be negative")
-	}
-	return nil
-}
-
-// ignoreCLIFlags accepts, and ignores, the flags the agent SDKs pass to the
-// CLI they start (Claude Agent SDK: --output-format stream-json --verbose
-// --input-format stream-json ...; CodeBuddy: --setting-sources ...), so that
-// an SDK can start the simulator as its CLI with no script in between.
-func ignoreCLIFlags(fs *flag.FlagSet) {
-	const note = "accepted for CLI compatibility and ignored"
-	for _, name := range []string{"p", "print", "verbose", "include-partial-messages", "continue", "dangerously-skip-permissions"} {
-		fs.Bool(name, false, note)
-	}
-	for _, name := range []string{"input-format", "output-format", "setting-sources", "model", "fallback-model", "permission-mode",
-		"allowedTools", "allowed-tools", "disallowedTools", "disallowed-tools", "max-turns", "resume", "session-id",
-		"append-system-prompt", "system-prompt", "mcp-config", "permission-prompt-tool", "add-dir", "settings"} {
-		fs.String(name, "", note)
 	}
 }
