@@ -34,10 +34,14 @@ type heldCall struct {
 }
 
 // callIndex is the Tracker's state for attribution; its zero value is off.
+// Agents are found by id (the latest agent of that id) and by the
+// tool_use_id of their run and their id: agentIds are content-addressed,
+// so a workflow run twice reuses them, and a call that names its Workflow
+// call (ModelCall.ToolUseID) goes to that run's agent only.
 type callIndex struct {
 	on        bool
-	open      map[string]agentRef
-	late      map[string]lateRef
+	open      map[string]agentRef // by agent id, and by tool_use_id + "\x00" + agent id
+	late      map[string]lateRef  // likewise, for finalized runs
 	lateOrder []string
 	held      []heldCall
 }
@@ -48,6 +52,8 @@ func (x *callIndex) init() {
 	x.late = make(map[string]lateRef)
 }
 
+func toolKey(tool, agent string) string { return tool + "\x00" + agent }
+
 // indexAgent makes a's agent id attributable and hands it the calls that
 // were waiting for it. A cached agent keeps the agentId of the run that
 // computed it and makes no calls: it never takes the id over.
@@ -56,7 +62,8 @@ func (t *Tracker) indexAgent(r *Run, a *Agent) {
 	if !x.on || a.AgentID == "" || a.State == AgentCached {
 		return
 	}
-	if ref, ok := x.open[a.AgentID]; ok && ref.run == r && ref.index == a.Index {
+	tk := toolKey(r.ToolUseID, a.AgentID)
+	if ref, ok := x.open[tk]; ok && ref.run == r && ref.index == a.Index && x.open[a.AgentID] == ref {
 		return
 	}
 	if len(x.open) >= maxIndexAgents {
@@ -64,12 +71,13 @@ func (t *Tracker) indexAgent(r *Run, a *Agent) {
 		return
 	}
 	x.open[a.AgentID] = agentRef{run: r, index: a.Index}
+	x.open[tk] = agentRef{run: r, index: a.Index}
 	if len(x.held) == 0 {
 		return
 	}
 	n := 0
 	for _, h := range x.held {
-		if h.call.AgentID == a.AgentID {
+		if h.call.AgentID == a.AgentID && (h.call.ToolUseID == "" || h.call.ToolUseID == r.ToolUseID) {
 			t.attribute(h.call)
 			continue
 		}
@@ -89,15 +97,22 @@ func (t *Tracker) unindexRun(r *Run) {
 	}
 	for i := range r.Agents {
 		a := &r.Agents[i]
-		if ref, ok := x.open[a.AgentID]; !ok || ref.run != r {
+		tk := toolKey(r.ToolUseID, a.AgentID)
+		if ref, ok := x.open[tk]; !ok || ref.run != r {
 			continue
 		}
-		delete(x.open, a.AgentID)
-		if _, ok := x.late[a.AgentID]; !ok {
-			x.lateOrder = append(x.lateOrder, a.AgentID)
+		delete(x.open, tk)
+		if ref := x.open[a.AgentID]; ref.run == r {
+			delete(x.open, a.AgentID)
 		}
-		x.late[a.AgentID] = lateRef{workflow: r.Name, task: r.TaskID, run: r.RunID, index: a.Index}
-		if len(x.lateOrder) > maxLateAgents {
+		late := lateRef{workflow: r.Name, task: r.TaskID, run: r.RunID, index: a.Index}
+		for _, k := range []string{tk, a.AgentID} {
+			if _, ok := x.late[k]; !ok {
+				x.lateOrder = append(x.lateOrder, k)
+			}
+			x.late[k] = late
+		}
+		for len(x.lateOrder) > 2*maxLateAgents {
 			delete(x.late, x.lateOrder[0])
 			x.lateOrder = x.lateOrder[1:]
 		}
@@ -138,7 +153,11 @@ func (t *Tracker) attribute(c ModelCall) bool {
 	if !x.on {
 		return false
 	}
-	if ref, ok := x.open[c.AgentID]; ok {
+	key := c.AgentID
+	if c.ToolUseID != "" {
+		key = toolKey(c.ToolUseID, c.AgentID)
+	}
+	if ref, ok := x.open[key]; ok {
 		r := ref.run
 		c.Scope, c.Workflow, c.TaskID, c.RunID, c.AgentIndex = CallWorkflow, r.Name, r.TaskID, r.RunID, ref.index
 		a := r.agent(ref.index)
@@ -155,7 +174,7 @@ func (t *Tracker) attribute(c ModelCall) bool {
 		t.emit(Lifecycle{Kind: ModelCallSeen, Run: r, Agent: a, Call: &c})
 		return true
 	}
-	if ref, ok := x.late[c.AgentID]; ok {
+	if ref, ok := x.late[key]; ok {
 		// The run's spans and report are final: the call counts for its
 		// workflow's totals only.
 		t.stats.lateCalls.Add(1)

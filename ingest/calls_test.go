@@ -227,3 +227,31 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 		}
 	}
 }
+
+// TestCallsOfRunsSharingAgentIDs: agentIds are content-addressed, so a
+// workflow run twice reuses them. A call naming its Workflow call goes to
+// that run's agent, even after the next run named the same id; a call that
+// names none goes to the latest.
+func TestCallsOfRunsSharingAgentIDs(t *testing.T) {
+	r := attributedRig(t)
+	running := func(id string) jobj { return agentRow(1, "start", "agentId", id, "startedAt", T0+10) }
+	r.at(T0, lnStarted("w1", "r1", "local_workflow", "review")) // tool_use_id toolu-w1
+	r.at(T0+1, lnProgress("w1", running("A1")))
+	r.at(T0+2, lnStarted("w2", "r2", "local_workflow", "review"))
+	r.at(T0+3, lnProgress("w2", running("A1")))
+	first := call("A1", 0.01, 1, 1)
+	first.ToolUseID = "toolu-w1"
+	r.tr.HandleCall(first, T0+4)
+	r.tr.HandleCall(call("A1", 0.02, 1, 1), T0+5)
+	unknownRun := call("A1", 0.04, 1, 1)
+	unknownRun.ToolUseID = "toolu-w9" // a run the stream has not started yet: held
+	r.tr.HandleCall(unknownRun, T0+6)
+	got := calls(r.rec)
+	if len(got) != 2 || got[0].TaskID != "w1" || got[1].TaskID != "w2" {
+		t.Fatalf("calls went to %+v; want w1 (named by its Workflow call), then w2 (the latest)", got)
+	}
+	r.tr.Close(T0 + 7)
+	if got := calls(r.rec); len(got) != 3 || got[2].Scope != ingest.CallUnmatched {
+		t.Errorf("the call of an unknown run: %+v", got[len(got)-1])
+	}
+}

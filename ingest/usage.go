@@ -123,7 +123,11 @@ func CallScopes() []CallScope { return []CallScope{CallMain, CallWorkflow, CallU
 // ModelCall is one model call the CLI reported in its own telemetry (Claude
 // Code's api_request log event). The Tracker fills in the attribution.
 type ModelCall struct {
-	AgentID    string // the CLI's agent_id; empty in the main conversation
+	AgentID string // the CLI's agent_id; empty in the main conversation
+	// ToolUseID is the tool_use_id of the Workflow call the call ran
+	// under, when known. agentIds are content-addressed, so a workflow run
+	// twice reuses them: this tells the runs apart.
+	ToolUseID  string
 	SessionID  string
 	Usage      ModelUsage
 	DurationMs int64

@@ -118,6 +118,7 @@ type heldSpan struct {
 	scopeURL string
 	span     *tracepb.Span
 	agent    string
+	tool     string // the tool_use_id its parent span carried; "" if unknown
 	deadline time.Time
 }
 
@@ -128,12 +129,31 @@ type Joiner struct {
 	opts  Options
 	stats Stats
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// agents maps an agent id to its latest agent; byTool maps the
+	// tool_use_id of a run and an agent id to that run's agent. agentIds are
+	// content-addressed: a workflow run twice reuses them, and only the
+	// launching Workflow call tells the runs apart.
 	agents     map[string]agentKey
-	agentOrder []string
-	launchers  map[string]trace.SpanContext
-	launchOrd  []string
-	held       []heldSpan
+	byTool     map[string]agentKey
+	agentOrder [][2]string
+	// execs maps the span id of a Workflow tool (and tool.execution) span
+	// to its tool_use_id: a sub-agent's spans and events hang off it.
+	execs     map[string]string
+	execOrd   []string
+	launchers map[string]trace.SpanContext
+	launchOrd []string
+	held      []heldSpan
+	// calls are model calls of sub-agents whose active span (their
+	// Workflow call's execution) has not been seen yet: the CLI's traces
+	// and logs are exported apart, in either order.
+	calls []heldCall
+}
+
+type heldCall struct {
+	call     ingest.ModelCall
+	span     string
+	deadline time.Time
 }
 
 var _ ingest.Sink = (*Joiner)(nil)
@@ -146,6 +166,8 @@ func New(opts Options) *Joiner {
 	return &Joiner{
 		opts:      opts,
 		agents:    make(map[string]agentKey),
+		byTool:    make(map[string]agentKey),
+		execs:     make(map[string]string),
 		launchers: make(map[string]trace.SpanContext),
 	}
 }
@@ -177,24 +199,30 @@ func (j *Joiner) Observe(l ingest.Lifecycle) {
 		return
 	}
 	k := agentKey{task: l.Run.TaskID, run: l.Run.RunID, index: a.Index}
+	tk := l.Run.ToolUseID + "\x00" + a.AgentID
 	j.mu.Lock()
-	if old, ok := j.agents[a.AgentID]; ok && old == k {
+	if old, ok := j.byTool[tk]; ok && old == k && j.agents[a.AgentID] == k {
 		j.mu.Unlock()
 		return
 	}
-	if _, ok := j.agents[a.AgentID]; !ok {
-		j.agentOrder = append(j.agentOrder, a.AgentID)
+	if _, ok := j.byTool[tk]; !ok {
+		j.agentOrder = append(j.agentOrder, [2]string{a.AgentID, tk})
 		if len(j.agentOrder) > maxAgents {
-			delete(j.agents, j.agentOrder[0])
+			old := j.agentOrder[0]
+			if j.agents[old[0]] == j.byTool[old[1]] {
+				delete(j.agents, old[0])
+			}
+			delete(j.byTool, old[1])
 			j.agentOrder = j.agentOrder[1:]
 		}
 	}
 	j.agents[a.AgentID] = k
+	j.byTool[tk] = k
 	var ready []heldSpan
 	if len(j.held) > 0 {
 		n := 0
 		for _, h := range j.held {
-			if h.agent == a.AgentID {
+			if h.agent == a.AgentID && (h.tool == "" || h.tool == l.Run.ToolUseID) {
 				ready = append(ready, h)
 				continue
 			}
@@ -224,6 +252,7 @@ func (j *Joiner) Launcher(toolUseID string) (trace.SpanContext, bool) {
 func (j *Joiner) Traces(_ context.Context, req *coltracepb.ExportTraceServiceRequest) {
 	now := j.opts.Now()
 	out := make([]*tracepb.ResourceSpans, 0, len(req.GetResourceSpans()))
+	var ready []ingest.ModelCall
 	j.mu.Lock()
 	for _, rs := range req.GetResourceSpans() {
 		kept := &tracepb.ResourceSpans{Resource: rs.GetResource(), SchemaUrl: rs.GetSchemaUrl()}
@@ -231,7 +260,7 @@ func (j *Joiner) Traces(_ context.Context, req *coltracepb.ExportTraceServiceReq
 			ks := &tracepb.ScopeSpans{Scope: ss.GetScope(), SchemaUrl: ss.GetSchemaUrl()}
 			for _, sp := range ss.GetSpans() {
 				j.stats.Spans.Add(1)
-				if j.place(sp, rs, ss, now) {
+				if j.place(sp, rs, ss, now, &ready) {
 					ks.Spans = append(ks.Spans, sp)
 				}
 			}
@@ -244,6 +273,7 @@ func (j *Joiner) Traces(_ context.Context, req *coltracepb.ExportTraceServiceReq
 		}
 	}
 	j.mu.Unlock()
+	j.submit(ready)
 	if len(out) > 0 && j.opts.Spans != nil {
 		j.opts.Spans(out)
 	}
@@ -251,10 +281,12 @@ func (j *Joiner) Traces(_ context.Context, req *coltracepb.ExportTraceServiceReq
 
 // place decides one span under j.mu: re-parented or left alone (true: send
 // it now), or held (false).
-func (j *Joiner) place(sp *tracepb.Span, rs *tracepb.ResourceSpans, ss *tracepb.ScopeSpans, now time.Time) bool {
+func (j *Joiner) place(sp *tracepb.Span, rs *tracepb.ResourceSpans, ss *tracepb.ScopeSpans, now time.Time, ready *[]ingest.ModelCall) bool {
 	attrs := sp.GetAttributes()
-	if sp.GetName() == spanTool && str(attrs, keyToolName) == toolWorkflow {
-		if id := str(attrs, keyToolUseID); id != "" {
+	if id := str(attrs, keyToolUseID); id != "" {
+		j.rememberExec(sp.GetSpanId(), id)
+		*ready = j.releaseCalls(string(sp.GetSpanId()), id, *ready)
+		if sp.GetName() == spanTool && str(attrs, keyToolName) == toolWorkflow {
 			j.rememberLauncher(id, sp)
 		}
 	}
@@ -262,7 +294,8 @@ func (j *Joiner) place(sp *tracepb.Span, rs *tracepb.ResourceSpans, ss *tracepb.
 	if agent == "" {
 		return true // the main conversation, or nested below an agent's span
 	}
-	if k, ok := j.agents[agent]; ok {
+	tool := j.execs[string(sp.GetParentSpanId())]
+	if k, ok := j.agent(agent, tool); ok {
 		j.reparent(sp, k)
 		return true
 	}
@@ -275,8 +308,77 @@ func (j *Joiner) place(sp *tracepb.Span, rs *tracepb.ResourceSpans, ss *tracepb.
 		return true
 	}
 	j.held = append(j.held, heldSpan{res: rs.GetResource(), resURL: rs.GetSchemaUrl(), scope: ss.GetScope(),
-		scopeURL: ss.GetSchemaUrl(), span: sp, agent: agent, deadline: now.Add(j.opts.Hold)})
+		scopeURL: ss.GetSchemaUrl(), span: sp, agent: agent, tool: tool, deadline: now.Add(j.opts.Hold)})
 	return false
+}
+
+// agent finds the agent of id in the run its Workflow call tool launched;
+// with tool unknown, the latest agent of that id. Under j.mu.
+func (j *Joiner) agent(id, tool string) (agentKey, bool) {
+	if tool != "" {
+		k, ok := j.byTool[tool+"\x00"+id]
+		return k, ok
+	}
+	k, ok := j.agents[id]
+	return k, ok
+}
+
+// rememberExec records that span id carries tool_use_id tool. Under j.mu.
+func (j *Joiner) rememberExec(id []byte, tool string) {
+	if _, ok := j.execs[string(id)]; ok {
+		return
+	}
+	j.execOrd = append(j.execOrd, string(id))
+	if len(j.execOrd) > maxLaunchers {
+		delete(j.execs, j.execOrd[0])
+		j.execOrd = j.execOrd[1:]
+	}
+	j.execs[string(id)] = tool
+}
+
+// releaseCalls appends to out the held calls that waited for span, now
+// known to run under Workflow call tool. Under j.mu.
+func (j *Joiner) releaseCalls(span, tool string, out []ingest.ModelCall) []ingest.ModelCall {
+	if len(j.calls) == 0 {
+		return out
+	}
+	n := 0
+	for _, h := range j.calls {
+		if h.span == span {
+			h.call.ToolUseID = tool
+			out = append(out, h.call)
+			continue
+		}
+		j.calls[n] = h
+		n++
+	}
+	clear(j.calls[n:])
+	j.calls = j.calls[:n]
+	return out
+}
+
+// call hands c to the pipeline once it knows which Workflow call c ran
+// under: at once when span (its active span) is known or none, else when
+// that span arrives or the hold ends.
+func (j *Joiner) call(c ingest.ModelCall, span []byte, now time.Time) {
+	j.mu.Lock()
+	tool, known := j.execs[string(span)]
+	if known || c.AgentID == "" || len(span) == 0 || j.opts.Hold <= 0 || len(j.calls) >= maxHeld {
+		j.mu.Unlock()
+		c.ToolUseID = tool
+		j.submit([]ingest.ModelCall{c})
+		return
+	}
+	j.calls = append(j.calls, heldCall{call: c, span: string(span), deadline: now.Add(j.opts.Hold)})
+	j.mu.Unlock()
+}
+
+func (j *Joiner) submit(cs []ingest.ModelCall) {
+	for _, c := range cs {
+		if j.opts.Submit == nil || !j.opts.Submit(c) {
+			j.stats.CallsLost.Add(1)
+		}
+	}
 }
 
 func (j *Joiner) rememberLauncher(id string, sp *tracepb.Span) {
@@ -337,7 +439,20 @@ func (j *Joiner) Expire(now time.Time, all bool) {
 	}
 	clear(j.held[n:])
 	j.held = j.held[:n]
+	var calls []ingest.ModelCall
+	n = 0
+	for _, h := range j.calls {
+		if all || !now.Before(h.deadline) {
+			calls = append(calls, h.call) // its run unknown: the Tracker takes the latest agent of its id
+			continue
+		}
+		j.calls[n] = h
+		n++
+	}
+	clear(j.calls[n:])
+	j.calls = j.calls[:n]
 	j.mu.Unlock()
+	j.submit(calls)
 	if len(due) > 0 {
 		j.stats.Unmatched.Add(int64(len(due)))
 		j.forwardHeld(due, false)
@@ -367,7 +482,7 @@ func (j *Joiner) forwardHeld(hs []heldSpan, matched bool) {
 	for _, h := range hs {
 		if matched {
 			j.mu.Lock()
-			k, ok := j.agents[h.agent]
+			k, ok := j.agent(h.agent, h.tool)
 			j.mu.Unlock()
 			if ok {
 				j.reparent(h.span, k)

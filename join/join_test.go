@@ -246,3 +246,33 @@ func TestModelCalls(t *testing.T) {
 		t.Errorf("log records = %d", got)
 	}
 }
+
+// TestRunsSharingAgentIDs: spans and events of an agent id two runs share
+// go to the run whose Workflow call they hang off, in whatever order the
+// CLI's trace and log exporters deliver them.
+func TestRunsSharingAgentIDs(t *testing.T) {
+	now := time.Unix(0, 0)
+	j, out := newJoiner(time.Minute, &now)
+	for i, tool := range []string{"toolu_1", "toolu_2"} {
+		r := &ingest.Run{TaskID: "w" + tool, RunID: "r", ToolUseID: tool, Workflow: true}
+		j.Observe(ingest.Lifecycle{Kind: ingest.AgentStarted, Run: r, Agent: &ingest.Agent{Index: i + 1, AgentID: "A1", State: ingest.AgentRunning}})
+	}
+	exec1 := []byte{0xe1, 0, 0, 0, 0, 0, 0, 0}
+	// The event first: its Workflow call's span is not known yet.
+	rec := &logspb.LogRecord{SpanId: exec1, Attributes: append(kvs("event.name", "api_request", "agent_id", "A1"), dbl("cost_usd", 1))}
+	j.Logs(context.Background(), &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{rec}}}}}})
+	if len(out.calls) != 0 {
+		t.Fatalf("call handed over before its run was known: %+v", out.calls)
+	}
+	j.Traces(context.Background(), request(
+		&tracepb.Span{Name: "claude_code.tool.execution", TraceId: traceT, SpanId: exec1, Attributes: kvs("tool_use_id", "toolu_1")},
+		span("llm", 1, traceT, exec1, "agent_id", "A1"),
+	))
+	if len(out.calls) != 1 || out.calls[0].ToolUseID != "toolu_1" {
+		t.Fatalf("calls = %+v, want one of toolu_1", out.calls)
+	}
+	if p := out.byName("llm").GetParentSpanId(); p[7] != 1 {
+		t.Errorf("span under agent %d, want the first run's (index 1)", p[7])
+	}
+}

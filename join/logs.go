@@ -33,6 +33,7 @@ const (
 // Logs hands every api_request event to the pipeline as a model call, then
 // forwards the request.
 func (j *Joiner) Logs(_ context.Context, req *collogspb.ExportLogsServiceRequest) {
+	now := j.opts.Now()
 	for _, rl := range req.GetResourceLogs() {
 		for _, sl := range rl.GetScopeLogs() {
 			for _, lr := range sl.GetLogRecords() {
@@ -42,9 +43,9 @@ func (j *Joiner) Logs(_ context.Context, req *collogspb.ExportLogsServiceRequest
 					continue
 				}
 				j.stats.ModelCalls.Add(1)
-				if j.opts.Submit == nil || !j.opts.Submit(c) {
-					j.stats.CallsLost.Add(1)
-				}
+				// The event's active span is the Workflow call's
+				// execution: it names the run.
+				j.call(c, lr.GetSpanId(), now)
 			}
 		}
 	}

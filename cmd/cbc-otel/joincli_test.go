@@ -234,3 +234,81 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinCostMatchesSimulator runs the simulator as the CLI, with its
+// telemetry on, under run --join-cli-telemetry, and compares the cost of
+// every run and agent in --summary-file with the simulator's own
+// accounting (--expect). The scenarios repeat the same workflow, so agents
+// of different runs share their content-addressed ids, and the simulator
+// exports its logs before its spans: only the Workflow call each event ran
+// under tells the runs apart.
+func TestJoinCostMatchesSimulator(t *testing.T) {
+	dir := t.TempDir()
+	summary, expect := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "expect.jsonl")
+	var in strings.Builder
+	in.WriteString(`{"type":"control_request","request_id":"init","request":{"subtype":"initialize"}}` + "\n")
+	for _, sc := range []string{"completed", "cached", "completed", "failed", "mixed"} {
+		fmt.Fprintf(&in, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] go"},"parent_tool_use_id":null,"session_id":""}`+"\n", sc)
+	}
+	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--summary-file", summary, "--",
+		wrapperBin, "simulate", "--dialect", "claude", "--speed", "0", "--expect", expect)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") })
+	cmd.Stdin = strings.NewReader(in.String())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	type agent struct {
+		Index int      `json:"index"`
+		Cost  *float64 `json:"cost_usd"`
+	}
+	type run struct {
+		Kind   string   `json:"kind"`
+		Task   string   `json:"task_id"`
+		Cost   *float64 `json:"cost_usd"`
+		Agents []agent  `json:"agents"`
+	}
+	read := func(path string) map[string]run {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]run{}
+		for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var r run
+			if err := json.Unmarshal(l, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Kind == "workflow" {
+				out[r.Task] = r
+			}
+		}
+		return out
+	}
+	val := func(p *float64) float64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	want, got := read(expect), read(summary)
+	if len(want) != 5 || len(got) != len(want) {
+		t.Fatalf("%d runs expected, %d seen", len(want), len(got))
+	}
+	for task, w := range want {
+		g := got[task]
+		if d := val(g.Cost) - val(w.Cost); d > 1e-12 || d < -1e-12 || val(w.Cost) == 0 {
+			t.Errorf("run %s: cost %v, the simulator spent %v", task, val(g.Cost), val(w.Cost))
+		}
+		for i, wa := range w.Agents {
+			if i >= len(g.Agents) {
+				t.Errorf("run %s: agent %d missing", task, wa.Index)
+				continue
+			}
+			if d := val(g.Agents[i].Cost) - val(wa.Cost); d > 1e-12 || d < -1e-12 {
+				t.Errorf("run %s agent %d: cost %v, the simulator spent %v", task, wa.Index, val(g.Agents[i].Cost), val(wa.Cost))
+			}
+		}
+	}
+}
