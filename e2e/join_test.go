@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,6 +134,9 @@ func joinedRunOnce(t *testing.T, cli, bin string, j *jaeger, proto string, userP
 	}
 	if got, ok := joinRunCostUSD(runs[0]); !ok || !joinClose(got, served.Workflow.USD) {
 		t.Errorf("summary run cost %v (present %v), want the agents' list-price sum %v", got, ok, served.Workflow.USD)
+	}
+	if got, ok := joinSessionCostUSD(t, summary); !ok || !joinClose(got, served.Main.USD) {
+		t.Errorf("summary session (main conversation) cost %v (present %v), want %v", got, ok, served.Main.USD)
 	}
 
 	// /metrics as scraped live.
@@ -381,6 +385,23 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 
 // joinRunCostUSD is a --summary-file / --json run's cost (the field's name
 // is not settled: change it here).
+// joinSessionCostUSD reads the main conversation's cost from the summary
+// file's session line.
+func joinSessionCostUSD(t *testing.T, path string) (float64, bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(l, &m) == nil && m["kind"] == "session" {
+			return joinRunCostUSD(m)
+		}
+	}
+	return 0, false
+}
+
 func joinRunCostUSD(run map[string]any) (float64, bool) {
 	v, ok := run["cost_usd"]
 	if !ok {

@@ -73,8 +73,11 @@ func sdkSummaryRuns(t *testing.T, path string) (runs []map[string]any, stats map
 		if err := json.Unmarshal(l, &m); err != nil {
 			t.Fatalf("%s: %v: %s", path, err, l)
 		}
-		if m["kind"] == "stats" {
+		switch m["kind"] {
+		case "stats":
 			stats = m
+			continue
+		case "session": // the main conversation's cost, not a run
 			continue
 		}
 		runs = append(runs, m)
