@@ -97,16 +97,13 @@ func (t *Tracker) unindexRun(r *Run) {
 	}
 	for i := range r.Agents {
 		a := &r.Agents[i]
-		tk := toolKey(r.ToolUseID, a.AgentID)
-		if ref, ok := x.open[tk]; !ok || ref.run != r {
-			continue
-		}
-		delete(x.open, tk)
-		if ref := x.open[a.AgentID]; ref.run == r {
-			delete(x.open, a.AgentID)
-		}
 		late := lateRef{workflow: r.Name, task: r.TaskID, run: r.RunID, index: a.Index}
-		for _, k := range []string{tk, a.AgentID} {
+		// Each key on its own: another run may have taken either over.
+		for _, k := range []string{toolKey(r.ToolUseID, a.AgentID), a.AgentID} {
+			if ref, ok := x.open[k]; !ok || ref.run != r {
+				continue
+			}
+			delete(x.open, k)
 			if _, ok := x.late[k]; !ok {
 				x.lateOrder = append(x.lateOrder, k)
 			}
@@ -178,6 +175,7 @@ func (t *Tracker) attribute(c ModelCall) bool {
 		// The run's spans and report are final: the call counts for its
 		// workflow's totals only.
 		t.stats.lateCalls.Add(1)
+		c.Late = true
 		c.Scope, c.Workflow, c.TaskID, c.RunID, c.AgentIndex = CallWorkflow, ref.workflow, ref.task, ref.run, ref.index
 		t.emit(Lifecycle{Kind: ModelCallSeen, Call: &c})
 		return true

@@ -374,19 +374,32 @@ type invariantSink struct {
 	violations map[ingest.Violation]int64
 	final      map[*ingest.Run]ingest.Run // copy at RunFinalized
 	spare      []int64                    // checkCounters' other buffer
+	calls      int                        // ModelCallSeen emitted
+	runCalls   map[*ingest.Run]int64      // ... of them carrying their open run
+	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
 	return &invariantSink{t: t, seen: map[*ingest.Run]bool{}, finished: map[*ingest.Run]int{},
 		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
 		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
-		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{}}
+		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{},
+		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}}
 }
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	t := s.t
 	if l.Kind == ingest.ViolationSeen {
 		s.violations[l.Violation]++
+	}
+	if l.Kind == ingest.ModelCallSeen {
+		s.calls++
+		switch c := l.Call; {
+		case l.Run != nil:
+			s.runCalls[l.Run]++
+		case c.Scope == ingest.CallWorkflow && !c.Late:
+			s.heldBack[[2]string{c.TaskID, c.RunID}]++
+		}
 	}
 	r := l.Run
 	if r == nil {
@@ -436,6 +449,18 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		s.terminal[r] = r.Status
 	case ingest.RunFinalized:
 		s.finalized[r]++
+		// A run's cost is exactly the calls attributed to it while open,
+		// and the sum of its agents'.
+		var agents int64
+		for i := range r.Agents {
+			agents += r.Agents[i].Cost.Calls
+		}
+		k := [2]string{r.TaskID, r.RunID}
+		attributed := s.runCalls[r] + s.heldBack[k]
+		delete(s.heldBack, k)
+		if r.Cost.Calls != attributed || agents != r.Cost.Calls {
+			t.Fatalf("run %s/%s: cost of %d calls, %d attributed to it, %d on its agents", r.TaskID, r.RunID, r.Cost.Calls, attributed, agents)
+		}
 		if s.finished[r] != 1 {
 			t.Fatalf("run %s/%s finalized after %d RunFinished", r.TaskID, r.RunID, s.finished[r])
 		}
@@ -473,6 +498,14 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 
 // checkClosed checks, after the tracker's Close, that every run seen ended
 // exactly once and every agent of it exactly once.
+// checkCalls: after Close every model call handed to the Tracker was
+// emitted exactly once.
+func (s *invariantSink) checkCalls(handed int) {
+	if s.calls != handed {
+		s.t.Fatalf("%d model calls handed, %d emitted", handed, s.calls)
+	}
+}
+
 func (s *invariantSink) checkClosed() {
 	t := s.t
 	for _, r := range s.runs {
@@ -553,9 +586,10 @@ func pipelineInvariants(t *testing.T, chunks [][]byte, want []fLine) {
 
 // fzProgram interprets fuzz bytes as tracker operations.
 type fzProgram struct {
-	b   []byte
-	i   int
-	now int64
+	b     []byte
+	i     int
+	now   int64
+	calls int // model calls handed to the Tracker
 }
 
 func (p *fzProgram) next() byte {
@@ -610,7 +644,20 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		runField = `,"run_id":"` + run + `"`
 	}
 	head := fmt.Sprintf(`{"type":"system","task_id":"%s"%s,"session_id":"%s"`, task, runField, fzSessions[int(a/3)%len(fzSessions)])
-	switch op % 12 {
+	switch op % 13 {
+	case 12:
+		// A model call of the CLI's own telemetry: an agent's (of some
+		// run, or named by no run), or the main conversation's.
+		c := ingest.ModelCall{Usage: ingest.ModelUsage{Model: "m", CostUSD: 1, Tokens: ingest.Tokens{1, 1, 0, 0}}}
+		if a%5 != 0 {
+			c.AgentID = fmt.Sprintf("v1:%d", 1+int(a)%5)
+		}
+		if a&0x40 != 0 {
+			c.ToolUseID = "tu"
+		}
+		tr.HandleCall(c, p.now)
+		p.calls++
+		return "", 0
 	case 0, 1:
 		typ := fzTypes[int(p.next())%len(fzTypes)]
 		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"}`, typ), 0
@@ -676,7 +723,7 @@ func FuzzTracker(f *testing.F) {
 		}
 		inv := newInvariantSink(t)
 		st := new(ingest.Stats)
-		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st})
+		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st, AttributeCalls: true})
 		dec := streamjson.NewDecoder(streamjson.DecodeOptions{})
 		p := &fzProgram{b: prog, now: T0}
 		prev, prevSrc := "", tap.SourceStdout
@@ -707,5 +754,6 @@ func FuzzTracker(f *testing.F) {
 			t.Fatalf("%d runs open after Close", n)
 		}
 		inv.checkClosed()
+		inv.checkCalls(p.calls)
 	})
 }

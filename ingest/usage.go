@@ -134,7 +134,10 @@ type ModelCall struct {
 	At         int64 // epoch ms
 
 	// Set by the Tracker.
-	Scope      CallScope
+	Scope CallScope
+	// Late is set when the call's run was already final: it counts for the
+	// workflow's totals, not for the run's Cost.
+	Late       bool
 	Workflow   string // the run's workflow name (CallWorkflow)
 	TaskID     string
 	RunID      string
