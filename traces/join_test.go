@@ -42,7 +42,7 @@ func spanNamed(spans tracetest.SpanStubs, name string) *tracetest.SpanStub {
 func attr(s *tracetest.SpanStub, key string) (string, bool) {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false
