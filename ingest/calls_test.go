@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -16,7 +17,7 @@ func call(agent string, usd float64, in, out int64) ingest.ModelCall {
 		Model: "claude-sonnet-4-5", CostUSD: usd, Tokens: ingest.Tokens{in, out, 0, 0}}}
 }
 
-func calls(rec *ingest.Recorder) []ingest.ModelCall {
+func calls(rec *ingesttest.Recorder) []ingest.ModelCall {
 	var out []ingest.ModelCall
 	for _, e := range rec.Events {
 		if e.Kind == ingest.ModelCallSeen {
@@ -177,7 +178,7 @@ func TestHeldCallsAreBounded(t *testing.T) {
 func TestSubmitConcurrentWithStream(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		rec := new(ingest.Recorder)
+		rec := new(ingesttest.Recorder)
 		p := ingest.NewPipeline(ingest.PipelineOptions{Calls: true, Live: true,
 			Tracker: ingest.TrackerOptions{Grace: time.Hour, Sinks: []ingest.Sink{rec}}})
 		out := tap.NewTap(1 << 20)

@@ -1,7 +1,7 @@
 // Shared helpers for the black-box tests of package ingest (tracker_test.go,
 // fuzz_test.go): builders for the stream-json lines of PROTOCOL.md, two rigs
 // that feed them (a Pipeline, or a Tracker driven with an explicit clock) and
-// accessors over what an ingest.Recorder captured.
+// accessors over what an ingesttest.Recorder captured.
 package ingest_test
 
 import (
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -118,12 +119,12 @@ func ndjson(lines ...jobj) []byte {
 // pipeRig feeds lines through a Pipeline into a Recorder.
 type pipeRig struct {
 	p     *ingest.Pipeline
-	rec   *ingest.Recorder
+	rec   *ingesttest.Recorder
 	stats *ingest.Stats
 }
 
 func newPipeRig(opts ingest.PipelineOptions) *pipeRig {
-	rec := new(ingest.Recorder)
+	rec := new(ingesttest.Recorder)
 	opts.Tracker.Sinks = append(opts.Tracker.Sinks, rec)
 	if opts.Tracker.Stats == nil {
 		opts.Tracker.Stats = new(ingest.Stats)
@@ -139,7 +140,7 @@ func (r *pipeRig) in(lines ...jobj)  { r.p.Write(tap.SourceStdin, ndjson(lines..
 type clockRig struct {
 	t     testing.TB
 	tr    *ingest.Tracker
-	rec   *ingest.Recorder
+	rec   *ingesttest.Recorder
 	stats *ingest.Stats
 	dec   *streamjson.Decoder
 }
@@ -151,7 +152,7 @@ func newClockRig(t testing.TB, grace time.Duration) *clockRig {
 // newClockRigWith is newClockRig with every Tracker option; a recorder is
 // added to the sinks and the stats are the rig's.
 func newClockRigWith(t testing.TB, opts ingest.TrackerOptions) *clockRig {
-	rec := new(ingest.Recorder)
+	rec := new(ingesttest.Recorder)
 	opts.Sinks = append(opts.Sinks, rec)
 	if opts.Stats == nil {
 		opts.Stats = new(ingest.Stats)
@@ -181,7 +182,7 @@ func (r *clockRig) at(now int64, line jobj) {
 }
 
 // kindsOf lists the recorded kinds, space separated, without violations.
-func kindsOf(rec *ingest.Recorder) string {
+func kindsOf(rec *ingesttest.Recorder) string {
 	var s []string
 	for _, e := range rec.Events {
 		if e.Kind != ingest.ViolationSeen {
@@ -191,7 +192,7 @@ func kindsOf(rec *ingest.Recorder) string {
 	return strings.Join(s, " ")
 }
 
-func countKind(rec *ingest.Recorder, k ingest.LifecycleKind) int {
+func countKind(rec *ingesttest.Recorder, k ingest.LifecycleKind) int {
 	n := 0
 	for _, e := range rec.Events {
 		if e.Kind == k {
@@ -202,7 +203,7 @@ func countKind(rec *ingest.Recorder, k ingest.LifecycleKind) int {
 }
 
 // countAgent counts events of kind k for agent index idx of task.
-func countAgent(rec *ingest.Recorder, k ingest.LifecycleKind, task string, idx int) int {
+func countAgent(rec *ingesttest.Recorder, k ingest.LifecycleKind, task string, idx int) int {
 	n := 0
 	for _, e := range rec.Events {
 		if e.Kind == k && e.Run.TaskID == task && e.Agent.Index == idx {
@@ -213,7 +214,7 @@ func countAgent(rec *ingest.Recorder, k ingest.LifecycleKind, task string, idx i
 }
 
 // finalRun returns the run (task, run) as recorded by its only RunFinalized.
-func finalRun(t testing.TB, rec *ingest.Recorder, task, run string) ingest.Run {
+func finalRun(t testing.TB, rec *ingesttest.Recorder, task, run string) ingest.Run {
 	t.Helper()
 	var out []ingest.Run
 	for _, e := range rec.Events {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -31,7 +32,7 @@ func lnResult(session string, total any, models map[string][5]float64) jobj {
 }
 
 // turns returns the recorded TurnEnded events.
-func turns(rec *ingest.Recorder) []ingest.Turn {
+func turns(rec *ingesttest.Recorder) []ingest.Turn {
 	var out []ingest.Turn
 	for _, e := range rec.Events {
 		if e.Kind == ingest.TurnEnded {

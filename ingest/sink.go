@@ -1,7 +1,5 @@
 package ingest
 
-import "slices"
-
 // LifecycleKind says what happened to a run.
 type LifecycleKind uint8
 
@@ -90,53 +88,6 @@ func Violations() []Violation {
 	out := make([]Violation, 0, numViolations-1)
 	for v := ViolationDuplicateNotify; v < numViolations; v++ {
 		out = append(out, v)
-	}
-	return out
-}
-
-// Recorder is a Sink that keeps a copy of every event, for tests and for
-// summaries. Runs are deep-copied so that the records stay valid.
-type Recorder struct {
-	Events []Recorded
-}
-
-// Recorded is a copied Lifecycle.
-type Recorded struct {
-	Kind      LifecycleKind
-	At        int64
-	Run       Run
-	Agent     Agent
-	Violation Violation
-	LatencyMs int64
-	Call      ModelCall // ModelCallSeen
-	Turn      Turn      // TurnEnded
-}
-
-// Observe records l.
-func (r *Recorder) Observe(l Lifecycle) {
-	rec := Recorded{Kind: l.Kind, At: l.At, Violation: l.Violation, LatencyMs: l.LatencyMs}
-	if l.Call != nil {
-		rec.Call = *l.Call
-	}
-	if l.Turn != nil {
-		rec.Turn = *l.Turn
-		rec.Turn.Delta = slices.Clone(l.Turn.Delta)
-	}
-	if l.Run != nil {
-		rec.Run = l.Run.Clone()
-	}
-	if l.Agent != nil {
-		rec.Agent = *l.Agent
-		rec.Agent.Cost.Models = append([]ModelUsage(nil), l.Agent.Cost.Models...)
-	}
-	r.Events = append(r.Events, rec)
-}
-
-// Kinds returns the kinds recorded, in order.
-func (r *Recorder) Kinds() []LifecycleKind {
-	out := make([]LifecycleKind, len(r.Events))
-	for i, e := range r.Events {
-		out[i] = e.Kind
 	}
 	return out
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -43,7 +44,7 @@ type streamCase struct {
 	kinds string
 	// viol is the exact set of violations expected (nil: none at all).
 	viol  map[ingest.Violation]int64
-	check func(t *testing.T, rec *ingest.Recorder, st *ingest.Stats)
+	check func(t *testing.T, rec *ingesttest.Recorder, st *ingest.Stats)
 }
 
 func runStreamCases(t *testing.T, cases []streamCase) {
@@ -85,7 +86,7 @@ type clockCase struct {
 	closeAt int64
 	kinds   string
 	viol    map[ingest.Violation]int64
-	check   func(t *testing.T, rec *ingest.Recorder, st *ingest.Stats)
+	check   func(t *testing.T, rec *ingesttest.Recorder, st *ingest.Stats)
 }
 
 type clockStep struct {
@@ -141,7 +142,7 @@ func TestTrackerSnapshots(t *testing.T) {
 			lnProgress("w1", agentRow(1, "start", "agentId", "a1", "startedAt", T0+10, "tokens", 30, "toolCalls", 1, "label", "second")),
 		},
 		kinds: "run_started agent_started run_finished agent_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "agents", len(r.Agents), 1)
 			a := agentOf(t, r, 1)
@@ -161,7 +162,7 @@ func TestTrackerSnapshots(t *testing.T) {
 			lnNotify("w1", "stopped"),
 		},
 		kinds: "run_started agent_started run_finished agent_ended agent_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "usage", r.Usage, streamjson.Usage{TotalTokens: 20, ToolUses: 2, DurationMs: 200})
 			eq(t, "agents", len(r.Agents), 2)
@@ -178,7 +179,7 @@ func TestTrackerSnapshots(t *testing.T) {
 			lnNotify("w1", "completed"),
 		},
 		kinds: "run_started agent_started agent_ended run_finished run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "agents", len(r.Agents), 1)
 			eq(t, "phases", len(r.Phases), 1)
@@ -192,7 +193,7 @@ func TestTrackerSnapshots(t *testing.T) {
 				agentRow(2, "done", "agentId", "b2", "startedAt", T0+20, "durationMs", 5, "tokens", 9)),
 			lnNotify("w1", "stopped"), lnNotify("w2", "completed"),
 		},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r1, r2 := finalRun(t, rec, "w1", ""), finalRun(t, rec, "w2", "")
 			eq(t, "w1 agents", len(r1.Agents), 1)
 			eq(t, "w1 agent id", agentOf(t, r1, 1).AgentID, "a1")
@@ -214,7 +215,7 @@ func TestTrackerAgentAndPhaseIdentity(t *testing.T) {
 			lnNotify("w1", "completed"),
 		},
 		kinds: "run_started agent_started agent_ended run_finished run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "agents", len(r.Agents), 1)
 			a := agentOf(t, r, 1)
@@ -232,7 +233,7 @@ func TestTrackerAgentAndPhaseIdentity(t *testing.T) {
 			lnProgress("w1", phaseRow(2, "Summarize"), phaseRow(1, "Gather")),
 			lnNotify("w1", "completed"),
 		},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			want := []ingest.Phase{{Index: 1, Title: "Gather"}, {Index: 2, Title: "Summarize"}}
 			if fmt.Sprint(r.Phases) != fmt.Sprint(want) {
@@ -250,7 +251,7 @@ func TestTrackerAgentAndPhaseIdentity(t *testing.T) {
 			lnUpdated("w1", "completed", T0+500),
 			lnNotify("w1", "completed"),
 		},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			want := []ingest.Phase{
 				{Index: 1, Title: "Gather", Start: T0 + 100, End: T0 + 300},
@@ -288,7 +289,7 @@ func TestTrackerAgentStateSpellings(t *testing.T) {
 		cases = append(cases, streamCase{
 			name:  s.name,
 			lines: []jobj{lnWorkflow("w1"), lnProgress("w1", s.row), lnNotify("w1", "stopped")},
-			check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+			check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 				if s.live != 255 {
 					// The first Agent* event shows the live/final state as parsed.
 					for _, e := range rec.Events {
@@ -309,14 +310,14 @@ func TestTrackerAgentStateSpellings(t *testing.T) {
 		name:  "unknown spelling is unknown_status and read as live",
 		lines: []jobj{lnWorkflow("w1"), lnProgress("w1", agentRow(1, "exploded", "startedAt", T0+1)), lnNotify("w1", "stopped")},
 		viol:  map[ingest.Violation]int64{ingest.ViolationUnknownStatus: 1},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			// Started, never final: abandoned when the run is finalized.
 			eq(t, "final state", agentOf(t, finalRun(t, rec, "w1", ""), 1).State, ingest.AgentAbandoned)
 		},
 	}, streamCase{
 		name:  "Claude Code's progress spelling is live, not a violation",
 		lines: []jobj{lnWorkflow("w1"), lnProgress("w1", agentRow(1, "progress", "startedAt", T0+1)), lnProgress("w1", agentRow(1, "done", "startedAt", T0+1, "durationMs", 5)), lnNotify("w1", "completed")},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "final state", agentOf(t, finalRun(t, rec, "w1", ""), 1).State, ingest.AgentDone)
 			eq(t, "AgentStarted", countAgent(rec, ingest.AgentStarted, "w1", 1), 1)
 		},
@@ -335,7 +336,7 @@ func TestTrackerNotStartedAndAbandoned(t *testing.T) {
 			lnNotify("w1", "stopped"),
 		},
 		kinds: "run_started agent_started run_updated run_finished agent_ended agent_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			a1, a2 := agentOf(t, r, 1), agentOf(t, r, 2)
 			eq(t, "a1 state", a1.State, ingest.AgentAbandoned)
@@ -363,7 +364,7 @@ func TestTrackerRunStatus(t *testing.T) {
 			set(lnNotify("w1", "failed"), "usage", usage(5, 1, 300)),
 		},
 		kinds: "run_started run_updated run_updated run_finished run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "status", r.Status, ingest.StatusFailed)
 			eq(t, "patch status", r.PatchStatus, "failed")
@@ -381,7 +382,7 @@ func TestTrackerRunStatus(t *testing.T) {
 		lines: []jobj{lnTick("ghost", usage(1, 1, 1)), lnUpdated("ghost", "running", 0), lnNotify("ghost", "completed")},
 		kinds: "",
 		viol:  map[ingest.Violation]int64{ingest.ViolationUnknownTask: 3},
-		check: func(t *testing.T, rec *ingest.Recorder, st *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, st *ingest.Stats) {
 			eq(t, "events", st.Events(), 3)
 			eq(t, "lifecycle", kindsOf(rec), "")
 		},
@@ -389,7 +390,7 @@ func TestTrackerRunStatus(t *testing.T) {
 		name:  "task_updated conflicting with the notification",
 		lines: []jobj{lnWorkflow("w1"), lnUpdated("w1", "failed", T0+10), lnNotify("w1", "completed")},
 		viol:  map[ingest.Violation]int64{ingest.ViolationStatusConflict: 1},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "status (notification wins)", finalRun(t, rec, "w1", "").Status, ingest.StatusCompleted)
 		},
 	}, {
@@ -400,14 +401,14 @@ func TestTrackerRunStatus(t *testing.T) {
 		lines: []jobj{lnWorkflow("w1"), lnUpdated("w1", "", T0+40), lnNotify("w1", "completed"), lnUpdated("w1", "completed", T0+50)},
 		kinds: "run_started run_updated run_finished run_finalized",
 		viol:  map[ingest.Violation]int64{ingest.ViolationUpdateAfterNotification: 1},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "end unchanged", finalRun(t, rec, "w1", "").End, T0+40)
 		},
 	}, {
 		name:  "unknown status spellings",
 		lines: []jobj{lnWorkflow("w1"), lnUpdated("w1", "exploded", 0), lnNotify("w1", "vanished")},
 		viol:  map[ingest.Violation]int64{ingest.ViolationUnknownStatus: 2},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "status", finalRun(t, rec, "w1", "").Status, ingest.StatusFailed)
 		},
 	}}
@@ -419,7 +420,7 @@ func TestTrackerRunStatus(t *testing.T) {
 			name:  "notification " + spell,
 			lines: []jobj{lnWorkflow("w1"), lnNotify("w1", spell)},
 			kinds: "run_started run_finished run_finalized",
-			check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+			check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 				eq(t, "status", finalRun(t, rec, "w1", "").Status, want)
 			},
 		})
@@ -455,8 +456,8 @@ func flipLines(e1, e2 int64, between ...jobj) []jobj {
 		agentRow(2, "error", "agentId", "a2", "startedAt", T0+20, "endedAt", e2, "error", "subagent aborted: y")))
 }
 
-func checkAgents(state ingest.AgentState, end1, end2 int64) func(*testing.T, *ingest.Recorder, *ingest.Stats) {
-	return func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+func checkAgents(state ingest.AgentState, end1, end2 int64) func(*testing.T, *ingesttest.Recorder, *ingest.Stats) {
+	return func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 		r := finalRun(t, rec, "w1", "")
 		for i, end := range map[int]int64{1: end1, 2: end2} {
 			a := agentOf(t, r, i)
@@ -500,7 +501,7 @@ func TestTrackerGraceWindow(t *testing.T) {
 		steps:   append(append([]clockStep{}, head...), clockStep{T0 + 5999, flip}),
 		closeAt: T0 + 9000,
 		kinds:   "run_started agent_started run_updated run_finished agent_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "state", agentOf(t, finalRun(t, rec, "w1", ""), 1).State, ingest.AgentError)
 		},
 	}, {
@@ -509,7 +510,7 @@ func TestTrackerGraceWindow(t *testing.T) {
 		closeAt: T0 + 9000,
 		kinds:   "run_started agent_started run_updated run_finished agent_ended run_finalized",
 		viol:    map[ingest.Violation]int64{ingest.ViolationLateEvent: 1},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			a := agentOf(t, finalRun(t, rec, "w1", ""), 1)
 			eq(t, "state", a.State, ingest.AgentAbandoned)
 			eq(t, "end", a.End, T0+1000)
@@ -543,7 +544,7 @@ func TestTrackerFinalStatesAreFinal(t *testing.T) {
 			lines: []jobj{lnWorkflow("w1"), lnProgress("w1", c.first), lnProgress("w1", c.later), lnNotify("w1", "completed")},
 			kinds: "run_started agent_started agent_ended run_finished run_finalized",
 			viol:  map[ingest.Violation]int64{ingest.ViolationAgentRegression: 1},
-			check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+			check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 				a := agentOf(t, finalRun(t, rec, "w1", ""), 1)
 				eq(t, "state", a.State, c.want)
 				eq(t, "end", a.End, T0+11)
@@ -565,7 +566,7 @@ func TestTrackerStreamEnd(t *testing.T) {
 				agentRow(2, "done", "agentId", "a2", "startedAt", T0+5, "durationMs", 5)),
 		},
 		kinds: "run_started agent_started agent_started agent_ended run_finished agent_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "status", r.Status, ingest.StatusAbandoned)
 			eq(t, "end", r.End, T0+10)
@@ -578,7 +579,7 @@ func TestTrackerStreamEnd(t *testing.T) {
 		name:  "Close abandons a plain task",
 		lines: []jobj{lnStarted("b1", "", "Bash", "")},
 		kinds: "task_started task_ended run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			eq(t, "status", finalRun(t, rec, "b1", "").Status, ingest.StatusAbandoned)
 		},
 	}})
@@ -634,7 +635,7 @@ func TestTrackerNonWorkflowTasks(t *testing.T) {
 			name:  typ,
 			lines: []jobj{lnStarted("t1", "", typ, "maybe"), lnTick("t1", usage(3, 1, 10)), lnNotify("t1", "completed")},
 			kinds: "task_started task_ended run_finalized",
-			check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+			check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 				r := finalRun(t, rec, "t1", "")
 				eq(t, "workflow", r.Workflow, false)
 				eq(t, "task type", r.TaskType, typ)
@@ -646,7 +647,7 @@ func TestTrackerNonWorkflowTasks(t *testing.T) {
 		name:  "local_workflow",
 		lines: []jobj{lnStarted("t1", "", "local_workflow", "wf"), lnNotify("t1", "completed")},
 		kinds: "run_started run_finished run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "t1", "")
 			eq(t, "workflow", r.Workflow, true)
 			eq(t, "name", r.Name, "wf")
@@ -666,7 +667,7 @@ func TestTrackerRunIdentity(t *testing.T) {
 			set(lnNotify("w2", "completed"), "run_id", "r2"),
 			set(lnNotify("p0", "completed"), "run_id", "rp"),
 		},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r1 := finalRun(t, rec, "w1", "r1")
 			eq(t, "run id", r1.RunID, "r1")
 			eq(t, "session", r1.SessionID, "S1")
@@ -686,7 +687,7 @@ func TestTrackerRunIdentity(t *testing.T) {
 			set(lnNotify("w1", "completed"), "run_id", "r2"),
 		},
 		kinds: "run_started run_started agent_started agent_ended run_updated run_updated run_finished run_finished run_finalized run_finalized",
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r1, r2 := finalRun(t, rec, "w1", "r1"), finalRun(t, rec, "w1", "r2")
 			eq(t, "r1 agents", len(r1.Agents), 0)
 			eq(t, "r1 status", r1.Status, ingest.StatusStopped)
@@ -717,8 +718,8 @@ func timesStream(dur int64) []jobj {
 }
 
 func TestTrackerTimesFromEvents(t *testing.T) {
-	check := func(start int64) func(*testing.T, *ingest.Recorder, *ingest.Stats) {
-		return func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+	check := func(start int64) func(*testing.T, *ingesttest.Recorder, *ingest.Stats) {
+		return func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w1", "")
 			eq(t, "end = end_time", r.End, T0+1000)
 			eq(t, "start", r.Start, start)
@@ -798,9 +799,9 @@ func TestTrackerReplayEqualsLive(t *testing.T) {
 
 func TestTrackerInterrupt(t *testing.T) {
 	type result struct {
-		matched   []ingest.Recorded
+		matched   []ingesttest.Recorded
 		requested int
-		rec       *ingest.Recorder
+		rec       *ingesttest.Recorder
 	}
 	run := func(feed func(r *pipeRig, clk *fakeClock)) result {
 		clk := &fakeClock{cur: time.UnixMilli(T0)}
@@ -908,7 +909,7 @@ func TestTrackerSecrets(t *testing.T) {
 			"resultPreview", result, "promptPreview", pprev, "lastToolSummary", prompt)),
 		set(lnNotify("w1", "completed"), "summary", summary),
 	}
-	dump := func(rec *ingest.Recorder) string {
+	dump := func(rec *ingesttest.Recorder) string {
 		j, err := json.Marshal(rec.Events)
 		if err != nil {
 			t.Fatal(err)
@@ -999,7 +1000,7 @@ func TestTrackerSnapshotFieldsDoNotLeakBetweenLines(t *testing.T) {
 				agentRow(2, "start", "queuedAt", T0+31)),
 			lnNotify("w1", "completed"), lnNotify("w2", "stopped"),
 		},
-		check: func(t *testing.T, rec *ingest.Recorder, _ *ingest.Stats) {
+		check: func(t *testing.T, rec *ingesttest.Recorder, _ *ingest.Stats) {
 			r := finalRun(t, rec, "w2", "")
 			a1, a2 := agentOf(t, r, 1), agentOf(t, r, 2)
 			eq(t, "y1 state", a1.State, ingest.AgentDone)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -38,7 +39,7 @@ func newTrRig(t *testing.T, opts ingest.TrackerOptions) *clockRig {
 }
 
 // runsOf returns every recorded copy of task's run at events of kind k.
-func runsOf(rec *ingest.Recorder, k ingest.LifecycleKind, task string) []ingest.Run {
+func runsOf(rec *ingesttest.Recorder, k ingest.LifecycleKind, task string) []ingest.Run {
 	var out []ingest.Run
 	for _, e := range rec.Events {
 		if e.Kind == k && e.Run.TaskID == task {
@@ -49,7 +50,7 @@ func runsOf(rec *ingest.Recorder, k ingest.LifecycleKind, task string) []ingest.
 }
 
 // oneRun returns the only copy of task's run recorded at kind k.
-func oneRun(t *testing.T, rec *ingest.Recorder, k ingest.LifecycleKind, task string) ingest.Run {
+func oneRun(t *testing.T, rec *ingesttest.Recorder, k ingest.LifecycleKind, task string) ingest.Run {
 	t.Helper()
 	rs := runsOf(rec, k, task)
 	if len(rs) != 1 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -47,7 +48,7 @@ func TestWrittenAtIsTheRunsClock(t *testing.T) {
 			if len(startedAt) == 0 {
 				t.Fatal("no workflow task_started in the recording")
 			}
-			rec := &ingest.Recorder{}
+			rec := &ingesttest.Recorder{}
 			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{rec}}})
 			p.Write(tap.SourceStdout, raw)
 			p.Close()

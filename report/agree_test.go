@@ -28,6 +28,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -57,7 +58,7 @@ func runAll(t *testing.T, caps ingest.Caps, feed func(p *ingest.Pipeline)) outpu
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(traces.NewIDGenerator()))
 	defer tp.Shutdown(context.Background())
-	rec := new(ingest.Recorder)
+	rec := new(ingesttest.Recorder)
 	p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{
 		Sinks: []ingest.Sink{m, traces.New(tp, traces.Options{}), rec}, Caps: caps, Grace: ingest.DefaultGrace}})
 	feed(p)
