@@ -45,12 +45,15 @@ import (
 //     the stand-in served them, invoke_workflow the run's sums;
 //   - the wrapper's /metrics (scraped live, before the session ends) and its
 //     --summary-file say the same costs: per workflow, per model and token
-//     type, per scope (main | workflow), from the result lines, turns.
+//     type, per scope (main | workflow), from the result lines, turns;
+//   - a real Prometheus scraping the wrapper every second has the same
+//     costs, read back through its query API before the session ends.
 //
 // The joined tree, as Jaeger returns it, is logged and written to a file.
 func TestJoinedTraceInJaeger(t *testing.T) {
 	cli := claudeBin(t)
 	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
+	promBin := requirePrometheus(t)
 	bin := promBuildCLI(t)
 	for _, c := range []struct {
 		name, proto string
@@ -60,12 +63,12 @@ func TestJoinedTraceInJaeger(t *testing.T) {
 		{"minted-http", traces.ProtocolHTTP, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			joinedRunOnce(t, cli, bin, startJaeger(t, jbin), c.proto, c.userParent)
+			joinedRunOnce(t, cli, bin, promBin, startJaeger(t, jbin), c.proto, c.userParent)
 		})
 	}
 }
 
-func joinedRunOnce(t *testing.T, cli, bin string, j *jaeger, proto string, userParent bool) {
+func joinedRunOnce(t *testing.T, cli, bin, promBin string, j *jaeger, proto string, userParent bool) {
 	api := startMockAnthropic(t, true)
 	endpoint := "http://" + j.otlpGRPC
 	if proto == traces.ProtocolHTTP {
@@ -79,15 +82,21 @@ func joinedRunOnce(t *testing.T, cli, bin string, j *jaeger, proto string, userP
 	if userParent {
 		env = append(env, "TRACEPARENT="+userTP)
 	}
+	// One Prometheus for this run, scraping the wrapper's address every
+	// second (nothing listens there until the wrapper starts: up is 0
+	// until then). Killed when the subtest ends.
+	prom := startPrometheus(t, promBin, addr)
 	began := time.Now()
 
 	// Scraped while the wrapper is up: once the session is done (every
 	// agent ended, both result lines out), /metrics must reach the costs
 	// the stand-in served; the CLI's events come in every 500 ms.
 	var live map[string]*dto.MetricFamily
-	var liveErr string
+	var liveErr, promErr string
 	beforeClose := func() {
 		want := joinServed(t, api)
+		// Then Prometheus: its next scrapes carry what /metrics now says.
+		defer func() { promErr = joinPromCheck(t, prom, api.scenarios["complete"].Workflow, want) }()
 		deadline := time.Now().Add(30 * time.Second)
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
@@ -144,6 +153,81 @@ func joinedRunOnce(t *testing.T, cli, bin string, j *jaeger, proto string, userP
 		t.Errorf("the wrapper's /metrics: %s", liveErr)
 	}
 	joinCheckMetrics(t, live, st.Workflow, served)
+	if promErr != "" {
+		t.Errorf("Prometheus: %s", promErr)
+	}
+}
+
+// joinPromCheck polls Prometheus's query API until the cost metrics it
+// scraped from the wrapper equal what the stand-in served (want), or 30 s
+// pass; it returns "" or what was last seen. It logs the values it got.
+func joinPromCheck(t *testing.T, prom *prometheusServer, workflow string, want joinServedSums) string {
+	t.Helper()
+	one := func(v float64) map[string]float64 { return map[string]float64{"": v} }
+	checks := []struct {
+		q, by string // by: the label the result is keyed by ("" for one sample)
+		want  map[string]float64
+	}{
+		{fmt.Sprintf(`sum(cbc_workflow_cost_usd_total{workflow=%q})`, workflow), "", one(want.Workflow.USD)},
+		{`sum by (type)(cbc_workflow_model_tokens_total)`, "type", map[string]float64{
+			"input": float64(want.Workflow.In), "output": float64(want.Workflow.Out)}},
+		{`cbc_cli_cost_usd_total{scope="main"}`, "", one(want.Main.USD)},
+		{`sum(cbc_cost_usd_total)`, "", one(want.All.USD)},
+		{`cbc_turns_total{subtype="success"}`, "", one(2)},
+	}
+	// eval runs one check: its result keyed by the label, and "" when it
+	// matches want, else what differs.
+	eval := func(q, by string, want map[string]float64) (map[string]float64, string) {
+		s, err := prom.query(q)
+		if err != nil {
+			return nil, err.Error()
+		}
+		got := map[string]float64{}
+		for _, e := range s {
+			got[e.Metric[by]] += e.Value
+		}
+		if by == "" && len(s) != 1 {
+			return got, fmt.Sprintf("%d samples, want 1", len(s))
+		}
+		for k, w := range want {
+			if v, ok := got[k]; !ok || !joinClose(v, w) {
+				return got, fmt.Sprintf("%s=%v (present %v), want %v", k, v, ok, w)
+			}
+		}
+		for k, v := range got {
+			if _, ok := want[k]; !ok && v != 0 {
+				return got, fmt.Sprintf("%s=%v, want 0 or absent", k, v)
+			}
+		}
+		return got, ""
+	}
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var bad []string
+		seen := make([]map[string]float64, len(checks))
+		for i, c := range checks {
+			got, diff := eval(c.q, c.by, c.want)
+			seen[i] = got
+			if diff != "" {
+				bad = append(bad, fmt.Sprintf("%s: %s", c.q, diff))
+			}
+		}
+		if len(bad) == 0 {
+			var b strings.Builder
+			for i, c := range checks {
+				fmt.Fprintf(&b, "\n  %s = %v", c.q, seen[i])
+			}
+			t.Logf("Prometheus agrees with the stand-in %v after the session's last result:%s", time.Since(start).Round(time.Millisecond), b.String())
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return "not reached within 30 s: " + strings.Join(bad, "; ")
+		}
+		<-tick.C
+	}
 }
 
 // checkJoinedTrace finds the joined trace in Jaeger (the user's trace id,
