@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -68,6 +72,15 @@ func fakeCLI(dir string) int {
 		}
 		return nil
 	}
+	if os.Getenv(fakeCLIEnv+"_GARBAGE") != "" {
+		// Hostile payloads first: whatever the receiver answers, the
+		// child goes on as it would.
+		for _, body := range []string{"{not json", `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`, strings.Repeat("x", 9<<20)} {
+			if resp, err := http.Post(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "application/json", strings.NewReader(body)); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
 	if err := post("traces"); err != nil {
 		fmt.Fprintln(os.Stderr, "fake cli:", err)
 		return 1
@@ -78,9 +91,16 @@ func fakeCLI(dir string) int {
 		return 1
 	}
 	os.Stdout.Write(stream)
-	if err := post("logs"); err != nil {
-		fmt.Fprintln(os.Stderr, "fake cli:", err)
-		return 1
+	for _, signal := range []string{"logs", "metrics"} {
+		if err := post(signal); err != nil {
+			fmt.Fprintln(os.Stderr, "fake cli:", err)
+			return 1
+		}
+	}
+	if code := os.Getenv(fakeCLIEnv + "_EXIT"); code != "" {
+		var n int
+		fmt.Sscan(code, &n)
+		return n
 	}
 	return 0
 }
@@ -310,5 +330,100 @@ func TestJoinCostMatchesSimulator(t *testing.T) {
 				t.Errorf("run %s agent %d: cost %v, the simulator spent %v", task, wa.Index, val(g.Agents[i].Cost), val(wa.Cost))
 			}
 		}
+	}
+}
+
+// otlpSink is an OTLP/HTTP receiver on 127.0.0.1 that counts what arrives
+// per path and resource service.name.
+type otlpSink struct {
+	mu  sync.Mutex
+	got map[string]int // "path service.name" → items
+}
+
+func newOTLPSink(t *testing.T) (*otlpSink, string) {
+	s := &otlpSink{got: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/traces":
+			req, err := clitelemetry.DecodeTraces(body, clitelemetry.Protobuf)
+			if err != nil {
+				t.Errorf("traces: %v", err)
+			}
+			for _, rs := range req.GetResourceSpans() {
+				s.got["/v1/traces "+serviceName(rs.GetResource().GetAttributes())] += clitelemetry.CountSpans([]*tracepb.ResourceSpans{rs})
+			}
+		case "/v1/logs":
+			req, err := clitelemetry.DecodeLogs(body, clitelemetry.Protobuf)
+			if err != nil {
+				t.Errorf("logs: %v", err)
+			}
+			for _, rl := range req.GetResourceLogs() {
+				for _, sl := range rl.GetScopeLogs() {
+					s.got["/v1/logs "+serviceName(rl.GetResource().GetAttributes())] += len(sl.GetLogRecords())
+				}
+			}
+		case "/v1/metrics":
+			req, err := clitelemetry.DecodeMetrics(body, clitelemetry.Protobuf)
+			if err != nil {
+				t.Errorf("metrics: %v", err)
+			}
+			for _, rm := range req.GetResourceMetrics() {
+				s.got["/v1/metrics "+serviceName(rm.GetResource().GetAttributes())]++
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(srv.Close)
+	return s, srv.URL
+}
+
+func serviceName(kv []*commonpb.KeyValue) string {
+	for _, a := range kv {
+		if a.GetKey() == "service.name" {
+			return a.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+// TestJoinForwardsAndNeverChangesTheChild: with an OTLP endpoint, what the
+// CLI exported (its spans, log records and metrics, under its own
+// resource) reaches the endpoint beside our spans; hostile payloads on the
+// receiver change nothing for the child, whose stdout and exit status pass
+// through as they are.
+func TestJoinForwardsAndNeverChangesTheChild(t *testing.T) {
+	sink, url := newOTLPSink(t)
+	rec, err := filepath.Abs("../../testdata/corpus/claude-code-2.1.334-otel/complete-traceparent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--otlp.endpoint", url,
+		"--otlp.protocol", "http/protobuf", "--grace=1s", "--", testExe)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") || strings.HasPrefix(kv, "OTEL_") }),
+		fakeCLIEnv+"="+rec, fakeCLIEnv+"_GARBAGE=1", fakeCLIEnv+"_EXIT=7")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("run exited %v, want the child's 7\n%s", err, stderr.String())
+	}
+	want, _ := os.ReadFile(filepath.Join(rec, "stream.ndjson"))
+	if !bytes.Equal(out, want) {
+		t.Errorf("stdout differs from the child's (%d vs %d bytes)", len(out), len(want))
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	// The recording: 16 spans, 26 log records of the CLI's, one metrics request.
+	for key, n := range map[string]int{"/v1/traces claude-code": 16, "/v1/logs claude-code": 26, "/v1/metrics claude-code": 1} {
+		if sink.got[key] != n {
+			t.Errorf("%s: %d arrived, want %d (all: %v)", key, sink.got[key], n, sink.got)
+		}
+	}
+	if sink.got["/v1/traces cbc-otel"] == 0 {
+		t.Errorf("none of our spans arrived: %v", sink.got)
 	}
 }
