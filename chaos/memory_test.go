@@ -47,7 +47,7 @@ const (
 	// against regressions, set above the measured 38-43 MiB.
 	memRSSBoundOTLP = 48 << 20
 	// memRate is the memory child's write rate, bytes per second: brisk
-	// for a CLI, slow enough that the 4 MiB tap queue keeps up and every
+	// for a CLI, slow enough that the 2 MiB tap queue keeps up and every
 	// line reaches the Tracker (a dropped byte would make the counts
 	// below inexact, and the test says so).
 	memRate = 4 << 20

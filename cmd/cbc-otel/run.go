@@ -43,7 +43,7 @@ func defaultRunConfig() runConfig {
 		killTimeout:  supervise.DefaultKillTimeout,
 		drainTimeout: supervise.DefaultDrainTimeout,
 		logLevel:     "error",
-		tapQueue:     4 << 20,
+		tapQueue:     2 << 20,
 	}
 	// The telemetry flags keep their defaults in their registration.
 	c.tel.register(flag.NewFlagSet("defaults", flag.ContinueOnError), true)
