@@ -112,6 +112,12 @@ func TestPackageGraph(t *testing.T) {
 // a package does more than one job (ingest had five in 4,824 lines).
 const maxPackageLines = 2600
 
+// maxCommandLines is this command's bound instead: it is the one place
+// that knows every part (seven subcommands' flags, the pipeline's wiring,
+// exit codes), so it grows with every flag; TestNoLongFunctions keeps its
+// functions short, and what is not wiring lives in the packages.
+const maxCommandLines = 3000
+
 // TestPackageSize keeps every package under maxPackageLines lines of
 // non-test Go.
 func TestPackageSize(t *testing.T) {
@@ -129,8 +135,12 @@ func TestPackageSize(t *testing.T) {
 			}
 			n += bytes.Count(b, []byte("\n"))
 		}
-		if n > maxPackageLines {
-			t.Errorf("%s: %d lines of non-test Go, more than %d", f[0], n, maxPackageLines)
+		limit := maxPackageLines
+		if strings.HasSuffix(f[0], filepath.Join("cmd", "cbc-otel")) {
+			limit = maxCommandLines
+		}
+		if n > limit {
+			t.Errorf("%s: %d lines of non-test Go, more than %d", f[0], n, limit)
 		}
 	}
 }
