@@ -377,6 +377,7 @@ type invariantSink struct {
 	calls      int                        // ModelCallSeen emitted
 	runCalls   map[*ingest.Run]int64      // ... of them carrying their open run
 	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
+	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
@@ -384,7 +385,7 @@ func newInvariantSink(t *testing.T) *invariantSink {
 		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
 		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
 		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{},
-		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}}
+		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}}
 }
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
@@ -447,7 +448,16 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 			t.Fatalf("run %s/%s finished with status running", r.TaskID, r.RunID)
 		}
 		s.terminal[r] = r.Status
+	case ingest.RunStalled, ingest.RunResumed:
+		// Stalls alternate with resumes, only while the run is unfinished.
+		if s.stalled[r] == (l.Kind == ingest.RunStalled) || (l.Kind == ingest.RunStalled && r.Finished) {
+			t.Fatalf("run %s/%s: %v while stalled=%v, finished=%v", r.TaskID, r.RunID, l.Kind, s.stalled[r], r.Finished)
+		}
+		s.stalled[r] = l.Kind == ingest.RunStalled
 	case ingest.RunFinalized:
+		if s.stalled[r] {
+			t.Fatalf("run %s/%s finalized while stalled", r.TaskID, r.RunID)
+		}
 		s.finalized[r]++
 		// A run's cost is exactly the calls attributed to it while open,
 		// and the sum of its agents'.
@@ -723,7 +733,7 @@ func FuzzTracker(f *testing.F) {
 		}
 		inv := newInvariantSink(t)
 		st := new(ingest.Stats)
-		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st, AttributeCalls: true})
+		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st, AttributeCalls: true, StallAfter: 3 * time.Second})
 		dec := streamjson.NewDecoder(streamjson.DecodeOptions{})
 		p := &fzProgram{b: prog, now: T0}
 		prev, prevSrc := "", tap.SourceStdout

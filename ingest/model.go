@@ -178,6 +178,11 @@ type Run struct {
 	Usage streamjson.Usage // final usage (notification's, else the last progress)
 	// Cost sums its agents' Cost (the CLI's own telemetry).
 	Cost Cost
+	// Stalled is set while the unfinished run has shown no event for
+	// TrackerOptions.StallAfter; Stalls counts its silences.
+	Stalled   bool
+	Stalls    int
+	lastEvent int64 // the Tracker's clock at its last event
 
 	// Adopted is set while a run known only from its task_progress (no
 	// task_started yet: a follower that joined mid-stream, or a reordered

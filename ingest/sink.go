@@ -20,9 +20,11 @@ const (
 	ViolationSeen                           // a protocol violation was counted
 	ModelCallSeen                           // the CLI's telemetry reported a model call (Lifecycle.Call)
 	TurnEnded                               // a result line ended a turn of a session (Lifecycle.Turn)
+	RunStalled                              // an unfinished workflow run showed no event for TrackerOptions.StallAfter
+	RunResumed                              // a stalled run showed an event again, or ended
 )
 
-var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation", "model_call", "turn_ended"}
+var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation", "model_call", "turn_ended", "run_stalled", "run_resumed"}
 
 func (k LifecycleKind) String() string { return lifecycleNames[k] }
 

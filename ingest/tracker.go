@@ -28,6 +28,11 @@ type TrackerOptions struct {
 	Tombstones int
 	// Caps bounds the state input can make the Tracker hold.
 	Caps Caps
+	// StallAfter marks an unfinished workflow run stalled when no event of
+	// it came for this long on the Tracker's clock (RunStalled; RunResumed
+	// when one comes or the run ends); 0 never does. The flags default it
+	// to 10 minutes.
+	StallAfter time.Duration
 	// AttributeCalls keeps an index of the agents' ids so that HandleCall
 	// can attribute the CLI's own model calls to them (run
 	// --join-cli-telemetry). Off, every agent call is unmatched.
@@ -146,6 +151,8 @@ type Tracker struct {
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
 	calls      callIndex
+	stallAfter int64 // ms; 0: off
+	stallCheck int64 // the clock at the last stall check
 	sess       sessions
 }
 
@@ -173,6 +180,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.AttributeCalls {
 		t.calls.init()
 	}
+	t.stallAfter = max(opts.StallAfter, 0).Milliseconds()
 	return t
 }
 
@@ -239,6 +247,7 @@ func (t *Tracker) Advance(now int64) {
 		t.pendingQ = append(t.pendingQ[:0], t.pendingQ[n:]...)
 	}
 	t.expireCalls(false)
+	t.checkStalls()
 	n := 0
 	for _, r := range t.graceQ {
 		if r.Finalized {
@@ -406,6 +415,7 @@ func (t *Tracker) identify(r *Run, ev *streamjson.Event, at int64) {
 	}
 	r.StartedAt = at
 	seen(r, at)
+	t.touch(r)
 	if p := ev.ParentTaskID; p != "" {
 		// A parent we never saw is treated as no parent (PROTOCOL.md).
 		if _, ok := t.byTask[p]; ok {
@@ -497,6 +507,7 @@ func (t *Tracker) progress(ev *streamjson.Event, at int64) {
 		r = t.adopt(ev)
 	}
 	seen(r, at)
+	t.touch(r)
 	if r.SessionID == "" {
 		r.SessionID = ev.SessionID
 	}
@@ -665,6 +676,7 @@ func (t *Tracker) updated(ev *streamjson.Event, at int64) {
 		return
 	}
 	seen(r, at)
+	t.touch(r)
 	if ev.PatchStatus != "" {
 		if _, ok := MapStatus(ev.PatchStatus); !ok {
 			t.violation(ViolationUnknownStatus, r)
@@ -708,6 +720,7 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 		return
 	}
 	seen(r, at)
+	t.touch(r)
 	st, ok := MapStatus(ev.Status)
 	if !ok || st == StatusRunning {
 		t.violation(ViolationUnknownStatus, r)
@@ -749,6 +762,7 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 // finish records the terminal status, fixes the run's times and, with
 // grace, opens the grace window (else the caller finalizes the run).
 func (t *Tracker) finish(r *Run, grace bool) {
+	t.unstall(r)
 	r.Finished = true
 	kind := 0
 	if r.Workflow {

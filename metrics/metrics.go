@@ -106,7 +106,8 @@ type Metrics struct {
 	violations    map[ingest.Violation]prometheus.Counter
 	wfOverflow    prometheus.Counter
 	typeOverflow  prometheus.Counter
-	cost          *costMetrics // cost.go
+	cost          *costMetrics  // cost.go
+	stalls        *stallMetrics // stall.go
 
 	exemplar func(*ingest.Run) (string, string)
 	export   *exportFuncs
@@ -126,6 +127,7 @@ type runState struct {
 	active   bool   // counted in cbc_workflow_runs_active
 	finished bool   // counted in runs_total / tasks_total
 	timed    bool   // its duration observed
+	stalled  bool   // counted in cbc_workflow_runs_stalled
 	agents   map[int]struct{}
 }
 
@@ -157,6 +159,7 @@ func New(opts Options) (*Metrics, error) {
 		workflows: newLabelCap(opts.MaxWorkflows),
 		taskTypes: newLabelCap(opts.MaxTaskTypes),
 		cost:      newCostMetrics(opts.MaxModels),
+		stalls:    newStallMetrics(),
 	}
 	m.SetExportCounters(opts.SpansDropped, opts.ExportErrors)
 
@@ -237,6 +240,7 @@ func New(opts Options) (*Metrics, error) {
 		newStatsCollector(opts.Stats, m.export),
 	}
 	cs = append(cs, m.cost.collectors...)
+	cs = append(cs, m.stalls.collectors()...)
 	if !opts.NoRuntimeCollectors {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -338,6 +342,10 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 		if l.Call != nil {
 			m.modelCall(l)
 		}
+	case ingest.RunStalled, ingest.RunResumed:
+		if l.Run != nil {
+			m.stall(l)
+		}
 	}
 }
 
@@ -368,6 +376,7 @@ func (m *Metrics) workflowLabel(name string) string {
 	if added {
 		m.runsStarted.WithLabelValues(label)
 		m.runsActive.WithLabelValues(label)
+		m.stalls.precreate(label)
 		m.tokens.WithLabelValues(label)
 		m.toolUses.WithLabelValues(label)
 		m.cost.wfCost.WithLabelValues(label)

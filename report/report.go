@@ -162,7 +162,9 @@ type Workflow struct {
 	ToolUses      int64   `json:"tool_uses"`
 	Phases        []Phase `json:"phases"`
 	Agents        []Agent `json:"agents"`
-	Cost                  // what its agents' model calls cost (package doc)
+	// Stalls counts the run's silences of --stall-after (omitted: none).
+	Stalls int `json:"stalls,omitempty"`
+	Cost       // what its agents' model calls cost (package doc)
 }
 
 // Phase is the JSON form of a phase: its agents' earliest start and latest end.
@@ -217,6 +219,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
+		Stalls: r.Stalls,
 	}
 	for _, p := range r.Phases {
 		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})

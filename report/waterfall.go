@@ -87,6 +87,9 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if wf.CostUSD != nil {
 		fmt.Fprintf(b, "%s  ", usdText(*wf.CostUSD))
 	}
+	if r.Stalls > 0 {
+		fmt.Fprintf(b, "stalled ×%d  ", r.Stalls)
+	}
 	fmt.Fprintf(b, "[task %s", cut(r.TaskID, 40))
 	if r.RunID != "" {
 		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))

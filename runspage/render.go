@@ -102,8 +102,11 @@ type runView struct {
 	Tokens, ToolUses                     int64
 	Agents                               int
 	Error, Reason, Interrupt             string
-	Rows                                 []rowView
-	HiddenAgents, HiddenPhases           int
+	// Stalled is "stalled" while the run is, else "stalled ×N" when it
+	// was (--stall-after), else "".
+	Stalled                    string
+	Rows                       []rowView
+	HiddenAgents, HiddenPhases int
 	// Cost is the run's cost ("" unknown); HasCost adds the cost column,
 	// when the run or an agent has one.
 	Cost    string
@@ -155,6 +158,12 @@ func runOf(e *entry, nowMs int64) runView {
 	}
 	if r.InterruptLatencyMs > 0 {
 		rv.Interrupt = durtext.Millis(r.InterruptLatencyMs)
+	}
+	switch {
+	case r.Stalled:
+		rv.Stalled = "stalled"
+	case r.Stalls > 0:
+		rv.Stalled = fmt.Sprintf("stalled ×%d", r.Stalls)
 	}
 	rv.Cost = costText(&r.Cost)
 	ax := axis{t0: t0, t1: t1}

@@ -122,7 +122,8 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 		return
 	}
 	switch l.Kind {
-	case ingest.RunStarted, ingest.RunUpdated, ingest.RunFinished, ingest.RunFinalized, ingest.AgentStarted, ingest.AgentEnded, ingest.ModelCallSeen:
+	case ingest.RunStarted, ingest.RunUpdated, ingest.RunFinished, ingest.RunFinalized, ingest.AgentStarted, ingest.AgentEnded, ingest.ModelCallSeen,
+		ingest.RunStalled, ingest.RunResumed:
 	default:
 		return // violations and interrupts may name a run already gone
 	}
@@ -218,7 +219,7 @@ func keepRun(old, r *ingest.Run) ingest.Run {
 		Workflow: r.Workflow, Name: keep(old.Name, r.Name), Status: r.Status, Reason: keep(old.Reason, r.Reason),
 		Error: keep(old.Error, r.Error), FirstSeen: r.FirstSeen, StartedAt: r.StartedAt, LastSeen: r.LastSeen,
 		Start: r.Start, End: r.End, Usage: r.Usage, InterruptLatencyMs: r.InterruptLatencyMs,
-		Finished: r.Finished, Finalized: r.Finalized, Cost: costTotal(&r.Cost),
+		Finished: r.Finished, Finalized: r.Finalized, Cost: costTotal(&r.Cost), Stalled: r.Stalled, Stalls: r.Stalls,
 	}
 	n := min(len(r.Phases), MaxPhases)
 	c.Phases = make([]ingest.Phase, n)

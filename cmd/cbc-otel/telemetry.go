@@ -15,10 +15,15 @@ import (
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
+// defaultStallAfter is --stall-after's default: a workflow's agents run for
+// minutes, a silence of ten is worth a look.
+const defaultStallAfter = 10 * time.Minute
+
 // telemetryFlags are the flags every mode that runs the pipeline shares:
 // the Tracker's grace window, caps and line cap, and the sinks' own flags.
 type telemetryFlags struct {
 	grace         time.Duration
+	stallAfter    time.Duration
 	maxLine       int
 	caps          ingest.Caps // 0 fields: the Tracker's defaults
 	captureErrors bool
@@ -31,6 +36,7 @@ type telemetryFlags struct {
 // replay (files only, plus OTLP for backfill).
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
+	fs.DurationVar(&f.stallAfter, "stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled; on the stream's clock in replay); 0 disables")
 	fs.IntVar(&f.maxLine, "max-line", streamjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
 	for _, c := range f.capFlags() {
 		fs.IntVar(c.v, c.name, 0, fmt.Sprintf("%s (0 = %d)", c.usage, c.def))
@@ -66,6 +72,9 @@ func (f *telemetryFlags) validate() error {
 	var errs []error
 	if f.grace < 0 {
 		errs = append(errs, errors.New("--grace must not be negative"))
+	}
+	if f.stallAfter < 0 {
+		errs = append(errs, errors.New("--stall-after must not be negative (0 disables)"))
 	}
 	for _, c := range f.capFlags() {
 		if *c.v < 0 {
@@ -121,7 +130,7 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 
 // trackerOptions returns the options of a Tracker under these flags.
 func (f *telemetryFlags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats) ingest.TrackerOptions {
-	return ingest.TrackerOptions{Grace: f.grace, Sinks: sinks, Stats: stats, Caps: f.caps}
+	return ingest.TrackerOptions{Grace: f.grace, StallAfter: f.stallAfter, Sinks: sinks, Stats: stats, Caps: f.caps}
 }
 
 // stream says what one pipeline reads, beyond the flags.

@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+)
+
+// stallMetrics are the stalled-run series (ingest.TrackerOptions.StallAfter).
+type stallMetrics struct {
+	stalled *prometheus.GaugeVec
+	stalls  *prometheus.CounterVec
+}
+
+func newStallMetrics() *stallMetrics {
+	return &stallMetrics{
+		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cbc_workflow_runs_stalled",
+			Help: "Unfinished workflow runs that showed no event for --stall-after; back to 0 when one comes or the run ends.",
+		}, []string{"workflow"}),
+		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbc_workflow_stalls_total",
+			Help: "Times a workflow run fell silent for --stall-after (once per silence).",
+		}, []string{"workflow"}),
+	}
+}
+
+func (s *stallMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.stalled, s.stalls}
+}
+
+// precreate makes a newly admitted workflow label's series exist at zero.
+func (s *stallMetrics) precreate(label string) {
+	s.stalled.WithLabelValues(label)
+	s.stalls.WithLabelValues(label)
+}
+
+// stall counts a RunStalled or RunResumed of a run whose state is st.
+// Called with m.mu held.
+func (m *Metrics) stall(l ingest.Lifecycle) {
+	st := m.state(l.Run, true)
+	switch {
+	case l.Kind == ingest.RunStalled && !st.stalled:
+		st.stalled = true
+		m.stalls.stalled.WithLabelValues(st.label).Inc()
+		m.stalls.stalls.WithLabelValues(st.label).Inc()
+	case l.Kind == ingest.RunResumed && st.stalled:
+		st.stalled = false
+		m.stalls.stalled.WithLabelValues(st.label).Dec()
+	}
+}
