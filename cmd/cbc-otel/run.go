@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -30,6 +31,7 @@ type runConfig struct {
 	tapQueue     int
 	summary      bool
 	summaryFile  string
+	stepSummary  string // --step-summary, else $GITHUB_STEP_SUMMARY
 	tel          telemetryFlags
 	spool        spoolFlags
 	joinCLI      bool            // --join-cli-telemetry
@@ -58,6 +60,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
+	fs.StringVar(&c.stepSummary, "step-summary", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
 	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
 	c.tel.register(fs, true)
 	c.spool.register(fs)
@@ -83,6 +86,10 @@ func (c *runConfig) Validate() error {
 	}
 	if c.summaryFile != "" {
 		errs = append(errs, checkOutputPath("summary-file", c.summaryFile))
+	}
+	if c.explicit["step-summary"] && c.stepSummary != "" {
+		// $GITHUB_STEP_SUMMARY is not checked: the CI's, not the user's.
+		errs = append(errs, checkOutputPath("step-summary", c.stepSummary))
 	}
 	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
 		errs = append(errs, errors.New("--join-cli-telemetry needs the pipeline: with --spool-dir, add --spool.process"))
@@ -150,6 +157,9 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 	cfg.command = fs.Args()
 	cfg.explicit = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cfg.explicit[f.Name] = true })
+	if !cfg.explicit["step-summary"] {
+		cfg.stepSummary = os.Getenv("GITHUB_STEP_SUMMARY")
+	}
 	if cfg.spool.dir != "" && !cfg.explicit["web.listen-address"] {
 		// The sidecar serves /metrics, on the same port by default: a
 		// spooling wrapper does not compete for it unless asked.
@@ -253,7 +263,7 @@ type consumers struct {
 // for. With --spool-dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
 func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin) (*consumers, error) {
-	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != ""}
+	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != ""}
 	if cfg.spool.dir == "" || cfg.spool.process {
 		var err error
 		if c.tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
@@ -375,6 +385,28 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 			log.Error("writing the summary file", "err", err)
 		}
 	}
+	if cfg.stepSummary != "" {
+		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions()); err != nil {
+			log.Error("writing the step summary", "err", err)
+		}
+	}
+}
+
+// appendStepSummary appends the Markdown section of the runs to path
+// (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
+// file holds the job's other steps' summaries too, never truncated.
+func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer // one write: a half section is less likely on a full disk
+	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{}); err != nil {
+		f.Close()
+		return err
+	}
+	_, err = f.Write(b.Bytes())
+	return errors.Join(err, f.Close())
 }
 
 // logTapTotals logs at debug level what the pipeline and the taps saw.

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// The wrappers the tests start must not append to the CI's own step
+	// summary; TestE2EStepSummary sets its own.
+	os.Unsetenv("GITHUB_STEP_SUMMARY")
 	dir, err := os.MkdirTemp("", "cbc-otel-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
