@@ -74,7 +74,8 @@ func TestPackageGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"tap":        {},
 		"streamjson": {"tap"},
-		"ingest":     {"tap", "streamjson"},
+		"usage":      {},
+		"ingest":     {"tap", "streamjson", "usage"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
