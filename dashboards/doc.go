@@ -5,8 +5,9 @@
 // all) stay in one place.
 //
 // The committed renderings (overview.json, exporter-health.json,
-// rules/cbc-otel.rules.yml, slo/sloth.yml and the panel table of
-// README.md) are written by
+// rules/cbc-otel.rules.yml, slo/sloth.yml, the panel table of README.md,
+// and the monitoring mixin mixin/{alerts.yaml,rules.yaml,dashboards_out/}
+// rendered from mixin/config.yaml) are written by
 //
 //	go generate ./dashboards
 //

@@ -67,6 +67,10 @@ type RuleOptions struct {
 	// InterruptP95 is the threshold of CbcInterruptLatencyHigh; 0 means
 	// DefaultInterruptP95.
 	InterruptP95 time.Duration
+	// BurnWindows are the burn-rate alert conditions; none means the
+	// package's BurnWindows. Each has severity critical (the page alert)
+	// or warning (the ticket alert).
+	BurnWindows []BurnWindow
 	// WindowScale multiplies every range and `for` duration; 0 means 1.
 	// Tests render with 1/60 (1h → 1m) to see burn-rate alerts fire in
 	// seconds. Rule names and sloth_window labels keep the nominal
@@ -103,6 +107,17 @@ func (o RuleOptions) withDefaults() (RuleOptions, error) {
 	if o.InterruptP95 == 0 {
 		o.InterruptP95 = DefaultInterruptP95
 	}
+	if len(o.BurnWindows) == 0 {
+		o.BurnWindows = BurnWindows
+	}
+	for _, b := range o.BurnWindows {
+		if b.Severity != SeverityCritical && b.Severity != SeverityWarning {
+			return o, fmt.Errorf("dashboards: burn window severity %q (want %s or %s)", b.Severity, SeverityCritical, SeverityWarning)
+		}
+		if !(b.Factor > 0) || b.Short <= 0 || b.Long <= b.Short || b.Long >= DefaultPeriod {
+			return o, fmt.Errorf("dashboards: bad burn window %+v (want factor > 0, 0 < short < long < %s)", b, promDuration(DefaultPeriod))
+		}
+	}
 	if o.WindowScale == 0 {
 		o.WindowScale = 1
 	}
@@ -128,21 +143,39 @@ type BurnWindow struct {
 	Short, Long time.Duration
 }
 
-// BurnWindows are the SRE-workbook windows sloth and pyrra generate for a
-// 30-day SLO: 2% of the budget in 1h or 5% in 6h pages; 10% in 1d or 100%
-// in 3d opens a ticket.
-var BurnWindows = []BurnWindow{
-	{"page", 14.4, 5 * time.Minute, time.Hour},
-	{"page", 6, 30 * time.Minute, 6 * time.Hour},
-	{"ticket", 3, 2 * time.Hour, 24 * time.Hour},
-	{"ticket", 1, 6 * time.Hour, 3 * 24 * time.Hour},
+// Alert severities, as the monitoring-mixins conventions name them: every
+// alert carries one of the three in its severity label. Sloth's page and
+// ticket alerts are critical and warning (their sloth_severity label keeps
+// sloth's page and ticket).
+const (
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+	SeverityInfo     = "info"
+)
+
+// slothSeverity maps a severity to sloth's name for it.
+func slothSeverity(sev string) string {
+	if sev == SeverityCritical {
+		return "page"
+	}
+	return "ticket"
 }
 
-// sliWindows are the windows the SLI is recorded over: every window of
-// BurnWindows (and sloth's 5m window, also the current burn rate).
-func sliWindows() []time.Duration {
-	var ws []time.Duration
-	for _, b := range BurnWindows {
+// BurnWindows are the SRE-workbook windows sloth and pyrra generate for a
+// 30-day SLO: 2% of the budget in 1h or 5% in 6h pages (critical); 10% in
+// 1d or 100% in 3d opens a ticket (warning).
+var BurnWindows = []BurnWindow{
+	{SeverityCritical, 14.4, 5 * time.Minute, time.Hour},
+	{SeverityCritical, 6, 30 * time.Minute, 6 * time.Hour},
+	{SeverityWarning, 3, 2 * time.Hour, 24 * time.Hour},
+	{SeverityWarning, 1, 6 * time.Hour, 3 * 24 * time.Hour},
+}
+
+// sliWindows are the windows the SLI is recorded over: every window of the
+// burn windows (and sloth's 5m window, also the current burn rate).
+func (o RuleOptions) sliWindows() []time.Duration {
+	ws := []time.Duration{5 * time.Minute}
+	for _, b := range o.BurnWindows {
 		for _, w := range []time.Duration{b.Short, b.Long} {
 			if !slices.Contains(ws, w) {
 				ws = append(ws, w)
@@ -176,6 +209,7 @@ const (
 	AlertProtocolViolations = "CbcProtocolViolationsRising"
 	AlertAbandonedRuns      = "CbcWorkflowRunsAbandoned"
 	AlertInterruptLatency   = "CbcInterruptLatencyHigh"
+	AlertWorkflowStalled    = "CbcWorkflowStalled"
 	AlertExportErrors       = "CbcOtelTraceExportErrors"
 	AlertSpansDropped       = "CbcOtelSpansDropped"
 	AlertTapDropping        = "CbcOtelTapDropping"
@@ -204,6 +238,10 @@ const (
 	ruleGroupWorkflows         = "cbc-otel-workflows"
 	ruleGroupCost              = "cbc-otel-cost-recordings"
 	workflowCostMetric         = "cbc_workflow_cost_usd_total"
+	// workflowStalledMetric is the gauge of open runs that have seen no
+	// event for the exporter's --stall-after (default 10m); it drops back
+	// when an event comes.
+	workflowStalledMetric = "cbc_workflow_runs_stalled"
 )
 
 // SLOSelector is the label matcher list that selects this SLO's
@@ -321,7 +359,7 @@ func sloLabels(extra map[string]string) map[string]string {
 func (o RuleOptions) sliRecordings() RuleGroup {
 	errs, total := o.statuses()
 	g := RuleGroup{Name: ruleGroupSLIRecordings}
-	ws := append(sliWindows(), DefaultPeriod)
+	ws := append(o.sliWindows(), DefaultPeriod)
 	for _, w := range ws {
 		nominal := promDuration(w)
 		r := o.scaled(w)
@@ -359,10 +397,10 @@ func (o RuleOptions) metaRecordings() RuleGroup {
 func (o RuleOptions) sloAlerts() RuleGroup {
 	g := RuleGroup{Name: ruleGroupSLOAlerts}
 	sel := "{" + sloSelectorLabels + "}"
-	for _, sev := range []string{"page", "ticket"} {
+	for _, sev := range []string{SeverityCritical, SeverityWarning} {
 		var conds []string
 		var desc []string
-		for _, b := range BurnWindows {
+		for _, b := range o.BurnWindows {
 			if b.Severity != sev {
 				continue
 			}
@@ -373,16 +411,19 @@ func (o RuleOptions) sloAlerts() RuleGroup {
 			conds = append(conds, "(\n  "+cond(b.Short)+"\n  and\n  "+cond(b.Long)+"\n)")
 			desc = append(desc, fmt.Sprintf("%s× over %s and %s", num(b.Factor), promDuration(b.Long), promDuration(b.Short)))
 		}
+		if len(conds) == 0 {
+			continue // a configuration without windows of this severity
+		}
 		name, anchor := AlertSLOPage, "slo-burn-rate-page"
 		summary := "cbc workflows are burning the error budget fast (page)"
-		if sev == "ticket" {
+		if sev == SeverityWarning {
 			name, anchor = AlertSLOTicket, "slo-burn-rate-ticket"
 			summary = "cbc workflows are burning the error budget steadily (ticket)"
 		}
 		g.Rules = append(g.Rules, Rule{
 			Alert:  name,
 			Expr:   strings.Join(conds, "\nor\n") + "\n",
-			Labels: map[string]string{"severity": sev, "sloth_severity": sev},
+			Labels: map[string]string{"severity": sev, "sloth_severity": slothSeverity(sev)},
 			Annotations: map[string]string{
 				"summary": summary,
 				"description": fmt.Sprintf("The failed (+ abandoned) share of terminal workflow runs is burning the %s%% "+
@@ -408,7 +449,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `up{job=~"` + o.JobRegex + `"} == 0`,
 			For:   o.scaled(5 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("exporter-down",
 				"cbc-otel target {{ $labels.instance }} ({{ $labels.job }}) is down",
@@ -420,7 +461,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `absent(cbc_otel_build_info)`,
 			For:   o.scaled(15 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("exporter-absent",
 				"No cbc-otel exporter is reporting",
@@ -432,7 +473,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `sum by (` + opLabels + `) (increase(cbc_otel_export_errors_total[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("trace-export-errors",
 				"cbc-otel {{ $labels.instance }} keeps failing to export traces",
@@ -444,7 +485,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `sum by (` + opLabels + `) (increase(cbc_otel_spans_dropped_total[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("spans-dropped",
 				"cbc-otel {{ $labels.instance }} is dropping spans",
@@ -456,7 +497,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `sum by (` + opLabels + `, source) (rate(cbc_otel_tap_dropped_bytes_total[` + o.scaled(5*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("tap-dropping",
 				"cbc-otel {{ $labels.instance }} drops tapped {{ $labels.source }} bytes",
@@ -468,7 +509,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 			Expr:  `sum by (` + opLabels + `, reason) (increase(cbc_otel_lines_rejected_total[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(20 * time.Minute),
 			Labels: map[string]string{
-				"severity": "info",
+				"severity": SeverityInfo,
 			},
 			Annotations: o.annotations("lines-rejected",
 				"cbc-otel {{ $labels.instance }} keeps rejecting {{ $labels.reason }} lines",
@@ -489,7 +530,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			// keep coming. One stray late event does not fire.
 			For: o.scaled(20 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("protocol-violations",
 				"Protocol violations of kind {{ $labels.kind }} keep rising on {{ $labels.instance }}",
@@ -500,7 +541,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			Alert: AlertAbandonedRuns,
 			Expr:  `sum by (` + opLabels + `, workflow) (increase(cbc_workflow_runs_total{status="abandoned"}[` + o.scaled(30*time.Minute) + `])) > 0`,
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("abandoned-runs",
 				"Workflow {{ $labels.workflow }} runs were abandoned on {{ $labels.instance }}",
@@ -517,14 +558,37 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 				") > " + p95 + "\n",
 			For: o.scaled(15 * time.Minute),
 			Labels: map[string]string{
-				"severity": "ticket",
+				"severity": SeverityWarning,
 			},
 			Annotations: o.annotations("interrupt-latency",
 				"Interrupts take too long to stop workflows on {{ $labels.instance }}",
 				"The 95th percentile of interrupt → stopped latency is {{ $value | humanizeDuration }} (threshold "+p95+"s) "+
 					"over 15 minutes: users wait for cancels, and agents keep spending tokens after they asked to stop."),
 		},
+		{
+			Alert: AlertWorkflowStalled,
+			// sum, not max: "> 0" fires alike, and the value is then the
+			// number of stalled runs for the description. One alert per
+			// workflow (and group-by labels), not per pod: a stall is a
+			// workflow's problem, and a pod restart must not re-fire it.
+			// The gauge already waited --stall-after without an event;
+			// 5 more minutes let a slow tool call or model turn finish.
+			Expr:   `sum` + o.byWith("workflow") + ` (` + workflowStalledMetric + `) > 0`,
+			For:    o.scaled(5 * time.Minute),
+			Labels: map[string]string{"severity": SeverityWarning},
+			Annotations: o.annotations("workflow-stalled",
+				"{{ $value }} run(s) of workflow {{ $labels.workflow }} stalled",
+				"{{ $value }} open run(s) of workflow {{ $labels.workflow }} have seen no event for the exporter's "+
+					"--stall-after (default 10m), for 5 more minutes: the CLI hangs (a tool call, the model API, a "+
+					"permission prompt nobody answers) or its stream stopped without exiting. The run is not terminal "+
+					"yet, so the SLO does not see it."),
+		},
 	}}
+}
+
+// byWith is " by (<group-by labels>, extra...)".
+func (o RuleOptions) byWith(extra ...string) string {
+	return " by (" + strings.Join(append(slices.Clone(o.GroupBy), extra...), ", ") + ")"
 }
 
 // costRecordings records what one successful run of a workflow costs.
@@ -543,7 +607,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 // too (the labels are then workflow and the GroupBy labels), as the SLO
 // rules keep theirs, so dashboards read it unchanged.
 func (o RuleOptions) costRecordings() RuleGroup {
-	by := " by (" + strings.Join(append(slices.Clone(o.GroupBy), "workflow"), ", ") + ")"
+	by := o.byWith("workflow")
 	w := o.scaled(time.Hour)
 	return RuleGroup{Name: ruleGroupCost, Rules: []Rule{{
 		Record: RecordCostPerSuccessfulRun,

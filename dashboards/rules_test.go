@@ -144,9 +144,9 @@ func TestEveryAlertIsTested(t *testing.T) {
 	}
 }
 
-// TestRunbooksExist proves every alert has a summary, a description and a
-// runbook_url whose anchor is a heading of the README.
-func TestRunbooksExist(t *testing.T) {
+// readmeAnchors returns the anchors of the README's headings.
+func readmeAnchors(t *testing.T) map[string]bool {
+	t.Helper()
 	readme, err := os.ReadFile(ReadmeFile)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +155,14 @@ func TestRunbooksExist(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`).FindAllStringSubmatch(string(readme), -1) {
 		anchors[titleAnchor(m[1])] = true
 	}
+	return anchors
+}
+
+// TestRunbooksExist proves every alert has a summary, a description, a
+// runbook_url whose anchor is a heading of the README, and a severity of
+// critical, warning or info.
+func TestRunbooksExist(t *testing.T) {
+	anchors := readmeAnchors(t)
 	rf, err := Rules(RuleOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,13 +182,15 @@ func TestRunbooksExist(t *testing.T) {
 			if !ok || base != DefaultRunbookURL || !anchors[anchor] {
 				t.Errorf("alert %s: runbook_url %q has no matching README heading", r.Alert, u)
 			}
-			if r.Labels["severity"] == "" {
-				t.Errorf("alert %s has no severity", r.Alert)
+			switch r.Labels["severity"] {
+			case SeverityCritical, SeverityWarning, SeverityInfo:
+			default:
+				t.Errorf("alert %s has severity %q, want critical, warning or info", r.Alert, r.Labels["severity"])
 			}
 		}
 	}
-	if n < 11 {
-		t.Errorf("%d alerts, want at least 11", n)
+	if n < 12 {
+		t.Errorf("%d alerts, want at least 12", n)
 	}
 }
 
@@ -189,6 +199,10 @@ func TestRunbooksExist(t *testing.T) {
 func TestRuleOptionsValidate(t *testing.T) {
 	for _, o := range []RuleOptions{
 		{Target: 1}, {Target: -0.5}, {Target: 99}, {Stopped: "maybe"}, {GroupBy: []string{"bad-label"}}, {WindowScale: -1},
+		{BurnWindows: []BurnWindow{{"page", 14.4, 5 * time.Minute, time.Hour}}},
+		{BurnWindows: []BurnWindow{{SeverityCritical, 14.4, time.Hour, 5 * time.Minute}}},
+		{BurnWindows: []BurnWindow{{SeverityWarning, 1, 6 * time.Hour, DefaultPeriod}}},
+		{BurnWindows: []BurnWindow{{SeverityWarning, 0, 6 * time.Hour, 24 * time.Hour}}},
 	} {
 		if _, err := RenderRules(o); err == nil {
 			t.Errorf("RenderRules(%+v) succeeded, want an error", o)

@@ -76,8 +76,8 @@ func Sloth(opts RuleOptions) (SlothSpec, error) {
 		"summary":     "cbc workflows are burning the error budget",
 		"runbook_url": o.RunbookURL + "#slo-burn-rate-page",
 	}
-	slo.Alerting.PageAlert.Labels = map[string]string{"severity": "page"}
-	slo.Alerting.TicketAlert.Labels = map[string]string{"severity": "ticket"}
+	slo.Alerting.PageAlert.Labels = map[string]string{"severity": SeverityCritical}
+	slo.Alerting.TicketAlert.Labels = map[string]string{"severity": SeverityWarning}
 	return SlothSpec{Version: "prometheus/v1", Service: SLOService, SLOs: []SlothSLO{slo}}, nil
 }
 

@@ -110,7 +110,7 @@ func TestSLOPageAlertFiresEndToEnd(t *testing.T) {
 		for _, a := range as {
 			states = append(states, a.Labels["alertname"]+"="+a.State)
 			if a.Labels["alertname"] == page && a.State == "firing" {
-				if a.Labels["severity"] != "page" || a.Labels["sloth_slo"] != dashboards.SLOName {
+				if a.Labels["severity"] != dashboards.SeverityCritical || a.Labels["sloth_slo"] != dashboards.SLOName {
 					t.Errorf("firing %s has labels %v", page, a.Labels)
 				}
 				if !strings.Contains(a.Annotations["runbook_url"], "#slo-burn-rate-page") {

@@ -6,6 +6,13 @@
 //
 //	go run ./dashboards/gen -dir /tmp/out -target 0.995
 //
+// It also renders the monitoring mixin (alerts.yaml, rules.yaml,
+// dashboards_out/) from the mixin's configuration file, mixin/config.yaml
+// of the dashboards directory. With -out it renders only the mixin, from
+// -mixin-config, into -out:
+//
+//	go run ./dashboards/gen -mixin-config my.yaml -out /tmp/mixin
+//
 // The committed files are the defaults; the tests compare against them.
 package main
 
@@ -26,6 +33,8 @@ func main() {
 		dir     string
 		groupBy string
 		stopped string
+		mixCfg  string
+		mixOut  string
 	)
 	flag.StringVar(&dir, "dir", ".", "the dashboards directory to write into")
 	flag.Float64Var(&opts.Rules.Target, "target", dashboards.DefaultTarget, "SLO target: the share of terminal runs that must succeed, in (0, 1)")
@@ -36,15 +45,46 @@ func main() {
 	flag.DurationVar(&opts.Rules.InterruptP95, "interrupt-p95", dashboards.DefaultInterruptP95, "interrupt → stop p95 latency that alerts")
 	flag.Float64Var(&opts.Rules.WindowScale, "window-scale", 1, "scale every rule window (tests only, e.g. 0.016666 for 1h → 1m)")
 	flag.StringVar(&opts.Tracing, "tracing", "tempo", "tracing datasource type of exemplar links: tempo or jaeger")
+	flag.StringVar(&mixCfg, "mixin-config", "", "the mixin's configuration file (default: <dir>/mixin/config.yaml)")
+	flag.StringVar(&mixOut, "out", "", "render only the mixin, into this directory (the other rendering flags are then unused)")
 	flag.Parse()
+	defaultCfg := mixCfg == ""
+	if defaultCfg {
+		mixCfg = filepath.Join(dir, dashboards.MixinDir, dashboards.MixinConfigFile)
+	}
+	if mixOut != "" {
+		if err := runMixin(mixCfg, mixOut); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts.Rules.Stopped = dashboards.StoppedPolicy(stopped)
 	if groupBy != "" {
 		opts.Rules.GroupBy = strings.Split(groupBy, ",")
 	}
-	if err := run(dir, opts); err != nil {
+	err := run(dir, opts)
+	if _, serr := os.Stat(mixCfg); err == nil && (serr == nil || !defaultCfg) {
+		// A rendering elsewhere (-dir) without a mixin config has no mixin.
+		err = runMixin(mixCfg, filepath.Join(dir, dashboards.MixinDir))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
+}
+
+// runMixin renders the mixin of the configuration file cfg into out.
+func runMixin(cfg, out string) error {
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := dashboards.MixinFiles(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg, err)
+	}
+	return write(out, files)
 }
 
 func run(dir string, opts dashboards.Options) error {
@@ -52,19 +92,8 @@ func run(dir string, opts dashboards.Options) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := filepath.Join(dir, filepath.FromSlash(n))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return err
-		}
+	if err := write(dir, files); err != nil {
+		return err
 	}
 	readme := filepath.Join(dir, dashboards.ReadmeFile)
 	old, err := os.ReadFile(readme)
@@ -79,4 +108,23 @@ func run(dir string, opts dashboards.Options) error {
 		return err
 	}
 	return os.WriteFile(readme, updated, 0o644)
+}
+
+// write writes files (relative path → content) under dir.
+func write(dir string, files map[string][]byte) error {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, files[n], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
