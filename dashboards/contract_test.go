@@ -32,16 +32,6 @@ var synthetic = map[string][]string{
 	"ALERTS": {"alertname", "alertstate", "severity"},
 }
 
-// pending are metrics a rule may use before the exporter's registry has
-// them, with their labels. Exactly these two, and only until they land:
-// they come with the stall detection (issue 21, point 3: runs with no
-// event for --stall-after), which CbcWorkflowStalled alerts on. Delete
-// this once metrics registers them.
-var pending = map[string][]string{
-	"cbc_workflow_runs_stalled": {"workflow"},
-	"cbc_workflow_stalls_total": {"workflow"},
-}
-
 // family is what the registry exposes under one series name.
 type family struct {
 	labels map[string]map[string]bool // label name → values seen
@@ -298,11 +288,7 @@ func TestContractMetricsAndLabels(t *testing.T) {
 		if f, ok := rec[name]; ok {
 			return f, true
 		}
-		ls, ok := synthetic[name]
-		if !ok {
-			ls, ok = pending[name]
-		}
-		if ok {
+		if ls, ok := synthetic[name]; ok {
 			f := &family{labels: map[string]map[string]bool{}}
 			for _, l := range ls {
 				f.labels[l] = nil
@@ -318,11 +304,6 @@ func TestContractMetricsAndLabels(t *testing.T) {
 			}
 		}
 		return false
-	}
-	for name := range pending {
-		if _, ok := exp[name]; ok {
-			t.Logf("pending metric %s is in the registry now: remove it from pending", name)
-		}
 	}
 	p := parser.NewParser(parser.Options{})
 	shown := map[string]bool{}
