@@ -368,11 +368,12 @@ func Health(opts Options) (DashboardSpec, error) {
 				},
 				{
 					Title:       "Label cap overflow",
-					Description: "Runs (workflow), tasks (task_type) and model usages (model) whose label was folded into \"other\" because the cardinality cap was reached.",
+					Description: "Runs (workflow), tasks (task_type) and model usages (model) whose label was folded into \"other\" because the cardinality cap was reached; and runs whose workflow name --metrics.workflow-allow does not match (workflow not allowed).",
 					Unit:        "short",
-					WhenRed:     "More distinct workflow names than --metrics.max-workflows (models than --metrics.max-models): raise the cap if the names are legitimate, or fix whatever generates unique names.",
+					WhenRed:     "More distinct workflow names than --metrics.max-workflows (models than --metrics.max-models): raise the cap if the names are legitimate, or fix whatever generates unique names, or list the real workflows in --metrics.workflow-allow. \"workflow not allowed\" is expected with an allow-list (the model's one-off names); check the list only if a real workflow shows as \"other\".",
 					Queries: []query{
 						{Expr: "sum(increase(cbc_otel_workflow_labels_overflow_total{" + target + "}[$__range]))", Legend: "workflow", Instant: true},
+						{Expr: "sum(increase(cbc_otel_workflow_labels_disallowed_total{" + target + "}[$__range]))", Legend: "workflow not allowed", Instant: true},
 						{Expr: "sum(increase(cbc_otel_task_type_labels_overflow_total{" + target + "}[$__range]))", Legend: "task_type", Instant: true},
 						{Expr: "sum(increase(cbc_otel_model_labels_overflow_total{" + target + "}[$__range]))", Legend: "model", Instant: true},
 					},

@@ -91,8 +91,8 @@ func newCostMetrics(maxModels int) *costMetrics {
 // modelLabel maps a model name to its label value under the cap,
 // pre-creating the series of a newly admitted one.
 func (c *costMetrics) modelLabel(name string) string {
-	label, added, overflow := c.models.resolve(name)
-	if overflow {
+	label, added, folded := c.models.resolve(name)
+	if folded != notFolded {
 		c.modelOverflow.Inc()
 	}
 	if added {

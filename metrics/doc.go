@@ -33,6 +33,7 @@
 //	cbc_otel_spans_dropped_total           counter    —                 spans the traces exporter dropped
 //	cbc_otel_export_errors_total           counter    —                 failed trace exports
 //	cbc_otel_workflow_labels_overflow_total   counter  —   runs whose workflow label was folded into "other" by the cap
+//	cbc_otel_workflow_labels_disallowed_total counter  —   runs whose workflow label was folded into "other" by the allow-list
 //	cbc_otel_task_type_labels_overflow_total  counter  —   tasks whose task_type label was folded into "other" by the cap
 //	cbc_otel_model_labels_overflow_total      counter  —   model usages whose model label was folded into "other" by the cap
 //	cbc_otel_build_info                    gauge      version, goversion always 1
@@ -55,7 +56,10 @@
 // Cardinality. The workflow label is the sanitized workflow_name
 // (streamjson.Clean, 128 bytes), "unknown" when empty, and at most
 // Options.MaxWorkflows distinct values (default 200); later names become
-// "other" and are counted. task_type is capped the same way (32 values),
+// "other" and are counted. With Options.WorkflowAllow (CompileWorkflowAllow:
+// a regexp or a file of them, matched against the whole label value) only
+// the names it matches are label values, before the cap; the others
+// become "other" and are counted apart. task_type is capped the same way (32 values),
 // and model (Options.MaxModels, default 20).
 // Identifiers (task, run, session, agent) are never labels.
 //

@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"slices"
 	"sync"
@@ -63,6 +64,12 @@ type Options struct {
 	// MaxWorkflows caps the distinct workflow label values; 0 means
 	// DefaultMaxWorkflows. Names beyond it become "other".
 	MaxWorkflows int
+	// WorkflowAllow, when non-nil, admits only the workflow label values
+	// it matches (use CompileWorkflowAllow: anchored, a full match); the
+	// others become "other" and are counted in
+	// cbc_otel_workflow_labels_disallowed_total. It applies before the
+	// MaxWorkflows cap: only allowed names take a place under it.
+	WorkflowAllow *regexp.Regexp
 	// MaxTaskTypes caps the distinct task_type label values; 0 means
 	// DefaultMaxTaskTypes.
 	MaxTaskTypes int
@@ -105,6 +112,7 @@ type Metrics struct {
 	interruptStop prometheus.Histogram
 	violations    map[ingest.Violation]prometheus.Counter
 	wfOverflow    prometheus.Counter
+	wfDisallowed  prometheus.Counter
 	typeOverflow  prometheus.Counter
 	cost          *costMetrics  // cost.go
 	stalls        *stallMetrics // stall.go
@@ -156,7 +164,7 @@ func New(opts Options) (*Metrics, error) {
 		exemplar:  opts.Exemplar,
 		export:    &exportFuncs{},
 		runs:      make(map[*ingest.Run]*runState),
-		workflows: newLabelCap(opts.MaxWorkflows),
+		workflows: labelCap{max: opts.MaxWorkflows, seen: make(map[string]struct{}), allow: opts.WorkflowAllow},
 		taskTypes: newLabelCap(opts.MaxTaskTypes),
 		cost:      newCostMetrics(opts.MaxModels),
 		stalls:    newStallMetrics(),
@@ -223,6 +231,10 @@ func New(opts Options) (*Metrics, error) {
 		Name: "cbc_otel_workflow_labels_overflow_total",
 		Help: "Workflow runs whose workflow label was replaced by \"other\" because the label cap was reached.",
 	})
+	m.wfDisallowed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cbc_otel_workflow_labels_disallowed_total",
+		Help: "Workflow runs whose workflow label was replaced by \"other\" because the name is not in the allow-list (--metrics.workflow-allow).",
+	})
 	m.typeOverflow = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cbc_otel_task_type_labels_overflow_total",
 		Help: "Tasks whose task_type label was replaced by \"other\" because the label cap was reached.",
@@ -236,7 +248,7 @@ func New(opts Options) (*Metrics, error) {
 	cs := []prometheus.Collector{
 		m.runsStarted, m.runsTotal, m.runsActive, m.duration, m.agentsTotal, m.agentDuration,
 		m.tokens, m.toolUses, m.tasks, m.interrupts, m.interruptStop, violations,
-		m.wfOverflow, m.typeOverflow, buildInfo,
+		m.wfOverflow, m.wfDisallowed, m.typeOverflow, buildInfo,
 		newStatsCollector(opts.Stats, m.export),
 	}
 	cs = append(cs, m.cost.collectors...)
@@ -369,9 +381,12 @@ func (m *Metrics) state(r *ingest.Run, workflow bool) *runState {
 // series of a newly admitted value so that increase() and absent-series
 // alerts see a zero before the first run ends.
 func (m *Metrics) workflowLabel(name string) string {
-	label, added, overflow := m.workflows.resolve(name)
-	if overflow {
+	label, added, folded := m.workflows.resolve(name)
+	switch folded {
+	case foldedCap:
 		m.wfOverflow.Inc()
+	case foldedAllow:
+		m.wfDisallowed.Inc()
 	}
 	if added {
 		m.runsStarted.WithLabelValues(label)
@@ -391,8 +406,8 @@ func (m *Metrics) workflowLabel(name string) string {
 }
 
 func (m *Metrics) taskTypeLabel(typ string) string {
-	label, added, overflow := m.taskTypes.resolve(typ)
-	if overflow {
+	label, added, folded := m.taskTypes.resolve(typ)
+	if folded != notFolded {
 		m.typeOverflow.Inc()
 	}
 	if added {
@@ -505,38 +520,58 @@ func observeWithExemplar(o prometheus.Observer, v float64, ex prometheus.Labels)
 	o.Observe(v)
 }
 
-// labelCap admits at most max distinct label values; the rest map to
-// LabelOther. "unknown" and "other" themselves do not count against it.
+// labelCap admits at most max distinct label values, and with an
+// allow-list only the values it matches; the rest map to LabelOther.
+// "unknown" and "other" themselves neither count against the cap nor are
+// subject to the allow-list.
 type labelCap struct {
-	max  int
-	seen map[string]struct{}
+	max   int
+	seen  map[string]struct{}
+	allow *regexp.Regexp // nil: every value is allowed
 }
 
 func newLabelCap(max int) labelCap {
 	return labelCap{max: max, seen: make(map[string]struct{})}
 }
 
+// folding says why resolve folded a name into "other".
+type folding int
+
+const (
+	notFolded   folding = iota
+	foldedCap           // the cap was reached
+	foldedAllow         // the allow-list does not match it
+)
+
+// allows reports whether label may be a label value under the allow-list.
+func (c *labelCap) allows(label string) bool {
+	return c.allow == nil || label == LabelUnknown || label == LabelOther || c.allow.MatchString(label)
+}
+
 // resolve sanitizes raw and returns its label value; added reports a value
-// seen for the first time (its series should be pre-created), overflow a
-// name folded into "other".
-func (c *labelCap) resolve(raw string) (label string, added, overflow bool) {
+// seen for the first time (its series should be pre-created), folded why a
+// name became "other". The allow-list applies first, then the cap.
+func (c *labelCap) resolve(raw string) (label string, added bool, folded folding) {
 	label = streamjson.Clean(raw, maxLabelLen)
 	if label == "" {
 		label = LabelUnknown
 	}
+	if !c.allows(label) {
+		label, folded = LabelOther, foldedAllow
+	}
 	if _, ok := c.seen[label]; ok {
-		return label, false, false
+		return label, false, folded
 	}
 	if label != LabelUnknown && label != LabelOther {
 		if c.count() >= c.max {
-			label, overflow = LabelOther, true
+			label, folded = LabelOther, foldedCap
 			if _, ok := c.seen[label]; ok {
-				return label, false, true
+				return label, false, folded
 			}
 		}
 	}
 	c.seen[label] = struct{}{}
-	return label, true, overflow
+	return label, true, folded
 }
 
 // count is the number of admitted names, the reserved values excluded.

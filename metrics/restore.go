@@ -129,7 +129,9 @@ func (m *Metrics) restoreRun(r *ingest.Run, mk runMark) {
 	if mk.Label == "" {
 		mk.Label = LabelUnknown
 	}
-	if _, ok := lc.seen[mk.Label]; !ok {
+	// The run keeps the label it was counted under; a label the current
+	// allow-list rejects is not admitted for new runs, though.
+	if _, ok := lc.seen[mk.Label]; !ok && lc.allows(mk.Label) {
 		lc.seen[mk.Label] = struct{}{}
 	}
 	st := &runState{label: mk.Label, active: mk.Active, finished: mk.Finished, timed: mk.Timed}
@@ -162,12 +164,17 @@ func (m *Metrics) labels() (workflows, taskTypes []string) {
 }
 
 // restoreLabels admits label values saved by labels, without counting an
-// overflow: they were admitted (or were "other") before the restart.
+// overflow: they were admitted (or were "other") before the restart. A
+// workflow value the current allow-list rejects is not admitted again:
+// its new runs count as "other" (its series restored from the totals stay,
+// counters never go down), and it frees its place under the cap.
 func (m *Metrics) restoreLabels(workflows, taskTypes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range workflows {
-		m.workflows.seen[l] = struct{}{}
+		if m.workflows.allows(l) {
+			m.workflows.seen[l] = struct{}{}
+		}
 	}
 	for _, l := range taskTypes {
 		m.taskTypes.seen[l] = struct{}{}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,8 @@ const defaultFlushTimeout = 10 * time.Second
 // replay (replay has only --metrics-file and --metrics.max-workflows).
 type metricsFlags struct {
 	listen, webConfig, file, pushURL, pushJob string
+	workflowAllow                             string         // --metrics.workflow-allow, REGEX or FILE
+	allow                                     *regexp.Regexp // workflowAllow compiled by validate
 	maxWorkflows, maxModels                   int
 	flushTimeout                              time.Duration // --push.timeout
 	serve                                     bool          // the listen and push flags were registered
@@ -70,6 +73,8 @@ func (m *metricsFlags) registerFiles(fs *flag.FlagSet) {
 	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
 	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
 		"distinct workflow label values before further workflows are counted as \"other\"")
+	fs.StringVar(&m.workflowAllow, "metrics.workflow-allow", "",
+		"only workflow names fully matching this regexp are label values, the others are counted as \"other\"; a readable file's name: one regexp per line (# comments); applied before --metrics.max-workflows")
 	fs.IntVar(&m.maxModels, "metrics.max-models", metrics.DefaultMaxModels,
 		"distinct model label values (cost and token metrics) before further models are counted as \"other\"")
 }
@@ -107,6 +112,14 @@ func (m *metricsFlags) validate() error {
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))
+	}
+	m.allow = nil
+	if m.workflowAllow != "" {
+		re, err := metrics.CompileWorkflowAllow(m.workflowAllow)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--metrics.workflow-allow: %w", err))
+		}
+		m.allow = re
 	}
 	if m.maxModels < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-models %d: must be at least 1", m.maxModels))
@@ -159,12 +172,20 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if m.allow == nil && m.workflowAllow != "" { // not validated (validate compiles it)
+		re, err := metrics.CompileWorkflowAllow(m.workflowAllow)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics.workflow-allow: %w", err)
+		}
+		m.allow = re
+	}
 	met, err := metrics.New(metrics.Options{
-		Stats:        stats,
-		Version:      buildVersion(),
-		MaxWorkflows: m.maxWorkflows,
-		MaxModels:    m.maxModels,
-		Exemplar:     exemplar,
+		Stats:         stats,
+		Version:       buildVersion(),
+		MaxWorkflows:  m.maxWorkflows,
+		WorkflowAllow: m.allow,
+		MaxModels:     m.maxModels,
+		Exemplar:      exemplar,
 		// A replay's file describes the recording, not the replaying process.
 		NoRuntimeCollectors: !m.serve,
 	})

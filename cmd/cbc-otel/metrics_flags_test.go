@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -79,6 +80,12 @@ func TestMetricsFlagsValidate(t *testing.T) {
 	if err := os.WriteFile(badCfg, []byte("nonsense: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	allowFile, badAllow, emptyAllow := filepath.Join(dir, "allow.txt"), filepath.Join(dir, "bad-allow.txt"), filepath.Join(dir, "empty-allow.txt")
+	for p, body := range map[string]string{allowFile: "# ours\nreview\n\ndeploy-.*\n", badAllow: "review\n\n[z-a]\n", emptyAllow: "# none\n"} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ok := metricsFlags{listen: ":9478", pushJob: "cbc-otel", maxWorkflows: 200, maxModels: 20, flushTimeout: defaultFlushTimeout}
 	cases := []struct {
 		name   string
@@ -103,6 +110,11 @@ func TestMetricsFlagsValidate(t *testing.T) {
 		{"file dir missing", func(m *metricsFlags) { m.file = filepath.Join(dir, "no", "m.prom") }, "--metrics-file"},
 		{"cap zero", func(m *metricsFlags) { m.maxWorkflows = 0 }, "--metrics.max-workflows"},
 		{"model cap zero", func(m *metricsFlags) { m.maxModels = 0 }, "--metrics.max-models"},
+		{"allow regexp", func(m *metricsFlags) { m.workflowAllow = `review|deploy-.*` }, ""},
+		{"allow bad regexp", func(m *metricsFlags) { m.workflowAllow = `review(` }, "--metrics.workflow-allow: error parsing regexp"},
+		{"allow file", func(m *metricsFlags) { m.workflowAllow = allowFile }, ""},
+		{"allow file bad line", func(m *metricsFlags) { m.workflowAllow = badAllow }, "--metrics.workflow-allow: " + badAllow + ":3:"},
+		{"allow file no regexp", func(m *metricsFlags) { m.workflowAllow = emptyAllow }, "no regexp"},
 		{"push timeout short", func(m *metricsFlags) { m.pushURL, m.flushTimeout = "http://pgw:9091", time.Millisecond }, ""},
 		{"push timeout zero", func(m *metricsFlags) { m.flushTimeout = 0 }, "--push.timeout"},
 		{"push timeout negative", func(m *metricsFlags) { m.flushTimeout = -time.Second }, "--push.timeout"},
@@ -112,6 +124,12 @@ func TestMetricsFlagsValidate(t *testing.T) {
 			m := ok
 			c.mod(&m)
 			err := m.validate()
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("validate: %q is more than one line", err)
+			}
+			if (m.allow != nil) != (m.workflowAllow != "" && err == nil) {
+				t.Errorf("validate: compiled allow-list %v for %q", m.allow, m.workflowAllow)
+			}
 			switch {
 			case c.errSub == "" && err != nil:
 				t.Errorf("validate: %v", err)
@@ -368,4 +386,54 @@ func httpGet(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s", url, resp.Status)
 	}
 	return string(b)
+}
+
+// TestWorkflowAllowEverySubcommand: every subcommand with
+// --metrics.max-workflows takes --metrics.workflow-allow and refuses a bad
+// regexp as a usage error in one line; replay's metrics file shows a
+// rejected name under "other", counted.
+func TestWorkflowAllowEverySubcommand(t *testing.T) {
+	subs := map[string]func(context.Context, []string, stdio) int{
+		"run": cmdRun, "replay": cmdReplay, "demo": cmdDemo, "serve": cmdServe,
+	}
+	for sub, cmd := range subs {
+		args := map[string][]string{
+			"run":    {"--web.listen-address=", "--metrics.workflow-allow", "(", "--", "true"},
+			"replay": {"--metrics.workflow-allow", "(", "-"},
+			"demo":   {"--web.listen-address=", "--metrics.workflow-allow", "("},
+			"serve":  {"--web.listen-address=", "--spool-dir", t.TempDir(), "--metrics.workflow-allow", "("},
+		}[sub]
+		var errb bytes.Buffer
+		if code := cmd(context.Background(), args, stdio{in: strings.NewReader(""), out: io.Discard, err: &errb}); code != exitUsage {
+			t.Errorf("%s %q: exit %d, want %d (stderr %q)", sub, args, code, exitUsage, errb.String())
+		}
+		if msg := strings.TrimSpace(errb.String()); !strings.Contains(msg, "--metrics.workflow-allow: error parsing regexp") || strings.Contains(msg, "\n") {
+			t.Errorf("%s: stderr %q, want one line naming the flag", sub, msg)
+		}
+	}
+
+	var stream strings.Builder
+	for i, name := range []string{"review", "review-2", "tidy-up-7f3a"} {
+		fmt.Fprintf(&stream, `{"type":"system","subtype":"task_started","task_id":"t%d","run_id":"r%d","task_type":"local_workflow","workflow_name":%q,"session_id":"s1"}`+"\n", i, i, name)
+	}
+	file := filepath.Join(t.TempDir(), "m.prom")
+	var errb bytes.Buffer
+	args := []string{"--metrics-file", file, "--metrics.workflow-allow", "review", "-"}
+	if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(stream.String()), out: io.Discard, err: &errb}); code != exitOK {
+		t.Fatalf("replay %q: exit %d, stderr %q", args, code, errb.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`cbc_workflow_runs_started_total{workflow="review"} 1`,
+		`cbc_workflow_runs_started_total{workflow="other"} 2`,
+		"cbc_otel_workflow_labels_disallowed_total 2",
+		"cbc_otel_workflow_labels_overflow_total 0",
+	} {
+		if !strings.Contains(string(b), want+"\n") {
+			t.Errorf("metrics file lacks %q", want)
+		}
+	}
 }
