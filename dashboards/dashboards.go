@@ -236,6 +236,17 @@ func Overview(opts Options) (DashboardSpec, error) {
 					Queries:     []query{{Expr: `sum by (workflow) (increase(cbc_workflow_runs_total{` + workflow + `, status="abandoned"}[$__rate_interval]))`, Legend: "{{workflow}}"}},
 					kind:        kindBars, width: 6, height: 8, min: f64(0),
 				},
+				{
+					Title:       "Stalled runs",
+					Description: "Unfinished runs with no event for --stall-after (10 m by default), by workflow, and the silences that began per interval.",
+					Unit:        "short",
+					WhenRed:     "See the runbook of CbcWorkflowStalled: a run that says nothing is waiting on something (a hung tool, a model call, a lost CLI).",
+					Queries: []query{
+						{Expr: "sum by (workflow) (cbc_workflow_runs_stalled{" + workflow + "})", Legend: "{{workflow}} stalled"},
+						{Expr: "sum by (workflow) (increase(cbc_workflow_stalls_total{" + workflow + "}[$__rate_interval]))", Legend: "{{workflow}} new stalls"},
+					},
+					kind: kindTimeseries, width: 24, height: 6, min: f64(0),
+				},
 			}},
 			{Title: "Duration", Panels: []PanelSpec{
 				{
