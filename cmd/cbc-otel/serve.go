@@ -43,6 +43,7 @@ type serveConfig struct {
 	maxSpoolBytes   int64
 	maxFiles        int
 	logLevel        string
+	logFormat       string
 	tel             telemetryFlags
 }
 
@@ -57,6 +58,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
 	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
 	fs.StringVar(&c.logLevel, "log.level", "info", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &c.logFormat)
 	c.tel.metrics.noPush = true // a sidecar is scraped
 	c.tel.register(fs, true)
 }
@@ -83,6 +85,7 @@ func (c *serveConfig) validate() error {
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkLogFormat(c.logFormat))
 	errs = append(errs, c.tel.validate())
 	return errors.Join(errs...)
 }
@@ -157,7 +160,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	if !ok {
 		return code
 	}
-	log := newLogger(sio.err, cfg.logLevel)
+	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
 	cfg.warnAtStart(log)
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
