@@ -105,7 +105,10 @@ func checkLogFormat(s string) error {
 
 // newLogger is cbc-otel's own logger on w (stderr), at a level and in a
 // format (logfmt: slog's text handler; json: its JSON handler) validated
-// beforehand by parseLogLevel and checkLogFormat.
+// beforehand by parseLogLevel and checkLogFormat. Not promslog (in
+// prometheus/common, which go.mod has): its logfmt adds source= and
+// reformats time, changing the lines users and tests already read; slog's
+// handlers keep logfmt as it was and give JSON the same keys.
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	l, _ := parseLogLevel(level)
 	opts := &slog.HandlerOptions{Level: l}

@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/follow"
@@ -161,6 +163,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		return code
 	}
 	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
+	defer onHangup(log)()
 	cfg.warnAtStart(log)
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
@@ -200,6 +203,32 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	log.Info("stopped", "code", code)
 	return code
+}
+
+// onHangup logs SIGHUP and otherwise ignores it (until the returned stop):
+// nothing of serve is reloaded. The --web.config.file is re-read by
+// exporter-toolkit on every request (basic auth) and TLS handshake
+// (certificates) without one; every other flag shapes streams that hold
+// state (pipelines, checkpoints) and takes a restart. Without this, SIGHUP
+// would end serve at once, without its final checkpoint.
+func onHangup(log *slog.Logger) (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-c:
+				log.Info("SIGHUP: nothing to reload (the web config file is re-read on each request; other flags take a restart)")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(c)
+		close(done)
+	}
 }
 
 // parseServeArgs parses and validates serve's command line.

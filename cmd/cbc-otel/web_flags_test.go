@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,5 +169,36 @@ func TestE2ESystemdSocketAndJSONLogs(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &v); err != nil || v["msg"] == nil || v["level"] == nil {
 			t.Errorf("not a JSON log line: %q (%v)", l, err)
 		}
+	}
+}
+
+// TestE2EServeSIGHUP: SIGHUP neither stops serve nor costs anything: it is
+// logged (nothing is reloadable) and serve then stops on SIGTERM as ever.
+func TestE2EServeSIGHUP(t *testing.T) {
+	s := startServed(t, "--follow", filepath.Join(t.TempDir(), "*"))
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(s.stderr.String(), "following") {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", s.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	for !strings.Contains(s.stderr.String(), "SIGHUP: nothing to reload") {
+		select {
+		case <-s.exited:
+			t.Fatalf("serve exited on SIGHUP:\n%s", s.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP not logged:\n%s", s.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.metric("cbc_otel_build_info", ""); err != nil {
+		t.Errorf("metrics after SIGHUP: %v", err)
+	}
+	if code := s.stop(t); code != exitOK {
+		t.Errorf("exit %d after SIGTERM", code)
 	}
 }
