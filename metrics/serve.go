@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
@@ -19,6 +21,12 @@ import (
 // Claude Code's own Prometheus exporter, so a wrapper and the CLI it wraps
 // can both serve on one host.
 const DefaultAddr = ":9478"
+
+// DefaultTelemetryPath is where the metrics are served by default.
+const DefaultTelemetryPath = "/metrics"
+
+// DefaultMaxRequests is the default bound on parallel scrapes (node_exporter's).
+const DefaultMaxRequests = 40
 
 // ServeOptions configures the metrics HTTP server.
 type ServeOptions struct {
@@ -38,6 +46,15 @@ type ServeOptions struct {
 	// page); other unknown paths stay 404. It is behind the same web
 	// config (TLS, basic auth) as /metrics.
 	Page http.Handler
+	// TelemetryPath is where Gatherer is served; "" means /metrics. It
+	// must not be "/", /healthz or /readyz (see CheckTelemetryPath).
+	TelemetryPath string
+	// MaxRequests bounds the scrapes served at once; beyond it a scrape
+	// gets 503. 0 means no bound.
+	MaxRequests int
+	// SystemdSocket serves on the sockets systemd passed (socket
+	// activation, LISTEN_FDS) instead of binding Addr.
+	SystemdSocket bool
 	// ShutdownTimeout bounds the graceful shutdown once the context ends;
 	// 0 means 5 s.
 	ShutdownTimeout time.Duration
@@ -45,7 +62,7 @@ type ServeOptions struct {
 
 // Server is a bound metrics server. Listen binds it; Serve runs it.
 type Server struct {
-	ln    net.Listener
+	lns   []net.Listener
 	srv   *http.Server
 	opts  ServeOptions
 	flags *web.FlagConfig
@@ -72,19 +89,29 @@ func Listen(opts ServeOptions) (*Server, error) {
 			return nil, fmt.Errorf("metrics: web config %s: %w", opts.WebConfigFile, err)
 		}
 	}
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: listen: %w", err)
+	if opts.TelemetryPath == "" {
+		opts.TelemetryPath = DefaultTelemetryPath
 	}
-	addrs := []string{ln.Addr().String()}
+	if err := CheckTelemetryPath(opts.TelemetryPath); err != nil {
+		return nil, fmt.Errorf("metrics: telemetry path %q: %w", opts.TelemetryPath, err)
+	}
+	lns, err := listeners(opts)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, len(lns))
+	for i, ln := range lns {
+		addrs[i] = ln.Addr().String()
+	}
+	// The listeners exist already: the toolkit only serves them.
 	systemd := false
 	cfg := opts.WebConfigFile
 	s := &Server{
-		ln:    ln,
+		lns:   lns,
 		opts:  opts,
 		flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &cfg},
 		srv: &http.Server{
-			Handler:           handler(opts.Gatherer, opts.Ready, opts.Logger, opts.Page),
+			Handler:           handler(opts.Gatherer, opts.Ready, opts.Logger, opts.Page, opts.TelemetryPath, opts.MaxRequests),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		},
@@ -92,16 +119,61 @@ func Listen(opts ServeOptions) (*Server, error) {
 	return s, nil
 }
 
+// listeners binds opts.Addr, or takes the sockets systemd passed (as the
+// toolkit's ListenAndServe does with --web.systemd-socket).
+func listeners(opts ServeOptions) ([]net.Listener, error) {
+	if !opts.SystemdSocket {
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: listen: %w", err)
+		}
+		return []net.Listener{ln}, nil
+	}
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: systemd socket activation: %w", err)
+	}
+	var out []net.Listener
+	for _, ln := range lns {
+		if ln != nil { // a passed descriptor that is no listening socket
+			out = append(out, ln)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("metrics: systemd socket activation: no listening sockets passed (LISTEN_FDS)")
+	}
+	return out, nil
+}
+
+// CheckTelemetryPath accepts an absolute URL path other than the ones the
+// server answers itself: "/" (the landing page), /healthz and /readyz.
+func CheckTelemetryPath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return errors.New("must start with /")
+	case p == "/" || p == "/healthz" || p == "/readyz":
+		return errors.New("must not be /, /healthz or /readyz")
+	case strings.ContainsAny(p, "{}?# \t"):
+		return errors.New("must be a plain path")
+	}
+	return nil
+}
+
 // Addr is the bound address (useful with port 0).
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+// With several systemd sockets it is the first.
+func (s *Server) Addr() net.Addr { return s.lns[0].Addr() }
 
 // Serve serves until ctx ends, then shuts down gracefully within
 // ShutdownTimeout. It returns nil after a shutdown and the error otherwise.
 func (s *Server) Serve(ctx context.Context) error {
-	// web.Serve may fail before http.Server owns the listener.
-	defer s.ln.Close()
+	// web.Serve may fail before http.Server owns the listeners.
+	defer func() {
+		for _, ln := range s.lns {
+			ln.Close()
+		}
+	}()
 	errc := make(chan error, 1)
-	go func() { errc <- web.Serve(s.ln, s.srv, s.flags, s.opts.Logger) }()
+	go func() { errc <- web.ServeMultiple(s.lns, s.srv, s.flags, s.opts.Logger) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
@@ -136,20 +208,21 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 // Handler returns the server's routes: /metrics (OpenMetrics negotiated,
 // so exemplars are exposed), /healthz, /readyz; anything else is 404.
 func Handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger) http.Handler {
-	return handler(g, ready, logger, nil)
+	return handler(g, ready, logger, nil, DefaultTelemetryPath, 4)
 }
 
-// handler is Handler with page, if not nil, at "/" exactly.
-func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, page http.Handler) http.Handler {
+// handler is Handler with page, if not nil, at "/" exactly, the metrics at
+// path and at most maxReq scrapes at once (0: no bound).
+func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, page http.Handler, path string, maxReq int) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+	mux.Handle(path, promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandling:       promhttp.ContinueOnError,
 		EnableOpenMetrics:   true,
-		MaxRequestsInFlight: 4,
+		MaxRequestsInFlight: maxReq,
 		Timeout:             30 * time.Second,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

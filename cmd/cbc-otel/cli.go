@@ -87,11 +87,35 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("--log.level must be error, warn, info or debug, got %q", s)
 }
 
-// newLogger is cbc-otel's own logger: text on w (stderr) at a level
-// validated by parseLogLevel beforehand.
-func newLogger(w io.Writer, level string) *slog.Logger {
+// defaultLogFormat is the --log.format default.
+const defaultLogFormat = "logfmt"
+
+// registerLogFormat defines --log.format next to a command's --log.level.
+func registerLogFormat(fs *flag.FlagSet, format *string) {
+	*format = defaultLogFormat
+	fs.StringVar(format, "log.format", defaultLogFormat, "format of cbc-otel's own messages on stderr: logfmt or json (one JSON object per line)")
+}
+
+func checkLogFormat(s string) error {
+	if s != "logfmt" && s != "json" {
+		return fmt.Errorf("--log.format must be logfmt or json, got %q", s)
+	}
+	return nil
+}
+
+// newLogger is cbc-otel's own logger on w (stderr), at a level and in a
+// format (logfmt: slog's text handler; json: its JSON handler) validated
+// beforehand by parseLogLevel and checkLogFormat. Not promslog (in
+// prometheus/common, which go.mod has): its logfmt adds source= and
+// reformats time, changing the lines users and tests already read; slog's
+// handlers keep logfmt as it was and give JSON the same keys.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	l, _ := parseLogLevel(level)
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // checkOutputPath says, at start, what would otherwise fail only at exit:

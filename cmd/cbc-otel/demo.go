@@ -29,6 +29,7 @@ type demoConfig struct {
 	live      bool
 	pace      time.Duration
 	logLevel  string
+	logFormat string
 	joinCLI   bool
 	tel       telemetryFlags
 }
@@ -56,6 +57,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 	fs.BoolVar(&cfg.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
 	fs.DurationVar(&cfg.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
 	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &cfg.logFormat)
 	fs.BoolVar(&cfg.joinCLI, "join-cli-telemetry", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --join-cli-telemetry does with Claude Code")
 	cfg.tel.register(fs, true)
 	if ok, code := parseFlags(fs, args); !ok {
@@ -78,7 +80,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 		}
 	}
 	_, lerr := parseLogLevel(cfg.logLevel)
-	if err := errors.Join(lerr, cfg.tel.validate()); err != nil {
+	if err := errors.Join(lerr, checkLogFormat(cfg.logFormat), cfg.tel.validate()); err != nil {
 		return cfg, false, fail(stderr, "demo", exitUsage, err)
 	}
 	return cfg, true, exitOK
@@ -90,7 +92,7 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc := defaultRunConfig()
 	rc.command = []string{exe, "simulate", "--dialect", c.dialect, "--speed", fmt.Sprint(c.speed), "--noise", "4096"}
 	rc.killTimeout, rc.drainTimeout = 5*time.Second, 2*time.Second
-	rc.logLevel = c.logLevel
+	rc.logLevel, rc.logFormat = c.logLevel, c.logFormat
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
 	rc.collect = !c.live // a live demo runs for hours: keep no run

@@ -39,6 +39,7 @@ type metricsFlags struct {
 	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
 	webRuns                                   int           // --web.runs: finished runs on the page at /; 0: no page
 	page                                      http.Handler  // the page at / (telemetry's runs page); nil: none
+	web                                       webFlags      // --web.telemetry-path and the other exporter conventions
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -54,6 +55,7 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 			"exporter-toolkit web config file enabling TLS and/or basic auth on the metrics endpoint")
 		fs.IntVar(&m.webRuns, "web.runs", runspage.DefaultRuns,
 			"finished workflow runs the page at / of the listen address shows, besides the open ones (0 disables the page)")
+		m.web.register(fs)
 		if m.noPush {
 			m.registerFiles(fs)
 			return
@@ -96,6 +98,7 @@ func (m *metricsFlags) validate() error {
 			errs = append(errs, fmt.Errorf("--web.config.file %s: %w", m.webConfig, err))
 		}
 	}
+	errs = append(errs, m.web.validate(m.listen))
 	if m.pushURL != "" {
 		if err := metrics.CheckPushURL(m.pushURL); err != nil {
 			errs = append(errs, fmt.Errorf("--push.gateway: %w", err))
@@ -187,7 +190,8 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 		MaxModels:     m.maxModels,
 		Exemplar:      exemplar,
 		// A replay's file describes the recording, not the replaying process.
-		NoRuntimeCollectors: !m.serve,
+		// --web.disable-exporter-metrics: the same for a live process.
+		NoRuntimeCollectors: !m.serve || m.web.noExporterMetrics,
 	})
 	if err != nil {
 		return nil, err
@@ -229,6 +233,9 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		Logger:        r.logger,
 		Ready:         ready,
 		Page:          r.flags.page,
+		TelemetryPath: r.flags.web.telemetryPath,
+		MaxRequests:   r.flags.web.maxRequests,
+		SystemdSocket: r.flags.web.systemdSocket,
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ type replayConfig struct {
 	json     bool
 	width    int
 	logLevel string
+	logFmt   string
 	tel      telemetryFlags
 	files    []string
 }
@@ -29,6 +30,7 @@ func (c *replayConfig) validate() error {
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkLogFormat(c.logFmt))
 	errs = append(errs, c.tel.validate())
 	return errors.Join(errs...)
 }
@@ -59,6 +61,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per run and a stats line instead of the waterfall")
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &cfg.logFmt)
 	cfg.tel.register(fs, false)
 	files, ok, code := parseInterspersed(fs, args)
 	if !ok {
@@ -69,7 +72,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
 	cfg.tel.traces.console = sio.err
-	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel))
+	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}

@@ -28,6 +28,7 @@ type runConfig struct {
 	killTimeout  time.Duration
 	drainTimeout time.Duration
 	logLevel     string
+	logFormat    string
 	tapQueue     int
 	summary      bool
 	summaryFile  string
@@ -45,6 +46,7 @@ func defaultRunConfig() runConfig {
 		killTimeout:  supervise.DefaultKillTimeout,
 		drainTimeout: supervise.DefaultDrainTimeout,
 		logLevel:     "error",
+		logFormat:    defaultLogFormat,
 		tapQueue:     2 << 20,
 	}
 	// The telemetry flags keep their defaults in their registration.
@@ -57,6 +59,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.killTimeout, "kill-timeout", c.killTimeout, "after a stop signal, SIGKILL the child if it has not exited within this")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", c.drainTimeout, "after the child exited, wait at most this for EOF on its stdout (a grandchild may hold it open)")
 	fs.StringVar(&c.logLevel, "log.level", c.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &c.logFormat)
 	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
@@ -81,6 +84,7 @@ func (c *runConfig) Validate() error {
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkLogFormat(c.logFormat))
 	if c.tapQueue < 64<<10 {
 		errs = append(errs, fmt.Errorf("--tap-queue must be at least 65536 bytes, got %d", c.tapQueue))
 	}
@@ -187,7 +191,7 @@ type outcome struct {
 // of it can fail the run: outputs that cannot start are logged and
 // skipped.
 func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
-	log := newLogger(sio.err, cfg.logLevel)
+	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
 	sigs, stopSignals := r.signals()
 	defer stopSignals()
 	if r.watchParent {

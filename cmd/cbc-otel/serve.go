@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/follow"
@@ -43,6 +45,7 @@ type serveConfig struct {
 	maxSpoolBytes   int64
 	maxFiles        int
 	logLevel        string
+	logFormat       string
 	tel             telemetryFlags
 }
 
@@ -57,6 +60,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
 	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
 	fs.StringVar(&c.logLevel, "log.level", "info", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &c.logFormat)
 	c.tel.metrics.noPush = true // a sidecar is scraped
 	c.tel.register(fs, true)
 }
@@ -83,6 +87,7 @@ func (c *serveConfig) validate() error {
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkLogFormat(c.logFormat))
 	errs = append(errs, c.tel.validate())
 	return errors.Join(errs...)
 }
@@ -157,7 +162,8 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	if !ok {
 		return code
 	}
-	log := newLogger(sio.err, cfg.logLevel)
+	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
+	defer onHangup(log)()
 	cfg.warnAtStart(log)
 	if cfg.stateDir != "" {
 		if err := follow.CheckStateDir(cfg.stateDir); err != nil {
@@ -197,6 +203,32 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	log.Info("stopped", "code", code)
 	return code
+}
+
+// onHangup logs SIGHUP and otherwise ignores it (until the returned stop):
+// nothing of serve is reloaded. The --web.config.file is re-read by
+// exporter-toolkit on every request (basic auth) and TLS handshake
+// (certificates) without one; every other flag shapes streams that hold
+// state (pipelines, checkpoints) and takes a restart. Without this, SIGHUP
+// would end serve at once, without its final checkpoint.
+func onHangup(log *slog.Logger) (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-c:
+				log.Info("SIGHUP: nothing to reload (the web config file is re-read on each request; other flags take a restart)")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(c)
+		close(done)
+	}
 }
 
 // parseServeArgs parses and validates serve's command line.
