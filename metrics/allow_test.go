@@ -231,15 +231,14 @@ func TestSeriesPerWorkflow(t *testing.T) {
 	runS, runSer := cost(true)
 	t.Logf("one workflow name: seen %d samples (%d series); with a completed run and a done agent %d samples (%d series, histograms as one); %d names: %d samples",
 		seenS, seenSer, runS, runSer, n, n*runS)
-	// 7 single-series families (started, active, tokens, tool uses, cost,
-	// stalled, stalls) + runs_total×4 statuses + agents_total×5 states.
-	if seenS != 16 || seenSer != 16 {
-		t.Errorf("a name just seen: %d samples, %d series; want 16, 16", seenS, seenSer)
+	// 5 single-series families + runs_total×4 statuses + agents_total×5 states.
+	if seenS != 14 || seenSer != 14 {
+		t.Errorf("a name just seen: %d samples, %d series; want 14, 14", seenS, seenSer)
 	}
 	// + duration{completed} (14 buckets, +Inf, sum, count) and
 	// agent_duration{done} (13 buckets, +Inf, sum, count).
-	if runS != 16+17+16 || runSer != 18 {
-		t.Errorf("a name with a run: %d samples, %d series; want 49, 18", runS, runSer)
+	if runS != 14+17+16 || runSer != 16 {
+		t.Errorf("a name with a run: %d samples, %d series; want 47, 16", runS, runSer)
 	}
 
 	// Every terminal status and every final agent state (not_started has
@@ -262,7 +261,7 @@ func TestSeriesPerWorkflow(t *testing.T) {
 	s0, ser0 := full(n)
 	s1, ser1 := full(n + 1)
 	t.Logf("one workflow name with every status and agent state: %d samples (%d series)", s1-s0, ser1-ser0)
-	if s1-s0 != 16+4*17+4*16 || ser1-ser0 != 24 {
-		t.Errorf("a name with every status: %d samples, %d series; want 148, 24", s1-s0, ser1-ser0)
+	if s1-s0 != 14+4*17+4*16 || ser1-ser0 != 22 {
+		t.Errorf("a name with every status: %d samples, %d series; want 146, 22", s1-s0, ser1-ser0)
 	}
 }

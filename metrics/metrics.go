@@ -391,7 +391,6 @@ func (m *Metrics) workflowLabel(name string) string {
 	if added {
 		m.runsStarted.WithLabelValues(label)
 		m.runsActive.WithLabelValues(label)
-		m.stalls.precreate(label)
 		m.tokens.WithLabelValues(label)
 		m.toolUses.WithLabelValues(label)
 		m.cost.wfCost.WithLabelValues(label)

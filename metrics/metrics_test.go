@@ -285,10 +285,9 @@ func TestCardinalityCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Per workflow value: 4 runs_total + 5 agents_total + started, active,
-	// tokens, tool uses, cost, stalled, stalls + at most one duration and
-	// one agent-duration histogram (counted as one series each here); plus
-	// the fixed families.
-	if limit := (maxWF+1)*(4+5+7+2) + 64; n > limit {
+	// tokens, tool uses, cost + at most one duration and one agent-duration
+	// histogram (counted as one series each here); plus the fixed families.
+	if limit := (maxWF+1)*(4+5+5+2) + 64; n > limit {
 		t.Errorf("%d series, want at most %d", n, limit)
 	}
 	if got := testutil.ToFloat64(m.wfOverflow); got != names-maxWF {
