@@ -149,6 +149,10 @@ func observeCost(m *metrics.Metrics) {
 		}
 		m.Observe(l)
 	}
+	// A silence, then the end: the stall series exist only once a run
+	// stalled (they are not pre-created).
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunStalled, Run: run})
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunResumed, Run: run})
 	run.Status, run.End = ingest.StatusCompleted, 5000
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: run})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: run})
