@@ -9,7 +9,8 @@
 #      faults met by a single run: recovery, closed port, black-holed
 #      Pushgateway) run on the other core, inside the fuzzing's time;
 #   3. then, alone on the machine, the backend-fault runs whose
-#      throughput ratios need it quiet (TestBackendFaults).
+#      throughput ratios need it quiet (TestBackendFaults), and the state
+#      attack whose peak RSS does (TestInputStateBounded).
 #
 # Every figure lands in one table, printed at the end and written as
 # Markdown to CHAOS_REPORT (default: in a temp dir; CHAOS_KEEP=FILE keeps a
@@ -83,8 +84,12 @@ fuzz_pid=$!
 status=0
 # 2. Correctness tests.
 set +e
+# The state attack's peak RSS is measured alone (step 3): beside the fuzzing
+# the collector, held to half the CPU by the Go runtime's limiter, let the
+# heap pass the soft limit when the 4 MiB snapshot came (peaks 31.2-32.8 MiB
+# there, 31.1-31.6 alone on the same tree, against the 32 MiB bound).
 CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^Test(Passthrough|Process|Input|Secrets|Endpoints|BackendRecovery|BackendOneRun|BackendSlowerP)' \
-	>"$work/tests.log" 2>&1
+	-test.skip '^TestInputStateBounded$' >"$work/tests.log" 2>&1
 s=$?
 set -e
 grep -E '^(=== RUN|--- |\s+--- )' "$work/tests.log" | grep -v '=== RUN.*/' || true
@@ -93,10 +98,10 @@ wait "$fuzz_pid" || status=1
 fuzz_pid=
 cat "$work/fuzz.out"
 
-# 3. The backend faults, alone.
-echo "== backend faults, throughput (alone on the machine)"
+# 3. The backend faults and the state attack's peak RSS, alone.
+echo "== backend faults, throughput, and the state attack's peak RSS (alone on the machine)"
 set +e
-CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^TestBackendFaults$' >"$work/backend.log" 2>&1
+CHAOS_APPEND="$work/rows.tsv" CHAOS_QUIET=1 chaos -test.run '^(TestBackendFaults|TestInputStateBounded)$' >"$work/backend.log" 2>&1
 s=$?
 set -e
 grep -E '^(=== RUN|--- |\s+--- )' "$work/backend.log" | grep -v '=== RUN.*/' || true

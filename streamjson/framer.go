@@ -98,7 +98,7 @@ func (f *Framer) partial(p []byte) {
 			// Double, up to the limit: append's 1.25x steps for a long line
 			// held old and new buffer together a dozen times (a 4 MiB line
 			// peaked at 7.6 MiB of buffers), doubling a few times.
-			nb := make([]byte, len(f.buf), min(max(need, 2*cap(f.buf), 4<<10), f.limit))
+			nb := make([]byte, len(f.buf), f.grow(need))
 			copy(nb, f.buf)
 			f.buf = nb
 		}
@@ -113,6 +113,20 @@ func (f *Framer) partial(p []byte) {
 			f.truncated = true
 		}
 	}
+}
+
+// grow is the capacity for a line buffer that must hold need bytes: double,
+// but past bigLine go straight to the limit. Doubling to 4 MiB held the 2 MiB
+// and the 4 MiB buffers together (6 MiB) while copying; a line that long is a
+// snapshot of thousands of agents and is then decoded beside its buffer, and
+// that moment was the peak resident set of `run` under the state attack of
+// docs/reliability.md (anon memory 17.5 MiB, 15 MiB with this).
+func (f *Framer) grow(need int) int {
+	c := max(need, 2*cap(f.buf), 4<<10)
+	if c > bigLine {
+		c = f.limit
+	}
+	return min(c, f.limit)
 }
 
 // Gap tells the framer that bytes are missing from the stream (the tap
@@ -170,3 +184,7 @@ func trimCR(b []byte, complete bool) []byte {
 // snapshots of about a megabyte. Longer lines are passed through by the
 // wrapper untouched but only their prefix is looked at here.
 const DefaultMaxLine = 4 << 20
+
+// bigLine is the buffer size past which a line's buffer grows to the limit
+// in one step (see grow).
+const bigLine = 512 << 10

@@ -90,6 +90,36 @@ func TestFramerBoundedMemory(t *testing.T) {
 	}
 }
 
+// TestFramerLongLinePeak: a kept line of the maximal length, arriving in
+// pipe-sized writes, never holds more than the final buffer and one earlier
+// buffer of at most bigLine bytes; the buffers it allocated add up to less
+// than twice the line (plain doubling allocated 8 MiB for a 4 MiB line, and
+// held 6 MiB at once).
+func TestFramerLongLinePeak(t *testing.T) {
+	line := append(bytes.Repeat([]byte("y"), DefaultMaxLine-1), '\n')
+	var got int64
+	f := NewFramer(DefaultMaxLine, func(l Line) { got = l.Len })
+	var allocated int
+	prev := 0
+	for off := 0; off < len(line)-1; off += 64 << 10 {
+		f.Write(line[off:min(off+64<<10, len(line)-1)])
+		if c := cap(f.buf); c != prev {
+			if prev > bigLine && c > prev {
+				t.Fatalf("the buffer grew from %d to %d bytes: past %d it must go to the limit in one step", prev, c, bigLine)
+			}
+			allocated += c
+			prev = c
+		}
+	}
+	f.Write(line[len(line)-1:])
+	if got != int64(len(line)) {
+		t.Fatalf("line of %d bytes framed as %d", len(line), got)
+	}
+	if allocated > DefaultMaxLine+2*bigLine {
+		t.Fatalf("buffers of %d bytes allocated for a %d-byte line, want at most %d", allocated, len(line), DefaultMaxLine+2*bigLine)
+	}
+}
+
 func BenchmarkFramer(b *testing.B) {
 	var sb strings.Builder
 	for sb.Len() < 1<<20 {
