@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/ndjson"
 )
 
 // The state attack of issue #17 point 5: a CLI that never closes its runs
@@ -349,8 +349,8 @@ func TestInputStateBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bigLine > streamjson.DefaultMaxLine {
-		t.Fatalf("the %d-agent snapshot is %d bytes, over the framer's %d: it would be rejected, not capped", memSnapshotAgents, bigLine, streamjson.DefaultMaxLine)
+	if bigLine > ndjson.DefaultMaxLine {
+		t.Fatalf("the %d-agent snapshot is %d bytes, over the framer's %d: it would be rejected, not capped", memSnapshotAgents, bigLine, ndjson.DefaultMaxLine)
 	}
 	in, err := os.ReadFile(stream)
 	if err != nil {
@@ -457,7 +457,7 @@ func TestInputStateBounded(t *testing.T) {
 	small := (memOpenRuns + memWorkflowNames - 1) / memWorkflowNames
 	record(t, SecInput, name+": agents of the big run counted / snapshot line",
 		fmt.Sprintf("%.0f of %d / %d B, too_long %.0f", r.agents-float64(small), memSnapshotAgents, bigLine, r.tooLong),
-		fmt.Sprintf("= Agents cap %d / <= %d B, 0", caps.Agents, streamjson.DefaultMaxLine),
+		fmt.Sprintf("= Agents cap %d / <= %d B, 0", caps.Agents, ndjson.DefaultMaxLine),
 		r.agents-float64(small) == float64(caps.Agents) && r.tooLong == 0)
 }
 

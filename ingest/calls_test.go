@@ -206,7 +206,7 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 		for a := range agents {
 			rows[a] = agentRow(a+1, "start", "agentId", string(rune('A'+a)), "startedAt", T0)
 		}
-		lines := ndjson(lnStarted("w1", "r1", "local_workflow", "wf"), lnProgress("w1", rows...))
+		lines := encodeLines(lnStarted("w1", "r1", "local_workflow", "wf"), lnProgress("w1", rows...))
 		for len(lines) > 0 {
 			n := min(len(lines), 1+rng.IntN(64))
 			out.Write(lines[:n])

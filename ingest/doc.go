@@ -7,7 +7,7 @@
 //
 // The data flow is
 //
-//	bytes ─► streamjson.Framer ─► lines ─► streamjson.Decoder ─► Event ─► Tracker ─► Lifecycle ─► Sink...
+//	bytes ─► ndjson.Framer ─► lines ─► streamjson.Decoder ─► Event ─► Tracker ─► Lifecycle ─► Sink...
 //
 // Pipeline wires these together for one stream (stdout plus the stdin
 // control channel) and counts what it sees in Stats.

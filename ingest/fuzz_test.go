@@ -40,6 +40,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -54,7 +55,7 @@ type fLine struct {
 
 func frameChunks(t *testing.T, max int, chunks [][]byte) []fLine {
 	var out []fLine
-	f := streamjson.NewFramer(max, func(l streamjson.Line) {
+	f := ndjson.NewFramer(max, func(l ndjson.Line) {
 		if len(l.Data) > max {
 			t.Fatalf("line kept %d bytes, cap %d", len(l.Data), max)
 		}
@@ -136,7 +137,7 @@ func FuzzFramer(f *testing.F) {
 			t.Fatalf("Len sum %d, input %d", sum, len(data))
 		}
 		// The same pieces through a whole pipeline, at its own line cap.
-		pipelineInvariants(t, chunks, refLines(data, streamjson.DefaultMaxLine))
+		pipelineInvariants(t, chunks, refLines(data, ndjson.DefaultMaxLine))
 	})
 }
 
@@ -297,7 +298,7 @@ func FuzzDecoder(f *testing.F) {
 		}
 		// Whatever the line is, a stream of it ends every run it opens once.
 		l := append(bytes.TrimRight(line, "\n"), '\n')
-		pipelineInvariants(t, [][]byte{l}, refLines(l, streamjson.DefaultMaxLine))
+		pipelineInvariants(t, [][]byte{l}, refLines(l, ndjson.DefaultMaxLine))
 	})
 }
 
@@ -334,7 +335,7 @@ func FuzzDecoderReuse(f *testing.F) {
 		}
 		// The two lines as a stream: one terminal per run, counters monotonic.
 		stream := append(append(append([]byte(nil), prev...), '\n'), line...)
-		pipelineInvariants(t, [][]byte{prev, []byte("\n"), line}, refLines(stream, streamjson.DefaultMaxLine))
+		pipelineInvariants(t, [][]byte{prev, []byte("\n"), line}, refLines(stream, ndjson.DefaultMaxLine))
 	})
 }
 

@@ -102,8 +102,8 @@ func lnStopTask(task string) jobj {
 	return jobj{"type": "control_request", "request_id": "st", "request": jobj{"subtype": "stop_task", "task_id": task}}
 }
 
-// ndjson encodes lines, each terminated by "\n".
-func ndjson(lines ...jobj) []byte {
+// encodeLines encodes lines, each terminated by "\n".
+func encodeLines(lines ...jobj) []byte {
 	var b []byte
 	for _, l := range lines {
 		j, err := json.Marshal(l)
@@ -132,8 +132,8 @@ func newPipeRig(opts ingest.PipelineOptions) *pipeRig {
 	return &pipeRig{p: ingest.NewPipeline(opts), rec: rec, stats: opts.Tracker.Stats}
 }
 
-func (r *pipeRig) out(lines ...jobj) { r.p.Write(tap.SourceStdout, ndjson(lines...)) }
-func (r *pipeRig) in(lines ...jobj)  { r.p.Write(tap.SourceStdin, ndjson(lines...)) }
+func (r *pipeRig) out(lines ...jobj) { r.p.Write(tap.SourceStdout, encodeLines(lines...)) }
+func (r *pipeRig) in(lines ...jobj)  { r.p.Write(tap.SourceStdin, encodeLines(lines...)) }
 
 // clockRig drives a Tracker directly, with the caller's clock, decoding
 // JSON lines (at) or taking hand-made Events (ev).

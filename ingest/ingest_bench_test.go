@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -56,7 +57,7 @@ func BenchmarkFramer(b *testing.B) {
 	for _, chunk := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
 			n := 0
-			f := streamjson.NewFramer(streamjson.DefaultMaxLine, func(streamjson.Line) { n++ })
+			f := ndjson.NewFramer(ndjson.DefaultMaxLine, func(ndjson.Line) { n++ })
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -116,7 +117,7 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-func mustJSON(o jobj) []byte { return bytes.TrimSuffix(ndjson(o), []byte("\n")) }
+func mustJSON(o jobj) []byte { return bytes.TrimSuffix(encodeLines(o), []byte("\n")) }
 
 // snapshotLine is a task_progress of task "t1" with n running agents whose
 // token counts depend on variant, so two variants share no agent bytes.
@@ -205,7 +206,7 @@ func growingWorkflow(n int) []byte {
 		lines = append(lines, snap())
 	}
 	lines = append(lines, lnNotify("t1", "completed"))
-	return ndjson(lines...)
+	return encodeLines(lines...)
 }
 
 // BenchmarkPipeline is replay without output: frame, decode and track a

@@ -5,12 +5,13 @@ import (
 	"io"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // probeBytes is how much of a line still arriving the framer buffers before
-// it asks whether the line is worth keeping (see streamjson.Framer.SetProbe).
+// it asks whether the line is worth keeping (see ndjson.Framer.SetProbe).
 const probeBytes = 4 << 10
 
 // maxClockLeap bounds how far one event may move a replay's clock.
@@ -19,7 +20,7 @@ const maxClockLeap = 24 * 60 * 60 * 1000
 // PipelineOptions configures a Pipeline.
 type PipelineOptions struct {
 	// MaxLine caps what is buffered of one line; 0 means
-	// streamjson.DefaultMaxLine.
+	// ndjson.DefaultMaxLine.
 	MaxLine int
 	Decode  streamjson.DecodeOptions
 	Tracker TrackerOptions
@@ -37,7 +38,7 @@ type PipelineOptions struct {
 // Pipeline frames, decodes and tracks one stream: the CLI's stdout and the
 // control requests on its stdin. It is driven from one goroutine.
 type Pipeline struct {
-	framers     [numSources]*streamjson.Framer
+	framers     [numSources]*ndjson.Framer
 	dec         *streamjson.Decoder
 	tr          *Tracker
 	stats       *Stats
@@ -52,7 +53,7 @@ type Pipeline struct {
 // NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
 func NewPipeline(opts PipelineOptions) *Pipeline {
 	if opts.MaxLine <= 0 {
-		opts.MaxLine = streamjson.DefaultMaxLine
+		opts.MaxLine = ndjson.DefaultMaxLine
 	}
 	if opts.Tracker.Stats == nil {
 		opts.Tracker.Stats = new(Stats)
@@ -79,7 +80,7 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 		p.calls = newCallQueue()
 	}
 	for i := range p.framers {
-		p.framers[i] = streamjson.NewFramer(opts.MaxLine, p.line)
+		p.framers[i] = ndjson.NewFramer(opts.MaxLine, p.line)
 		p.framers[i].SetProbe(probeBytes, streamjson.WorthBuffering)
 	}
 	return p
@@ -147,7 +148,7 @@ func (p *Pipeline) clock(ev *streamjson.Event) int64 {
 	return p.streamClock
 }
 
-func (p *Pipeline) line(l streamjson.Line) {
+func (p *Pipeline) line(l ndjson.Line) {
 	p.stats.countLine(p.cur, l.Len)
 	if l.Truncated {
 		// Only lines we would have decoded count as rejected: a long

@@ -942,7 +942,7 @@ func TestTrackerSecrets(t *testing.T) {
 func TestTrackerBadLines(t *testing.T) {
 	const maxLine = 512
 	long := strings.Repeat("x", 2*maxLine)
-	progress := string(ndjson(lnProgress("w0", agentRow(1, "start", "label", long))))
+	progress := string(encodeLines(lnProgress("w0", agentRow(1, "start", "label", long))))
 	assistant := `{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"` + long + `"}]}}` + "\n"
 	assistantQuoting := `{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Here is the event: {\"type\":\"system\",\"subtype\":\"task_started\",\"task_id\":\"w9\"} ` + long + `"}]}}` + "\n"
 	cases := []struct {
@@ -979,7 +979,7 @@ func TestTrackerBadLines(t *testing.T) {
 			}
 			// Never fatal: the next good lines still make a run.
 			eq(t, "lifecycle", kindsOf(r.rec), "run_started run_finished run_finalized")
-			eq(t, "bytes", r.stats.Bytes(tap.SourceStdout), int64(len(c.line)+len(ndjson(lnWorkflow("w1"), lnNotify("w1", "completed")))))
+			eq(t, "bytes", r.stats.Bytes(tap.SourceStdout), int64(len(c.line)+len(encodeLines(lnWorkflow("w1"), lnNotify("w1", "completed")))))
 		})
 	}
 }

@@ -73,9 +73,10 @@ func TestPackageGraph(t *testing.T) {
 	sinks := []string{"traces", "metrics", "report", "runspage"}
 	allowed := map[string][]string{
 		"tap":        {},
+		"ndjson":     {},
 		"streamjson": {"tap"},
 		"usage":      {},
-		"ingest":     {"tap", "streamjson", "usage"},
+		"ingest":     {"tap", "ndjson", "streamjson", "usage"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},

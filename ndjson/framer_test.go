@@ -1,6 +1,6 @@
 // Tests of the line framer: CRLF, partial lines across writes, the per-line
 // cap, gaps and the unterminated last line.
-package streamjson
+package ndjson
 
 import (
 	"bytes"
@@ -136,6 +136,12 @@ func BenchmarkFramer(b *testing.B) {
 	}
 }
 
+// notAssistant stands in for streamjson.WorthBuffering: a prefix that shows
+// an assistant message is not worth buffering.
+func notAssistant(prefix []byte) bool {
+	return !bytes.Contains(prefix, []byte(`"type":"assistant"`))
+}
+
 // TestFramerProbe: a line still arriving that shows itself as uninteresting
 // after the probe is not buffered further; an interesting one is.
 func TestFramerProbe(t *testing.T) {
@@ -154,7 +160,7 @@ func TestFramerProbe(t *testing.T) {
 			f := NewFramer(1<<20, func(l Line) {
 				got = append(got, Line{Len: l.Len, Truncated: l.Truncated, Data: append([]byte(nil), l.Data...)})
 			})
-			f.SetProbe(4096, WorthBuffering)
+			f.SetProbe(4096, notAssistant)
 			data := []byte(tc.line + "\n")
 			for off := 0; off < len(data); off += 1000 {
 				f.Write(data[off:min(off+1000, len(data))])

@@ -1,4 +1,4 @@
-package streamjson
+package ndjson
 
 import "bytes"
 
