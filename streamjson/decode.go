@@ -218,6 +218,8 @@ const (
 	fRequest
 	fResponse
 	fWrittenAt
+	fParentAgentID
+	fSpawnDepth
 	numWireFields
 )
 
@@ -226,7 +228,7 @@ const (
 // after "status" must not override it.
 var wireFields = [numWireFields]string{"type", "subtype", "session_id", "task_id", "run_id", "tool_use_id", "task_type",
 	"workflow_name", "description", "parent_task_id", "usage", "workflow_progress", "patch", "status", "summary",
-	"reason", "request_id", "request", "response", "written_at"}
+	"reason", "request_id", "request", "response", "written_at", "parent_agent_id", "spawn_depth"}
 
 // The fields of usage, patch, request and response, by number (their bit
 // in the bad mask and index in the value arrays).
@@ -301,7 +303,7 @@ func readFields(k Kind) uint32 {
 	case KindInit:
 		return always | 1<<fSessionID
 	case KindTaskStarted:
-		return task | 1<<fTaskType | 1<<fWorkflowName | 1<<fDescription | 1<<fParentTaskID
+		return task | 1<<fTaskType | 1<<fWorkflowName | 1<<fDescription | 1<<fParentTaskID | 1<<fParentAgentID | 1<<fSpawnDepth
 	case KindTaskProgress:
 		return task | 1<<fProgress
 	case KindTaskUpdated:
@@ -328,10 +330,12 @@ type wire struct {
 	str       [numWireFields]string // the string fields, by number
 	bad       uint32                // 1<<f: field f present with an unusable value
 	writtenAt int64
-	usage     wireNums
-	patch     wirePatch
-	request   wireStrs // subtype, session_id, task_id
-	response  wireStrs // subtype, request_id
+	// spawnDepth is task_started's spawn_depth, a number.
+	spawnDepth float64
+	usage      wireNums
+	patch      wirePatch
+	request    wireStrs // subtype, session_id, task_id
+	response   wireStrs // subtype, request_id
 	// Whether usage, patch, request and response were objects.
 	hasUsage, hasPatch, hasRequest, hasResponse bool
 	// rawProgress is the workflow_progress array on the plain path; the
@@ -489,6 +493,8 @@ func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 			if s, good = plainString(raw); good {
 				w.writtenAt, good = parseWrittenAt(s)
 			}
+		case fSpawnDepth:
+			w.spawnDepth, good = plainNumber(raw)
 		default:
 			w.str[f], good = plainString(raw)
 		}
@@ -734,6 +740,8 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		ev.WorkflowName = Clean(w.str[fWorkflowName], maxNameLen)
 		ev.Description = Clean(w.str[fDescription], maxTextLen)
 		ev.ParentTaskID = cleanID(w.str[fParentTaskID])
+		ev.ParentAgentID = cleanID(w.str[fParentAgentID])
+		ev.SpawnDepth = int(min(count(w.spawnDepth, &ev.BadFields), MaxSpawnDepth))
 	case KindTaskProgress:
 		switch {
 		case d.fast != nil:

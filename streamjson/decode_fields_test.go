@@ -118,6 +118,20 @@ var fieldCases = []fieldCase{
 			eq(t, ev.WorkflowName, "")
 			eq(t, ev.SessionID, "")
 		}},
+	{name: "spawn_depth and parent_agent_id of the wrong types", line: hStarted + `"task_type":"local_workflow","spawn_depth":"2","parent_agent_id":7}`,
+		kind: KindTaskStarted, badFields: 2,
+		check: func(t *testing.T, ev *Event) {
+			if ev.SpawnDepth != 0 || ev.ParentAgentID != "" {
+				t.Errorf("spawn_depth %d, parent_agent_id %q: a bad value reads as absent", ev.SpawnDepth, ev.ParentAgentID)
+			}
+		}},
+	{name: "spawn_depth out of range", line: hStarted + `"task_type":"local_workflow","spawn_depth":-1}`, kind: KindTaskStarted, badFields: 1},
+	{name: "spawn_depth huge is bounded", line: hStarted + `"task_type":"local_workflow","spawn_depth":1e9}`, kind: KindTaskStarted,
+		check: func(t *testing.T, ev *Event) {
+			if ev.SpawnDepth != MaxSpawnDepth {
+				t.Errorf("spawn_depth %d, want %d", ev.SpawnDepth, MaxSpawnDepth)
+			}
+		}},
 	{name: "notification status not a string", line: hNotify + `"status":5,"reason":"r"}`, kind: KindTaskNotification, badFields: 1, check: statusIs("")},
 	{name: "notification with a bad usage carries its status", line: hNotify + `"status":"completed","usage":{"total_tokens":"12","duration_ms":1e999},"output_file":{}}`,
 		kind: KindTaskNotification, badFields: 2, check: statusIs("completed")},

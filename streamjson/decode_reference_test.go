@@ -42,6 +42,8 @@ type refEvent struct {
 	Entries               []refEntry
 	BadFields, BadEntries int
 	WrittenAt             int64
+	SpawnDepth            int
+	ParentAgentID         string
 	// result
 	ResultSubtype    string
 	IsError, HasCost bool
@@ -60,7 +62,7 @@ func fromEvent(ev *Event, r Reason) refEvent {
 		Usage: ev.Usage, HasUsage: ev.HasUsage, HasProgress: ev.HasProgress,
 		BadFields: ev.BadFields, BadEntries: ev.BadEntries, WrittenAt: ev.WrittenAt,
 		ResultSubtype: ev.ResultSubtype, IsError: ev.IsError, HasCost: ev.HasCost, DurationMs: ev.DurationMs,
-		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models)}
+		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models), SpawnDepth: ev.SpawnDepth, ParentAgentID: ev.ParentAgentID}
 	for _, e := range ev.Entries {
 		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
 			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens})
@@ -273,6 +275,8 @@ func refDecode(line []byte) refEvent {
 		for _, k := range []string{"task_type", "workflow_name", "description", "parent_task_id"} {
 			r.str(m, k)
 		}
+		ev.ParentAgentID = r.str(m, "parent_agent_id")
+		ev.SpawnDepth = int(min(r.num(m, "spawn_depth"), MaxSpawnDepth))
 	case KindTaskUpdated:
 		if p := r.obj(m, "patch"); p != nil {
 			ev.PatchStatus = r.str(p, "status")

@@ -38,6 +38,16 @@ func TestDecode(t *testing.T) {
 					t.Error("the workflow prompt was kept")
 				}
 			}},
+		{name: "task_started nested", line: `{"type":"system","subtype":"task_started","task_id":"w2","run_id":"r2","task_type":"local_workflow","workflow_name":"child","spawn_depth":2,"parent_task_id":"w1","parent_agent_id":"a4e08089a89a08aa0","session_id":"s"}`, kind: KindTaskStarted,
+			check: func(t *testing.T, ev *Event) {
+				eq(t, ev.ParentTaskID, "w1")
+				eq(t, ev.ParentAgentID, "a4e08089a89a08aa0")
+				if ev.SpawnDepth != 2 {
+					t.Errorf("spawn_depth %d, want 2", ev.SpawnDepth)
+				}
+			}},
+		{name: "task_started remote", line: `{"type":"system","subtype":"task_started","task_id":"t9","task_type":"remote_agent","description":"remote","session_id":"s"}`, kind: KindTaskStarted,
+			check: func(t *testing.T, ev *Event) { eq(t, ev.TaskType, "remote_agent") }},
 		{name: "task_progress with entries", line: `{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":5,"tool_uses":1,"duration_ms":9},"workflow_progress":[{"type":"workflow_phase","index":1,"title":"G"},{"type":"future_entry","index":9},{"type":"workflow_agent","index":2,"agentId":"v2:ab","state":"done","cached":true,"startedAt":1000,"endedAt":2000,"phaseIndex":1,"tokens":7,"resultPreview":"PREVIEW"}]}`, kind: KindTaskProgress,
 			check: func(t *testing.T, ev *Event) {
 				if !ev.HasProgress || !ev.HasUsage || ev.Usage != (Usage{5, 1, 9}) {

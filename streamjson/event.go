@@ -100,6 +100,11 @@ type Event struct {
 	WorkflowName string
 	Description  string
 	ParentTaskID string
+	// ParentAgentID is the agentId of the workflow agent that launched
+	// this task (a nested workflow run), when the CLI says; SpawnDepth is
+	// its nesting depth (1 top level, up to MaxSpawnDepth; 0 when absent).
+	ParentAgentID string
+	SpawnDepth    int
 
 	// task_progress
 	Usage       Usage
@@ -173,3 +178,7 @@ const (
 
 // Plausible reports whether v can be an epoch-ms time of a stream.
 func Plausible(v int64) bool { return v >= minPlausibleMs && v < maxPlausibleMs }
+
+// MaxSpawnDepth bounds spawn_depth as read: Claude Code nests at most 3
+// deep; a larger number is kept as this, not as whatever a stream says.
+const MaxSpawnDepth = 16

@@ -60,6 +60,10 @@ func wireField(key []byte) int {
 		return fDescription
 	case "parent_task_id":
 		return fParentTaskID
+	case "parent_agent_id":
+		return fParentAgentID
+	case "spawn_depth":
+		return fSpawnDepth
 	case "usage":
 		return fUsage
 	case "workflow_progress":
@@ -92,6 +96,7 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 	*s = fastScan{b: line, scratch: s.scratch[:0], memo: &d.memo}
 	*t = topScan{}
 	w.hasUsage, w.hasPatch, w.hasRequest, w.hasResponse = false, false, false, false
+	w.spawnDepth = 0
 	d.snapPrev = nil
 	var seen uint32
 	end, st := s.object(0, func(key []byte, i int) (int, bool, scanStatus) {
@@ -129,6 +134,8 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 		case fResponse:
 			w.response = wireStrs{}
 			end, st, bad = structField(s, i, &w.hasResponse, func(i int) (int, scanStatus) { return d.scanStrings(i, responseFields[:], &w.response) })
+		case fSpawnDepth:
+			end, st, bad = s.floatField(i, &w.spawnDepth)
 		default:
 			end, st, bad = s.strField(i, &t.spans[f])
 			if f == fTaskID {
@@ -330,6 +337,7 @@ func (d *Decoder) fillWire() {
 			text(fWorkflowName)
 			text(fDescription)
 			text(fParentTaskID)
+			text(fParentAgentID)
 		case "task_notification":
 			text(fStatus)
 			text(fReason)
