@@ -76,7 +76,7 @@ func (t *Tracker) Snapshot() TrackerState {
 	for _, k := range t.tombOrder {
 		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
 	}
-	s.Sessions = t.sess.snapshot()
+	s.Sessions = t.sess.Snapshot()
 	return s
 }
 
@@ -87,12 +87,12 @@ func (t *Tracker) Snapshot() TrackerState {
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
-	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 || len(t.sess.byID) > 0 {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 || t.sess.Len() > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
 	}
-	loadSessions, err := t.sess.restore(s.Sessions)
+	loadSessions, err := t.sess.Restore(s.Sessions)
 	if err != nil {
-		return err
+		return fmt.Errorf("ingest: restoring %w", err)
 	}
 	shift := int64(0)
 	if now > s.Now {

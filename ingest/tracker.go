@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/usage"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -153,7 +154,7 @@ type Tracker struct {
 	calls      callIndex
 	stallAfter int64 // ms; 0: off
 	stallCheck int64 // the clock at the last stall check
-	sess       sessions
+	sess       usage.Sessions
 }
 
 // NewTracker returns a Tracker.
@@ -175,7 +176,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		byTask:   make(map[string][]*Run),
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
-		sess:     newSessions(opts.MaxSessions),
+		sess:     usage.NewSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
 		t.calls.init()

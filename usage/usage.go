@@ -1,7 +1,8 @@
 // Package usage is the vocabulary of what model calls cost: tokens by type,
-// a model's usage, and the sums a run, an agent or a session keeps. It
-// imports nothing; package ingest carries these on its runs and events
-// (and names them too, as aliases).
+// a model's usage, and the sums a run, an agent or a session keeps; and
+// Sessions, which turns the cumulative cost of a session's result lines
+// into what each turn added. It imports nothing; package ingest carries
+// these on its runs and events (and names them too, as aliases).
 package usage
 
 // TokenType is a kind of model token, as the CLIs split them. The set is
