@@ -379,6 +379,7 @@ type invariantSink struct {
 	runCalls   map[*ingest.Run]int64      // ... of them carrying their open run
 	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
 	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
+	parentOf   map[[2]string][2]string    // a nested run's launcher, by task and run id
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
@@ -386,7 +387,40 @@ func newInvariantSink(t *testing.T) *invariantSink {
 		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
 		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
 		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{},
-		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}}
+		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}, parentOf: map[[2]string][2]string{}}
+}
+
+// checkParent: a nested run's launcher is set once, is never the run
+// itself, and the launchers never form a cycle.
+func (s *invariantSink) checkParent(r *ingest.Run) {
+	t, me := s.t, [2]string{r.TaskID, r.RunID}
+	if r.SpawnDepth < 0 || r.SpawnDepth > streamjson.MaxSpawnDepth {
+		t.Fatalf("run %s/%s: spawn depth %d", r.TaskID, r.RunID, r.SpawnDepth)
+	}
+	if r.Parent.TaskID == "" {
+		if _, had := s.parentOf[me]; had {
+			t.Fatalf("run %s/%s lost its launcher", r.TaskID, r.RunID)
+		}
+		return
+	}
+	p := [2]string{r.Parent.TaskID, r.Parent.RunID}
+	if prev, had := s.parentOf[me]; had && prev != p {
+		t.Fatalf("run %s/%s: launcher %v became %v", r.TaskID, r.RunID, prev, p)
+	}
+	if p == me || (r.Parent.RootTask == r.TaskID && r.Parent.RootRun == r.RunID) {
+		t.Fatalf("run %s/%s launched by itself: %+v", r.TaskID, r.RunID, r.Parent)
+	}
+	s.parentOf[me] = p
+	for k, n := p, 0; ; n++ {
+		next, ok := s.parentOf[k]
+		if !ok {
+			break
+		}
+		if k == me || n > len(s.parentOf) {
+			t.Fatalf("run %s/%s: its launchers form a cycle", r.TaskID, r.RunID)
+		}
+		k = next
+	}
 }
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
@@ -424,6 +458,7 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		t.Fatalf("run %s/%s: %d agents, %d before (%v)", r.TaskID, r.RunID, len(r.Agents), s.nAgents[r], l.Kind)
 	}
 	s.nAgents[r] = len(r.Agents)
+	s.checkParent(r)
 	for i := range r.Agents {
 		a := &r.Agents[i]
 		k := agentKey{r, a.Index}
@@ -459,6 +494,7 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		if s.stalled[r] {
 			t.Fatalf("run %s/%s finalized while stalled", r.TaskID, r.RunID)
 		}
+		delete(s.parentOf, [2]string{r.TaskID, r.RunID}) // its ids may start another run
 		s.finalized[r]++
 		// A run's cost is exactly the calls attributed to it while open,
 		// and the sum of its agents'.
@@ -671,7 +707,16 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		return "", 0
 	case 0, 1:
 		typ := fzTypes[int(p.next())%len(fzTypes)]
-		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"}`, typ), 0
+		nest := ""
+		if a&0x20 != 0 {
+			// A nested run: launched by some agent of some task, or by a task.
+			b := p.next()
+			nest = fmt.Sprintf(`,"spawn_depth":%d,"parent_task_id":"%s"`, 1+b%4, fzTasks[int(b/4)%len(fzTasks)])
+			if b&0x40 != 0 {
+				nest += fmt.Sprintf(`,"parent_agent_id":"v1:%d"`, 1+int(b/16)%5)
+			}
+		}
+		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"%s}`, typ, nest), 0
 	case 2, 3, 4:
 		var rows []string
 		if a&0x80 != 0 {

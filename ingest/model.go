@@ -148,10 +148,17 @@ type Run struct {
 	SessionID    string
 	ToolUseID    string
 	ParentTaskID string // only when that task was seen in the stream
-	TaskType     string
-	Workflow     bool
-	Name         string // workflow_name (sanitized)
-	Description  string
+	// SpawnDepth is task_started's spawn_depth: 1 top level, N+1 when
+	// launched from inside a depth-N run; 0 when the stream did not say.
+	SpawnDepth int
+	// Parent is the agent that launched this nested run, when the stream
+	// said which (parent_agent_id, or a sub-agent task's parent_task_id)
+	// and it was still known; its TaskID is empty otherwise.
+	Parent      AgentRef
+	TaskType    string
+	Workflow    bool
+	Name        string // workflow_name (sanitized)
+	Description string
 
 	Status      RunStatus
 	PatchStatus string // last task_updated status spelling

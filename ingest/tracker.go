@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/usage"
 	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/usage"
 )
 
 // DefaultGrace is how long a finished run stays open for late snapshots
@@ -423,6 +423,7 @@ func (t *Tracker) identify(r *Run, ev *streamjson.Event, at int64) {
 			r.ParentTaskID = p
 		}
 	}
+	t.nest(r, ev)
 }
 
 func (t *Tracker) newRun(ev *streamjson.Event, workflow bool) *Run {
