@@ -38,7 +38,9 @@ func MapStatus(s string) (st RunStatus, ok bool) {
 		return StatusFailed, true
 	case "stopped", "killed", "cancelled", "canceled", "aborted":
 		return StatusStopped, true
-	case "pending", "running", "paused":
+	case "pending", "running", "paused", "remote_launched":
+		// remote_launched: Claude Code handed a remote_agent task to a
+		// remote environment; it still ends with its task_notification.
 		return StatusRunning, true
 	}
 	return StatusFailed, false

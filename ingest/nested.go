@@ -29,7 +29,9 @@ type AgentRef struct {
 const maxLauncherScan = 4096
 
 // nest sets what a task_started says of a run's nesting: its depth, and the
-// agent that launched it when the stream says which and it is still known.
+// agent that launched it when the stream says which and its run is still
+// running; a launcher that ended already is only linked (traces), as a span
+// does not start under one that is over.
 func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	r.SpawnDepth = ev.SpawnDepth
 	if r.Parent.TaskID != "" {
@@ -39,8 +41,8 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	idx := -1
 	if ev.ParentAgentID != "" {
 		p, idx = t.launcher(ev.ParentTaskID, ev.ParentAgentID)
-	} else if runs := t.byTask[ev.ParentTaskID]; len(runs) > 0 && !runs[len(runs)-1].Workflow {
-		p = runs[len(runs)-1] // a sub-agent task launched it
+	} else if runs := t.byTask[ev.ParentTaskID]; len(runs) > 0 && !runs[len(runs)-1].Workflow && !runs[len(runs)-1].Finished {
+		p = runs[len(runs)-1] // a sub-agent task, still running, launched it
 	}
 	if p == nil || p == r {
 		return
@@ -63,7 +65,7 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 // agentID: in the parent task's latest run, else through the attribution
 // index, else among the unfinished runs, newest first, within a budget.
 func (t *Tracker) launcher(task, agentID string) (*Run, int) {
-	if runs := t.byTask[task]; len(runs) > 0 {
+	if runs := t.byTask[task]; len(runs) > 0 && !runs[len(runs)-1].Finished {
 		if i := agentByID(runs[len(runs)-1], agentID); i >= 0 {
 			return runs[len(runs)-1], i
 		}

@@ -66,6 +66,11 @@ func TestNestedRuns(t *testing.T) {
 			top(r)
 			r.at(T0+2, nestedStarted("w2", "child", 2, "w1", ""))
 		}, []want{{task: "w2", depth: 2}}},
+		{"a sub-agent task that ended: linked, not nested", func(r *clockRig) {
+			r.at(T0, lnStarted("t1", "r-t1", "local_agent", ""))
+			r.at(T0+1, lnNotify("t1", "completed"))
+			r.at(T0+2, nestedStarted("w2", "child", 2, "t1", ""))
+		}, []want{{task: "w2", depth: 2}}},
 		{"a cached agent launched nothing", func(r *clockRig) {
 			r.at(T0, lnStarted("w1", "r-w1", "local_workflow", "top"))
 			r.at(T0+1, lnProgress("w1", agentRow(1, "done", "agentId", "A1", "cached", true)))
@@ -105,5 +110,30 @@ func TestNestedRuns(t *testing.T) {
 				t.Errorf("the top run has %d agents, want its own 2", len(w1.Agents))
 			}
 		})
+	}
+}
+
+// TestRemoteRun: a remote_agent task is a plain task of its type; its
+// remote_launched update is a status the protocol knows (no violation), and
+// it ends with its notification like any task.
+func TestRemoteRun(t *testing.T) {
+	r := newClockRigWith(t, ingest.TrackerOptions{Grace: time.Second})
+	r.at(T0, lnStarted("t9", "r9", "remote_agent", ""))
+	r.at(T0+10, lnUpdated("t9", "remote_launched", 0))
+	r.at(T0+20, lnNotify("t9", "completed"))
+	r.tr.Close(T0 + 5000)
+	var ended *ingest.Run
+	for _, e := range r.rec.Events {
+		switch e.Kind {
+		case ingest.ViolationSeen:
+			t.Errorf("violation %v", e.Violation)
+		case ingest.TaskEnded:
+			ended = &e.Run
+		case ingest.RunFinished:
+			t.Errorf("a remote_agent task counted as a workflow run")
+		}
+	}
+	if ended == nil || ended.TaskType != "remote_agent" || ended.Status != ingest.StatusCompleted || ended.Workflow {
+		t.Fatalf("ended %+v, want a completed remote_agent task", ended)
 	}
 }

@@ -124,6 +124,7 @@ const (
 	AttrTaskID            = "cbc.task.id"
 	AttrRunID             = "cbc.run.id"
 	AttrTaskType          = "cbc.task.type"
+	AttrSpawnDepth        = "cbc.spawn_depth" // a nested run's depth (task_started spawn_depth)
 	AttrTaskStatus        = "cbc.task.status"
 	AttrWorkflowStatus    = "cbc.workflow.status"
 	AttrWorkflowAbandoned = "cbc.workflow.abandoned"

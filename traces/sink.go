@@ -83,6 +83,10 @@ type Sink struct {
 	// parent_task_id can become a link to that run's root span.
 	lastRun   map[string]string
 	lastOrder []string
+	// roots maps a nested run to the top-level run whose trace it joins
+	// (ingest.Run.Parent); bounded like lastRun.
+	roots     map[runKey]runKey
+	rootOrder []runKey
 }
 
 var _ ingest.Sink = (*Sink)(nil)
@@ -100,6 +104,7 @@ func New(tp trace.TracerProvider, opts Options) *Sink {
 		hold:     opts.HoldAgents,
 		deferred: make(map[runKey][]int),
 		lastRun:  make(map[string]string),
+		roots:    make(map[runKey]runKey),
 	}
 	if c, ok := tp.(dropCounter); ok {
 		s.counts = c
@@ -153,7 +158,26 @@ func (s *Sink) traceID(task, run string) trace.TraceID {
 	if s.parent.IsValid() {
 		return s.parent.TraceID()
 	}
+	if root, ok := s.roots[runKey{task, run}]; ok {
+		return TraceID(root.task, root.run)
+	}
 	return TraceID(task, run)
+}
+
+// nested records that r joins the trace of its chain's root: a nested
+// run's spans hang under the agent that launched it. Every event of r says
+// so again, so a sink restored from a checkpoint learns it too.
+func (s *Sink) nested(r *ingest.Run) {
+	p := &r.Parent
+	k := runKey{r.TaskID, r.RunID}
+	if _, ok := s.roots[k]; ok || p.TaskID == "" {
+		return
+	}
+	s.roots[k] = runKey{p.RootTask, p.RootRun}
+	if s.rootOrder = append(s.rootOrder, k); len(s.rootOrder) > maxLinkTasks {
+		delete(s.roots, s.rootOrder[0])
+		s.rootOrder = s.rootOrder[1:]
+	}
 }
 
 // flags are the trace flags of every span the Sink makes: sampled, unless a
@@ -167,6 +191,9 @@ func (s *Sink) flags() trace.TraceFlags {
 
 // Observe implements ingest.Sink.
 func (s *Sink) Observe(l ingest.Lifecycle) {
+	if l.Run != nil {
+		s.nested(l.Run)
+	}
 	switch l.Kind {
 	case ingest.RunStarted, ingest.TaskStarted:
 		s.remember(l.Run)
@@ -248,6 +275,14 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 	tid, sid := s.IDs(r)
 	if sc, ok := s.launchedBy(r); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else if p := &r.Parent; p.TaskID != "" {
+		// Under the agent that launched it (or the sub-agent task itself).
+		psid := SpanID(p.TaskID, p.RunID, kindWorkflow, 0)
+		if p.Index >= 0 {
+			psid = SpanID(p.TaskID, p.RunID, kindAgent, p.Index)
+		}
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: tid, SpanID: psid, TraceFlags: s.flags(), TraceState: s.parent.TraceState()}))
 	}
 	return withIDs(ctx, tid, sid)
 }
@@ -376,8 +411,8 @@ func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
 // link returns a link to the root span of r's parent task, when that task
 // was seen in this stream.
 func (s *Sink) link(r *ingest.Run) []trace.Link {
-	if r.ParentTaskID == "" {
-		return nil
+	if r.ParentTaskID == "" || r.Parent.TaskID != "" {
+		return nil // no parent task, or its agent is the span's parent
 	}
 	run, ok := s.lastRun[r.ParentTaskID]
 	if !ok {
@@ -433,6 +468,9 @@ func (s *Sink) exportRoot(r *ingest.Run, start, end int64) {
 	}
 	if r.Reason != "" {
 		kv = append(kv, attribute.String(AttrStopReason, r.Reason))
+	}
+	if r.SpawnDepth > 0 {
+		kv = append(kv, attribute.Int(AttrSpawnDepth, r.SpawnDepth))
 	}
 	if r.InterruptLatencyMs >= 0 {
 		kv = append(kv, attribute.Int64(AttrInterruptLatency, r.InterruptLatencyMs))
