@@ -151,6 +151,10 @@ func writeMDRow(b *strings.Builder, r *ingest.Run, withCost bool) {
 	if name == "" {
 		name = "*(unnamed)*"
 	}
+	if r.Parent.TaskID != "" {
+		// Nested: its own row, counted once (its launcher's row has none of it).
+		name = strings.Repeat("↳ ", max(1, r.SpawnDepth-1)) + name
+	}
 	fmt.Fprintf(b, "| %s | %s %s | %s | %s | %d |", name, mdStatusMark(r.Status), r.Status,
 		durtext.Millis(r.DurationMs()), agentsText(r.Agents), r.Usage.TotalTokens)
 	if withCost {

@@ -165,7 +165,23 @@ type Workflow struct {
 	Agents        []Agent `json:"agents"`
 	// Stalls counts the run's silences of --stall-after (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
-	Cost       // what its agents' model calls cost (package doc)
+	// SpawnDepth is the run's nesting depth when the stream said
+	// (spawn_depth); LaunchedBy the agent that launched a nested run.
+	SpawnDepth int         `json:"spawn_depth,omitempty"`
+	LaunchedBy *LaunchedBy `json:"launched_by,omitempty"`
+	Cost                   // what its agents' model calls cost (package doc)
+}
+
+// LaunchedBy is the agent that launched a nested run: agent Index of run
+// (TaskID, RunID) of workflow Workflow, or with Index -1 the sub-agent task
+// itself. Its agents, tokens and cost are counted in the nested run only.
+type LaunchedBy struct {
+	TaskID   string `json:"task_id"`
+	RunID    string `json:"run_id,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
+	Index    int    `json:"agent_index"`
+	AgentID  string `json:"agent_id,omitempty"`
+	Label    string `json:"label,omitempty"`
 }
 
 // Phase is the JSON form of a phase: its agents' earliest start and latest end.
@@ -220,7 +236,10 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
-		Stalls: r.Stalls,
+		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth,
+	}
+	if p := r.Parent; p.TaskID != "" {
+		w.LaunchedBy = &LaunchedBy{TaskID: p.TaskID, RunID: p.RunID, Workflow: p.Workflow, Index: p.Index, AgentID: p.AgentID, Label: p.Label}
 	}
 	for _, p := range r.Phases {
 		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})

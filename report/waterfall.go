@@ -95,6 +95,17 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))
 	}
 	b.WriteString("]\n")
+	if p := r.Parent; p.TaskID != "" {
+		by := "task " + cut(p.TaskID, 40)
+		if p.Index >= 0 {
+			by = fmt.Sprintf("agent %d", p.Index)
+			if p.Label != "" {
+				by += " " + cut(p.Label, 40)
+			}
+			by += " of " + cut(p.Workflow, 60)
+		}
+		fmt.Fprintf(b, "  nested (depth %d): launched by %s\n", r.SpawnDepth, by)
+	}
 	if r.Error != "" {
 		fmt.Fprintf(b, "  error: %s\n", cut(r.Error, 200))
 	}
