@@ -18,6 +18,9 @@ type driveMsg struct {
 	SessionID string `json:"session_id"`
 	TaskID    string `json:"task_id"`
 	TaskType  string `json:"task_type"`
+	// ParentTaskID is set on a nested run, which the driver does not wait
+	// for: the turn ends with its top-level workflow.
+	ParentTaskID string `json:"parent_task_id"`
 }
 
 // DriveOptions says what Drive asks of the simulator.
@@ -132,7 +135,7 @@ func (d *driver) turn(i int, sc string) error {
 		case "init":
 			d.session = m.SessionID
 		case "task_started":
-			if m.TaskType == "local_workflow" {
+			if m.TaskType == "local_workflow" && m.ParentTaskID == "" {
 				d.workflow = m.TaskID
 			}
 		}

@@ -162,6 +162,11 @@ func (s *session) emitTaskUpdated(t *task, status, errMsg string) error {
 	if errMsg != "" {
 		patch = append(patch, kv{"error", errMsg})
 	}
+	return s.emitTaskPatch(t, patch)
+}
+
+// emitTaskPatch writes a task_updated with patch.
+func (s *session) emitTaskPatch(t *task, patch obj) error {
 	return s.emit(s.taskTail(append(s.taskHead("task_updated", t), kv{"patch", patch})))
 }
 
@@ -187,7 +192,7 @@ func (u usage) obj() obj {
 }
 
 // newTaskIDs assigns a task's ids in the dialect's shape. kind is
-// "workflow", "bash" or "agent".
+// "workflow", "bash", "agent" or "remote".
 func (s *session) newTaskIDs(kind string) (id, runID, toolUseID string) {
 	s.msgSeq++
 	if !s.claude() {
@@ -198,6 +203,8 @@ func (s *session) newTaskIDs(kind string) (id, runID, toolUseID string) {
 		id = "w" + s.ids.base36(8)
 	case "bash":
 		id = "b" + s.ids.base36(8)
+	case "remote":
+		id = "r" + s.ids.base36(8) // as Claude Code's remote_agent ids, by its prefixes (no recording has one)
 	default:
 		id = "a" + s.ids.hexN(16)
 	}

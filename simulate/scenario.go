@@ -15,12 +15,13 @@ const (
 	ScenarioManyAgents = "many-agents" // --agents N agents across 3 phases, 8 at a time; snapshots grow
 	ScenarioMixed      = "mixed"       // completed plus a background shell and a background sub-agent task
 	ScenarioSpellings  = "spellings"   // completed with cbc's alternative spellings (state "running", workflow_name "path:...")
+	ScenarioNested     = "nested"      // an agent launches a workflow whose agent launches another (depths 1-3), beside a remote agent task
 )
 
 // Scenarios lists every scenario name, in documentation order.
 func Scenarios() []string {
 	return []string{ScenarioCompleted, ScenarioFailed, ScenarioStopped, ScenarioCached,
-		ScenarioManyAgents, ScenarioMixed, ScenarioSpellings}
+		ScenarioManyAgents, ScenarioMixed, ScenarioSpellings, ScenarioNested}
 }
 
 // scenarioAliases maps the names the corpus recordings use in their
@@ -64,13 +65,25 @@ type agentPlan struct {
 	tools  int64  // tool calls; >0 also produces a mid-run usage tick
 	tool   string // the tool's one-line summary
 	slow   bool   // runs for stallTimeout: the window for an interrupt
+	// launches, if set, is the workflow the agent launches with its tool
+	// call (tools must be 1): the agent runs until that run has ended.
+	launches *plan
+}
+
+// toolName is the tool of the agent's tool call as its row names it.
+func (ap agentPlan) toolName() string {
+	if ap.launches != nil {
+		return "Workflow"
+	}
+	return "Bash"
 }
 
 // sideTask scripts a background task that is not a workflow.
 type sideTask struct {
-	kind        string // "bash" or "agent"
+	kind        string // "bash", "agent" or "remote"
 	description string
 	prompt      string
+	startIn     int // starts as this workflow group begins; 0 = before the workflow
 	endAfter    int // ends after this workflow group; 0 = after the workflow
 }
 
@@ -157,10 +170,42 @@ func newPlan(scenario string, nAgents int) (*plan, error) {
 				p.agents = append(p.agents, a)
 			}
 		}
+	case ScenarioNested:
+		return nestedPlan(), nil
 	default:
 		return nil, fmt.Errorf("unknown scenario %q (want one of %s)", scenario, strings.Join(Scenarios(), ", "))
 	}
 	return p, nil
+}
+
+// nestedPlan scripts three workflows, each launched by an agent of the one
+// above it (Claude Code nests at most three deep), and a remote agent task
+// the main conversation launches while the top-level run is in phase 1.
+// Each run has agents of its own only, so its usage counts only those: a
+// launcher's tokens are its own, not those of the run it launched.
+func nestedPlan() *plan {
+	grandchild := &plan{scenario: ScenarioNested, name: "sim-nested-grandchild", phases: []string{"Dig"}, concurrency: 2,
+		description: "Nested workflow launched by the deep agent",
+		agents: []agentPlan{
+			{label: "leaf:a", prompt: "[[AGENT:leafa]] Dig into part A.", phase: 1, group: 1, dur: 160 * time.Millisecond, tokens: 380},
+			{label: "leaf:b", prompt: "[[AGENT:leafb]] Dig into part B.", phase: 1, group: 1, dur: 200 * time.Millisecond, tokens: 410},
+		}}
+	child := &plan{scenario: ScenarioNested, name: "sim-nested-child", phases: []string{"Explore"}, concurrency: 2,
+		description: "Nested workflow launched by the planner agent",
+		agents: []agentPlan{
+			{label: "deep", prompt: "[[AGENT:deep]] Explore deeply with a workflow of your own.", phase: 1, group: 1, dur: 400 * time.Millisecond,
+				tokens: 730, tools: 1, tool: "sim-nested-grandchild", launches: grandchild},
+			{label: "shallow", prompt: "[[AGENT:shallow]] Skim the surface.", phase: 1, group: 1, dur: 120 * time.Millisecond, tokens: 450},
+		}}
+	return &plan{scenario: ScenarioNested, name: "sim-nested", phases: []string{"Plan", "Report"}, concurrency: 2,
+		description: "Simulated workflow whose agents launch nested workflows",
+		agents: []agentPlan{
+			{label: "planner", prompt: "[[AGENT:planner]] Plan the work with a nested workflow.", phase: 1, group: 1, dur: 400 * time.Millisecond,
+				tokens: 960, tools: 1, tool: "sim-nested-child", launches: child},
+			{label: "report", prompt: "[[AGENT:report]] Report on the plan.", phase: 2, group: 2, dur: 150 * time.Millisecond, tokens: 520},
+		},
+		sides: []sideTask{{kind: "remote", description: "sim remote agent", prompt: "[[AGENT:remote]] Review the plan remotely.",
+			startIn: 1, endAfter: 1}}}
 }
 
 // script renders the fake workflow source that Claude Code puts in

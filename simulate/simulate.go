@@ -6,8 +6,9 @@
 // wrapper, replay and demo can be exercised without a model API.
 //
 // Each user message is one turn: system/init, assistant noise, one run of
-// the scenario (a workflow, plus plain background tasks in "mixed"), and a
-// result line. Identifiers derive from Config.Seed; with Config.Epoch set
+// the scenario (a workflow, plus plain background tasks in "mixed", and
+// workflows launched by its agents beside a remote agent in "nested"), and
+// a result line. Identifiers derive from Config.Seed; with Config.Epoch set
 // the timestamps come from a virtual clock, so identical stdin gives
 // byte-identical output (goldens rely on this).
 package simulate
@@ -278,7 +279,8 @@ type session struct {
 	stopAll         bool            // an interrupt arrived during this turn
 	stopTasks       map[string]bool // stop_task ids (Claude Code)
 	interruptReason string
-	agentStarts     int // across the session, for InterruptAfter
+	agentStarts     int           // across the session, for InterruptAfter
+	scripted        time.Duration // scripted time passed in pauses, across the session: a nested run's length
 	selfInterrupted bool
 	tasks           []*task // tasks of the current turn, in task_started order
 }
@@ -434,7 +436,7 @@ func (s *session) pause(d time.Duration, stop func() bool) (bool, error) {
 				return false, fmt.Errorf("simulate: %w", s.ctx.Err())
 			case m, ok = <-s.in:
 			default:
-				s.clk.advance(d)
+				s.passed(d)
 				return false, nil
 			}
 		} else {
@@ -442,7 +444,7 @@ func (s *session) pause(d time.Duration, stop func() bool) (bool, error) {
 			case <-s.ctx.Done():
 				return false, fmt.Errorf("simulate: %w", s.ctx.Err())
 			case <-timer:
-				s.clk.advance(d)
+				s.passed(d)
 				return false, nil
 			case m, ok = <-s.in:
 			}
@@ -457,16 +459,24 @@ func (s *session) pause(d time.Duration, stop func() bool) (bool, error) {
 		if stop != nil && stop() {
 			// Scripted time passes in proportion to the real wait.
 			if s.cfg.Speed > 0 {
-				s.clk.advance(min(d, time.Duration(float64(time.Since(began))/s.cfg.Speed)))
+				s.passed(min(d, time.Duration(float64(time.Since(began))/s.cfg.Speed)))
 			}
 			return true, nil
 		}
 	}
 }
 
-// stopRequested reports whether the task must stop now.
+// stopRequested reports whether the task must stop now: stopping a run
+// stops the runs it launched.
 func (s *session) stopRequested(t *task) bool {
-	return s.stopAll || s.stopTasks[t.id]
+	return s.stopAll || s.stopTasks[t.id] || (t.parent != nil && s.stopRequested(t.parent))
+}
+
+// passed lets d of scripted time pass: the virtual clock moves by it (the
+// wall clock moves by itself), and the session counts it.
+func (s *session) passed(d time.Duration) {
+	s.clk.advance(d)
+	s.scripted += max(d, 0)
 }
 
 // turnScenario picks the scenario of a user message: its marker if it names

@@ -123,17 +123,28 @@ func TestScenariosGolden(t *testing.T) {
 				if !bytes.Equal(out, again) {
 					t.Fatal("output with --epoch is not reproducible")
 				}
-				checkGolden(t, c.name(d)+".ndjson", out)
-				checkGolden(t, c.name(d)+".expect.ndjson", expect)
+				checkGolden(t, c.dir(), c.name(d)+".ndjson", out)
+				checkGolden(t, c.dir(), c.name(d)+".expect.ndjson", expect)
 			})
 		}
 	}
 }
 
-// checkGolden compares got with testdata/simulate/name (-update rewrites it).
-func checkGolden(t *testing.T, name string, got []byte) {
+// dir is where the case's goldens live: testdata/simulate, whose streams
+// the consumers' tests replay, except for the nested scenario's, kept
+// beside this package until the consumers read nested runs (parent task,
+// parent agent, depth) and remote agents.
+func (c goldenCase) dir() string {
+	if c.scenario == ScenarioNested {
+		return "testdata"
+	}
+	return filepath.Join("..", "testdata", "simulate")
+}
+
+// checkGolden compares got with dir/name (-update rewrites it).
+func checkGolden(t *testing.T, dir, name string, got []byte) {
 	t.Helper()
-	golden.Assert(t, filepath.Join("..", "testdata", "simulate", name), got)
+	golden.Assert(t, filepath.Join(dir, name), got)
 }
 
 // checkStream asserts the protocol invariants the consumers rely on.
@@ -205,7 +216,7 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 			}
 			lastRows[e.TaskID] = cur
 		case "task_updated":
-			if e.Patch["end_time"] == nil {
+			if terminalPatch(e.Patch) && e.Patch["end_time"] == nil {
 				t.Errorf("line %d: terminal patch without end_time", i+1)
 			}
 		case "task_notification":
@@ -233,6 +244,16 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 	if interrupted {
 		checkStopOrder(t, claude, evs)
 	}
+}
+
+// terminalPatch reports whether a task_updated patch ends its task (a
+// remote agent's "remote_launched" does not).
+func terminalPatch(p map[string]any) bool {
+	switch p["status"] {
+	case "completed", "failed", "killed", "stopped":
+		return true
+	}
+	return false
 }
 
 func checkRow(t *testing.T, line int, claude bool, r row) {

@@ -17,16 +17,22 @@ type task struct {
 	side                 *sideTask
 	status               string // notification status; "" while running
 	endTime              int64
+	start                int64 // when its task_started was written, epoch ms
 
 	// Workflow only.
 	plan      *plan
 	agents    []*agent // index order
-	start     int64    // when the run began, epoch ms
 	lastUsage *usage   // usage of the last task_progress
 	notifUse  *usage   // usage of the notification, if it had one
 	progressN int      // task_progress frames emitted, for noise pacing
 
 	wf *clitel.Workflow // its Workflow tool call in the CLI's own telemetry, nil without
+
+	// A nested run: the run and the agent that launched it, and its depth
+	// (1 at the top; spawn_depth is written from 2 on).
+	parent *task
+	by     *agent
+	depth  int
 }
 
 // agent is one sub-agent row. Its fields are what the rows printed so far
@@ -61,63 +67,77 @@ func (a *agent) terminal() bool {
 // them to their ends.
 func (s *session) runScenario(p *plan) error {
 	var sides []*task
-	for i := range p.sides {
-		t, err := s.startSide(&p.sides[i])
-		if err != nil {
-			return err
+	startSides := func(g int) error {
+		for i := range p.sides {
+			if p.sides[i].startIn != g {
+				continue
+			}
+			t, err := s.startSide(&p.sides[i])
+			if err != nil {
+				return err
+			}
+			sides = append(sides, t)
 		}
-		sides = append(sides, t)
+		return nil
+	}
+	if err := startSides(0); err != nil {
+		return err
 	}
 	wf, err := s.startWorkflow(p)
 	if err != nil {
 		return err
 	}
-	stopped := false
-	groups := 0
-	for _, a := range p.agents {
-		groups = max(groups, a.group)
-	}
-	for g := 1; g <= groups && !stopped; g++ {
-		if stopped, err = s.runGroup(wf, g); err != nil {
-			return err
+	err = s.runWorkflow(wf, func(g int, after bool) error {
+		if after {
+			return s.endSides(sides, g)
 		}
-		if stopped {
-			break // the workflow's stop path comes before the side tasks'
-		}
-		if err := s.endSides(sides, g); err != nil {
-			return err
-		}
-	}
-	if stopped {
-		if err := s.stopWorkflow(wf); err != nil {
-			return err
-		}
-	} else if err := s.finishWorkflow(wf); err != nil {
+		return startSides(g)
+	})
+	if err != nil {
 		return err
 	}
 	return s.endSides(sides, 0)
 }
 
-// startSide launches a background task that is not a workflow.
+// runWorkflow runs a started workflow's groups in order, then its end:
+// completed or failed, or the stop path as soon as a stop request came.
+// around, if set, runs before (after false) and after each group that was
+// not stopped: the side tasks due then. The stop path comes before theirs.
+func (s *session) runWorkflow(t *task, around func(g int, after bool) error) error {
+	groups := 0
+	for _, a := range t.plan.agents {
+		groups = max(groups, a.group)
+	}
+	for g := 1; g <= groups; g++ {
+		if around != nil {
+			if err := around(g, false); err != nil {
+				return err
+			}
+		}
+		stopped, err := s.runGroup(t, g)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			return s.stopWorkflow(t)
+		}
+		if around != nil {
+			if err := around(g, true); err != nil {
+				return err
+			}
+		}
+	}
+	return s.finishWorkflow(t)
+}
+
+// startSide launches a background task that is not a workflow. A remote
+// agent then reports its launch in a task_updated of its own.
 func (s *session) startSide(st *sideTask) (*task, error) {
 	t := &task{side: st, description: st.description}
 	t.id, t.runID, t.toolUseID = s.newTaskIDs(st.kind)
-	var err error
-	switch {
-	case st.kind == "bash" && s.claude():
-		t.typ = "local_bash"
-		err = s.emitToolUse(t.toolUseID, "Bash", obj{{"command", st.prompt}, {"description", st.description}, {"run_in_background", true}})
-	case st.kind == "bash":
-		t.typ = "Bash"
-		err = s.emitToolUse(t.toolUseID, "Bash", obj{{"command", st.prompt}, {"description", st.description}, {"run_in_background", true}})
-	case s.claude():
-		t.typ = "local_agent"
-		err = s.emitToolUse(t.toolUseID, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}})
-	default:
-		t.typ = "Agent"
-		err = s.emitToolUse(t.toolUseID, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}})
-	}
-	if err != nil {
+	typ, tool, input := s.sideLaunch(st)
+	t.typ = typ
+	if err := s.emitToolUse(t.toolUseID, tool, input); err != nil {
 		return nil, err
 	}
 	s.tasks = append(s.tasks, t)
@@ -136,18 +156,50 @@ func (s *session) startSide(st *sideTask) (*task, error) {
 	if t.typ == "local_agent" {
 		o = append(o, kv{"prompt", st.prompt})
 	}
+	t.start = s.clk.Now()
 	if err := s.emit(s.taskTail(o)); err != nil {
 		return nil, err
 	}
 	msg := "Command running in background with ID: " + t.id + "."
-	if st.kind == "agent" {
+	switch st.kind {
+	case "agent":
 		msg = "Async agent launched successfully. agentId: " + t.id
+	case "remote":
+		msg = "Remote agent launched. Task ID: " + t.id
 	}
 	if err := s.emitToolResult(t.toolUseID, msg); err != nil {
 		return nil, err
 	}
-	_, err = s.pause(s.ids.jitter(30*time.Millisecond), nil)
-	return t, err
+	if _, err := s.pause(s.ids.jitter(30*time.Millisecond), nil); err != nil {
+		return nil, err
+	}
+	if st.kind == "remote" {
+		return t, s.emitTaskPatch(t, obj{{"status", "remote_launched"}})
+	}
+	return t, nil
+}
+
+// sideLaunch is a side task's task_type in the dialect, and the tool call
+// of the main conversation that launches it.
+func (s *session) sideLaunch(st *sideTask) (typ, tool string, input obj) {
+	switch st.kind {
+	case "bash":
+		typ = "Bash"
+		if s.claude() {
+			typ = "local_bash"
+		}
+		return typ, "Bash", obj{{"command", st.prompt}, {"description", st.description}, {"run_in_background", true}}
+	case "remote":
+		// No recording has a remote agent: the Agent tool's remote
+		// isolation, and one task_type in both dialects, are assumptions.
+		return "remote_agent", "Agent", obj{{"description", st.description}, {"prompt", st.prompt},
+			{"subagent_type", "general-purpose"}, {"isolation", "remote"}}
+	}
+	typ = "Agent"
+	if s.claude() {
+		typ = "local_agent"
+	}
+	return typ, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}}
 }
 
 // endSides ends the still-running side tasks due after group g (0 = after
@@ -170,12 +222,7 @@ func (s *session) endSides(sides []*task, g int) error {
 			if err := s.emitTaskUpdated(t, "completed", ""); err != nil {
 				return err
 			}
-			summary := "Background command \"" + t.description + "\" completed (exit code 0)"
-			var u *usage
-			if t.side.kind == "agent" {
-				summary = "result of solo"
-				u = &usage{tokens: 120, durMS: 186}
-			}
+			summary, u := t.sideResult()
 			if err := s.emitNotification(t, "completed", summary, u); err != nil {
 				return err
 			}
@@ -189,9 +236,46 @@ func (s *session) endSides(sides []*task, g int) error {
 	return nil
 }
 
-// startWorkflow launches the workflow task.
+// sideResult is the summary and usage of a side task's completed
+// notification: a shell's has no usage, an agent's has.
+func (t *task) sideResult() (string, *usage) {
+	switch t.side.kind {
+	case "agent":
+		return "result of solo", &usage{tokens: 120, durMS: 186}
+	case "remote":
+		return "Remote agent \"" + t.description + "\" completed", &usage{tokens: 640, tools: 3, durMS: t.endTime - t.start}
+	}
+	return "Background command \"" + t.description + "\" completed (exit code 0)", nil
+}
+
+// startWorkflow launches the top-level workflow task from the main
+// conversation.
 func (s *session) startWorkflow(p *plan) (*task, error) {
-	t := &task{plan: p, typ: "local_workflow", description: p.description, name: p.name}
+	t := s.newWorkflow(p)
+	input := obj{{"script", p.script()}}
+	if p.pathName {
+		input = obj{{"scriptPath", "/srv/sim/proj/" + p.name + ".workflow.js"}}
+	}
+	if err := s.emitToolUse(t.toolUseID, "Workflow", input); err != nil {
+		return nil, err
+	}
+	if err := s.announce(t); err != nil {
+		return nil, err
+	}
+	t.wf = s.tel.WorkflowLaunched(t.id, t.toolUseID, t.start)
+	if err := s.emitToolResult(t.toolUseID, "Workflow launched in background. Task ID: "+t.id+"\nSummary: "+t.description); err != nil {
+		return nil, err
+	}
+	if err := s.emitAssistantText("Workflow launched; waiting for its notification."); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// newWorkflow makes the task of a run of p with its ids and agents. An
+// agentId is a content address: the same work gets the same id.
+func (s *session) newWorkflow(p *plan) *task {
+	t := &task{plan: p, typ: "local_workflow", description: p.description, name: p.name, depth: 1}
 	if p.pathName && !s.claude() {
 		t.name = "path:" + p.name + ".workflow.js"
 	}
@@ -205,41 +289,107 @@ func (s *session) startWorkflow(p *plan) (*task, error) {
 		}
 		t.agents = append(t.agents, a)
 	}
-	input := obj{{"script", p.script()}}
-	if p.pathName {
-		input = obj{{"scriptPath", "/srv/sim/proj/" + p.name + ".workflow.js"}}
-	}
-	if err := s.emitToolUse(t.toolUseID, "Workflow", input); err != nil {
-		return nil, err
-	}
+	return t
+}
+
+// announce adds a workflow to the turn's tasks and writes its
+// task_started; the run starts when that line is written. A nested run's
+// names the task and the agent that launched it, and its depth.
+func (s *session) announce(t *task) error {
 	s.tasks = append(s.tasks, t)
 	if err := s.emitBackgroundTasks(); err != nil {
-		return nil, err
+		return err
 	}
-	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description},
-		kv{"task_type", t.typ}, kv{"workflow_name", t.name})
+	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description})
+	if t.parent != nil {
+		o = append(o, kv{"parent_task_id", t.parent.id}, kv{"parent_agent_id", t.by.id}, kv{"spawn_depth", t.depth})
+	}
+	o = append(o, kv{"task_type", t.typ}, kv{"workflow_name", t.name})
 	if s.claude() {
-		o = append(o, kv{"prompt", p.script()})
+		o = append(o, kv{"prompt", t.plan.script()})
 	}
 	t.start = s.clk.Now()
-	if err := s.emit(s.taskTail(o)); err != nil {
-		return nil, err
+	return s.emit(s.taskTail(o))
+}
+
+// runNested runs the workflow that agent by of run parent launches, to its
+// end, and returns the scripted time it took. Nothing of it is in the main
+// conversation: the Workflow tool call is the agent's. The parent's
+// schedule waits meanwhile (the simulator runs one run's agents at a
+// time); a stop of the parent stops it too.
+func (s *session) runNested(parent *task, by *agent) (time.Duration, error) {
+	from := s.scripted
+	t := s.newWorkflow(by.ap.launches)
+	t.parent, t.by, t.depth = parent, by, parent.depth+1
+	if err := s.announce(t); err != nil {
+		return 0, err
 	}
-	t.wf = s.tel.WorkflowLaunched(t.id, t.toolUseID, t.start)
-	if err := s.emitToolResult(t.toolUseID, "Workflow launched in background. Task ID: "+t.id+"\nSummary: "+t.description); err != nil {
-		return nil, err
+	t.wf = s.tel.WorkflowLaunchedBy(parent.wf, by.id, t.id, t.toolUseID, t.start)
+	if err := s.runWorkflow(t, nil); err != nil {
+		return 0, err
 	}
-	if err := s.emitAssistantText("Workflow launched; waiting for its notification."); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return s.scripted - from, nil
 }
 
 // runGroup runs the agents of group g, at most plan.concurrency at a time.
 // It returns true if a stop request arrived (the caller runs the stop path).
 func (s *session) runGroup(t *task, g int) (bool, error) {
 	stop := func() bool { return s.stopRequested(t) }
-	var pending, running []*agent
+	pending, err := s.queueGroup(t, g)
+	if err != nil {
+		return false, err
+	}
+	var running []*agent
+	var local time.Duration // scripted time since the group began
+	for len(pending) > 0 || len(running) > 0 {
+		for len(running) < t.plan.concurrency && len(pending) > 0 {
+			a := pending[0]
+			pending = pending[1:]
+			gap := s.ids.jitter(4 * time.Millisecond)
+			if stopped, err := s.pause(gap, stop); stopped || err != nil {
+				return stopped, err
+			}
+			local += gap
+			running = append(running, a)
+			if err := s.startAgent(t, a, local); err != nil {
+				return false, err
+			}
+		}
+		next, at, isTool := nextEvent(running)
+		if stopped, err := s.pause(at-local, stop); stopped || err != nil {
+			return stopped, err
+		}
+		local = at
+		now := s.clk.Now()
+		next.progress = now
+		if !isTool {
+			running = slices.DeleteFunc(running, func(a *agent) bool { return a == next })
+			if err := s.endAgent(t, next, now); err != nil {
+				return false, err
+			}
+			continue
+		}
+		waited, err := s.toolCall(t, next, now)
+		if err != nil {
+			return false, err
+		}
+		// The running agents' schedules move by the time a nested run took.
+		local += waited
+		for _, a := range running {
+			a.endAt += waited
+			if !a.toolFired {
+				a.toolAt += waited
+			}
+		}
+	}
+	return false, nil
+}
+
+// queueGroup returns the agents of group g that are to run, in index
+// order. Cached agents are done at once (a group of only cached agents
+// gets its one snapshot here); Claude Code lists the others as queued.
+func (s *session) queueGroup(t *task, g int) ([]*agent, error) {
+	var pending []*agent
 	now := s.clk.Now()
 	anyCached := false
 	for _, a := range t.agents {
@@ -261,82 +411,80 @@ func (s *session) runGroup(t *task, g int) (bool, error) {
 	}
 	if anyCached && len(pending) == 0 {
 		if err := s.emitProgress(t, nil); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
-	var local time.Duration // scripted time since the group began
-	for len(pending) > 0 || len(running) > 0 {
-		for len(running) < t.plan.concurrency && len(pending) > 0 {
-			a := pending[0]
-			pending = pending[1:]
-			gap := s.ids.jitter(4 * time.Millisecond)
-			if stopped, err := s.pause(gap, stop); stopped || err != nil {
-				return stopped, err
-			}
-			local += gap
-			now = s.clk.Now()
-			if !a.visible {
-				a.queuedAt = now
-			}
-			a.visible, a.started, a.state, a.startedAt, a.progress = true, true, "start", now, now
-			a.callFrom = now
-			a.endAt = local + s.ids.jitter(a.ap.dur)
-			if a.ap.slow {
-				a.endAt = local + a.ap.dur // the stall window stays exact
-			}
-			if a.ap.tools > 0 {
-				a.toolAt = local + (a.endAt-local)/2
-			}
-			running = append(running, a)
-			if err := s.emitProgress(t, a); err != nil {
-				return false, err
-			}
-			s.agentStarts++
-			if s.cfg.InterruptAfter > 0 && s.agentStarts == s.cfg.InterruptAfter && !s.selfInterrupted {
-				s.selfInterrupted, s.stopAll = true, true
-			}
+	return pending, nil
+}
+
+// startAgent starts agent a at local (its group's scripted time) and
+// schedules its tool call and its end.
+func (s *session) startAgent(t *task, a *agent, local time.Duration) error {
+	now := s.clk.Now()
+	if !a.visible {
+		a.queuedAt = now
+	}
+	a.visible, a.started, a.state, a.startedAt, a.progress = true, true, "start", now, now
+	a.callFrom = now
+	a.endAt = local + s.ids.jitter(a.ap.dur)
+	if a.ap.slow {
+		a.endAt = local + a.ap.dur // the stall window stays exact
+	}
+	if a.ap.tools > 0 {
+		a.toolAt = local + (a.endAt-local)/2
+	}
+	if err := s.emitProgress(t, a); err != nil {
+		return err
+	}
+	s.agentStarts++
+	if s.cfg.InterruptAfter > 0 && s.agentStarts == s.cfg.InterruptAfter && !s.selfInterrupted {
+		s.selfInterrupted, s.stopAll = true, true
+	}
+	return nil
+}
+
+// nextEvent is the earliest tool call or end among the running agents;
+// the first listed wins a tie.
+func nextEvent(running []*agent) (next *agent, at time.Duration, isTool bool) {
+	for _, a := range running {
+		w, tool := a.endAt, false
+		if a.ap.tools > 0 && !a.toolFired {
+			w, tool = a.toolAt, true
 		}
-		// The next event is the earliest tool tick or end among the running.
-		next, isTool := running[0], false
-		at := func(a *agent) (time.Duration, bool) {
-			if a.ap.tools > 0 && !a.toolFired {
-				return a.toolAt, true
-			}
-			return a.endAt, false
-		}
-		best, bestTool := at(next)
-		for _, a := range running[1:] {
-			if w, tool := at(a); w < best {
-				next, best, bestTool = a, w, tool
-			}
-		}
-		isTool = bestTool
-		if stopped, err := s.pause(best-local, stop); stopped || err != nil {
-			return stopped, err
-		}
-		local = best
-		now = s.clk.Now()
-		next.progress = now
-		if isTool {
-			next.toolFired = true
-			s.agentCall(t, next, now, false)
-			if err := s.emitProgressTick(t, next); err != nil {
-				return false, err
-			}
-			continue
-		}
-		next.endedAt = now
-		next.state = "done"
-		if next.ap.errMsg != "" {
-			next.state, next.errMsg = "error", next.ap.errMsg
-		}
-		running = slices.DeleteFunc(running, func(a *agent) bool { return a == next })
-		s.agentCall(t, next, now, true)
-		if err := s.emitProgress(t, next); err != nil {
-			return false, err
+		if next == nil || w < at {
+			next, at, isTool = a, w, tool
 		}
 	}
-	return false, nil
+	return next, at, isTool
+}
+
+// toolCall is agent a's tool call at now: its first model call ends, and
+// a usage tick shows the call. A Workflow call runs the nested run to its
+// end, as the agent waits for its result, and returns the scripted time
+// that took; any other tool returns 0.
+func (s *session) toolCall(t *task, a *agent, now int64) (time.Duration, error) {
+	a.toolFired = true
+	s.agentCall(t, a, now, false)
+	if err := s.emitProgressTick(t, a); err != nil {
+		return 0, err
+	}
+	if a.ap.launches == nil {
+		return 0, nil
+	}
+	waited, err := s.runNested(t, a)
+	a.callFrom = s.clk.Now() // its next model call reads the run's result
+	return waited, err
+}
+
+// endAgent ends agent a at now: done, or error if it is scripted to fail.
+func (s *session) endAgent(t *task, a *agent, now int64) error {
+	a.endedAt = now
+	a.state = "done"
+	if a.ap.errMsg != "" {
+		a.state, a.errMsg = "error", a.ap.errMsg
+	}
+	s.agentCall(t, a, now, true)
+	return s.emitProgress(t, a)
 }
 
 // currentUsage sums what the agents have used so far.
@@ -415,7 +563,7 @@ func (s *session) row(t *task, a *agent) obj {
 		o = append(o, kv{"attempt", 1})
 	}
 	if a.toolFired && a.terminal() {
-		o = append(o, kv{"lastToolName", "Bash"}, kv{"lastToolSummary", a.ap.tool})
+		o = append(o, kv{"lastToolName", a.ap.toolName()}, kv{"lastToolSummary", a.ap.tool})
 	}
 	o = append(o, kv{"promptPreview", a.ap.prompt})
 	if a.started || cached {
