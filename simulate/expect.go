@@ -65,9 +65,25 @@ type ExpectedRun struct {
 	// Agents lists every workflow_agent index ever seen, by index, in the
 	// state of its last row (late cbc flips after the notification included).
 	Agents []ExpectedAgent `json:"agents"`
+	// SpawnDepth and LaunchedBy say, for a nested run, its depth and the
+	// agent that launched it (report.LaunchedBy's shape).
+	SpawnDepth int             `json:"spawn_depth,omitempty"`
+	LaunchedBy *ExpectedLaunch `json:"launched_by,omitempty"`
 	// ExpectedCost sums the agents' (present only with the simulator's own
 	// log events on: Config.Getenv).
 	ExpectedCost
+}
+
+// ExpectedLaunch is the agent that launched a nested run: agent Index of
+// run (TaskID, RunID) of workflow Workflow, its agentId and label as its
+// rows said.
+type ExpectedLaunch struct {
+	TaskID   string `json:"task_id"`
+	RunID    string `json:"run_id,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
+	Index    int    `json:"agent_index"`
+	AgentID  string `json:"agent_id,omitempty"`
+	Label    string `json:"label,omitempty"`
 }
 
 // ExpectedCost is what the api_request events of the simulator's own
@@ -181,6 +197,12 @@ func (r ExpectedRun) MarshalJSON() ([]byte, error) {
 		o = append(o, kv{"cli_duration_ms", r.CLIDurationMS})
 	}
 	o = append(o, obj{{"tokens", r.Tokens}, {"tool_uses", r.ToolUses}, {"phases", phases}, {"agents", agents}}...)
+	if r.SpawnDepth != 0 {
+		o = append(o, kv{"spawn_depth", r.SpawnDepth})
+	}
+	if r.LaunchedBy != nil {
+		o = append(o, kv{"launched_by", r.LaunchedBy})
+	}
 	if c := r.ExpectedCost; c.CostUSD != nil {
 		o = append(o, obj{{"cost_usd", *c.CostUSD}, {"tokens_by_type", c.TokensByType}, {"model_calls", c.ModelCalls}, {"models", c.Models}}...)
 	}
@@ -241,6 +263,12 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 	}
 	r := ExpectedRun{Kind: KindWorkflow, TaskID: t.id, RunID: t.runID, SessionID: s.sessionID,
 		Workflow: t.name, Status: status, Phases: []ExpectedPhase{}, Agents: []ExpectedAgent{}}
+	if t.parent != nil && t.by != nil {
+		row := s.row(t.parent, t.by)
+		r.SpawnDepth = t.depth
+		r.LaunchedBy = &ExpectedLaunch{TaskID: t.parent.id, RunID: t.parent.runID, Workflow: t.parent.name, Index: t.by.index,
+			AgentID: row.stringOf("agentId"), Label: row.stringOf("label")}
+	}
 	final := t.notifUse
 	if final == nil {
 		final = t.lastUsage

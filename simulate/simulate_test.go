@@ -131,13 +131,8 @@ func TestScenariosGolden(t *testing.T) {
 }
 
 // dir is where the case's goldens live: testdata/simulate, whose streams
-// the consumers' tests replay, except for the nested scenario's, kept
-// beside this package until the consumers read nested runs (parent task,
-// parent agent, depth) and remote agents.
+// the consumers' tests replay.
 func (c goldenCase) dir() string {
-	if c.scenario == ScenarioNested {
-		return "testdata"
-	}
 	return filepath.Join("..", "testdata", "simulate")
 }
 

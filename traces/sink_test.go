@@ -110,8 +110,15 @@ func checkTreeInvariants(t *testing.T, spans tracetest.SpanStubs) {
 		op := strings.SplitN(s.Name, " ", 2)[0]
 		switch op {
 		case OpInvokeWorkflow, SpanTask:
-			if s.Parent.IsValid() {
-				t.Errorf("%s: root span has a parent", s.Name)
+			// A root, unless nested: then under the agent (or the task)
+			// that launched it, in the same trace.
+			if !s.Parent.IsValid() {
+				continue
+			}
+			p, ok := ids[s.Parent.SpanID()]
+			if pop := strings.SplitN(p.Name, " ", 2)[0]; !ok || (pop != OpInvokeAgent && pop != SpanTask) || p.SpanContext.TraceID() != s.SpanContext.TraceID() ||
+				!strings.Contains(attrLine(s.Attributes), AttrSpawnDepth+"=") {
+				t.Errorf("%s: a root span with a parent %q that did not launch it", s.Name, p.Name)
 			}
 		case SpanPhase, OpInvokeAgent:
 			p, ok := ids[s.Parent.SpanID()]

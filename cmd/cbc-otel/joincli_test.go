@@ -261,13 +261,14 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 // accounting (--expect). The scenarios repeat the same workflow, so agents
 // of different runs share their content-addressed ids, and the simulator
 // exports its logs before its spans: only the Workflow call each event ran
-// under tells the runs apart.
+// under tells the runs apart. The nested scenario's three runs each cost
+// their own agents' calls: none is rolled up into the agent that launched it.
 func TestJoinCostMatchesSimulator(t *testing.T) {
 	dir := t.TempDir()
 	summary, expect := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "expect.jsonl")
 	var in strings.Builder
 	in.WriteString(`{"type":"control_request","request_id":"init","request":{"subtype":"initialize"}}` + "\n")
-	for _, sc := range []string{"completed", "cached", "completed", "failed", "mixed"} {
+	for _, sc := range []string{"completed", "cached", "completed", "failed", "mixed", "nested"} {
 		fmt.Fprintf(&in, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] go"},"parent_tool_use_id":null,"session_id":""}`+"\n", sc)
 	}
 	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--summary-file", summary, "--",
@@ -313,7 +314,7 @@ func TestJoinCostMatchesSimulator(t *testing.T) {
 		return *p
 	}
 	want, got := read(expect), read(summary)
-	if len(want) != 5 || len(got) != len(want) {
+	if len(want) != 8 || len(got) != len(want) { // nested: three runs, each its own cost
 		t.Fatalf("%d runs expected, %d seen", len(want), len(got))
 	}
 	for task, w := range want {
