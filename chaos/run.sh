@@ -2,7 +2,7 @@
 # make chaos: the fault and abuse suite of issue #10, in three parts.
 #
 #   1. Native fuzzing of the framer, the decoder and the Tracker:
-#      CHAOS_FUZZ_TOTAL seconds (default 300) shared evenly by every streamjson, ingest and clitelemetry
+#      CHAOS_FUZZ_TOTAL seconds (default 300) shared evenly by every streamjson, ingest, clitelemetry and otlpjson
 #      fuzz target, one fuzzing worker, in the background while
 #   2. the chaos tests that judge correctness, not time (passthrough,
 #      process faults, bad input, secrets, endpoints, and the backend
@@ -39,7 +39,7 @@ chaos() { (cd chaos && "$work/chaos.test" -test.count=1 -test.timeout=20m -test.
 # shellcheck source=chaos/fuzzlib.sh
 . chaos/fuzzlib.sh
 # The packages whose fuzz targets share the fuzzing time.
-FUZZ_PKGS="streamjson ingest clitelemetry"
+FUZZ_PKGS="streamjson ingest clitelemetry internal/otlpjson"
 fuzz() {
 	local targets n fuzztime total=0 tolerated=0 pkg
 	# PACKAGE:TARGET pairs: the decoders' own targets and the pipeline's.
@@ -47,7 +47,7 @@ fuzz() {
 	n=$(echo "$targets" | wc -l)
 	fuzztime="$(( (fuzz_total + n - 1) / n ))s"
 	for pt in $targets; do
-		local t=${pt#*:} log="$work/${pt%%:*}-${pt#*:}.log" result s verdict
+		local t=${pt#*:} log="$work/$(echo "${pt%%:*}" | tr / _)-${pt#*:}.log" result s verdict
 		pkg=${pt%%:*}
 		s=$(date +%s)
 		verdict=$(FUZZ_PKG=$pkg fuzz_target "$t" "$fuzztime" "$log")
@@ -77,7 +77,7 @@ fuzz() {
 	printf '%s\t%s\t%s\t%s\t%s\n' "4 bad input" "fuzzing, all targets" "${total}s over $n targets (the coordinator's deadline race tolerated in $tolerated)" ">= 300s" \
 		"$( [ "$total" -ge 300 ] && echo ok || echo BREACH)" >>"$work/fuzz.tsv"
 }
-echo "== fuzzing ($fuzz_total s over the streamjson, ingest and clitelemetry targets) beside the correctness tests"
+echo "== fuzzing ($fuzz_total s over the streamjson, ingest, clitelemetry and internal/otlpjson targets) beside the correctness tests"
 fuzz >"$work/fuzz.out" 2>&1 &
 fuzz_pid=$!
 

@@ -1,11 +1,6 @@
 package clitelemetry
 
 import (
-	"bytes"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
@@ -14,6 +9,8 @@ import (
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpjson"
 )
 
 // Encoding is the wire format of an OTLP/HTTP request body.
@@ -28,17 +25,7 @@ const (
 )
 
 // errBadID is a trace or span id of the wrong length or not hex.
-var errBadID = errors.New("malformed trace or span id")
-
-// idFields are the JSON names of OTLP's id fields and their byte lengths.
-// They occur only on spans, span links, log records and exemplars; OTLP's
-// attribute encoding never uses them as object keys, so rewriting every
-// object key of that name is safe.
-var idFields = map[string]int{
-	"traceId": 16, "trace_id": 16,
-	"spanId": 8, "span_id": 8,
-	"parentSpanId": 8, "parent_span_id": 8,
-}
+var errBadID = otlpjson.ErrBadID
 
 var jsonOpts = protojson.UnmarshalOptions{DiscardUnknown: true}
 
@@ -136,70 +123,10 @@ func decode(body []byte, enc Encoding, m proto.Message) error {
 		}
 		return nil
 	case JSON:
-		b, err := hexIDsToBase64(body)
-		if err != nil {
-			return err
-		}
-		if err := jsonOpts.Unmarshal(b, m); err != nil {
+		if err := otlpjson.Unmarshal(body, m, jsonOpts); err != nil {
 			return fmt.Errorf("json: %w", err)
 		}
 		return nil
 	}
 	return fmt.Errorf("encoding %d: unknown", enc)
-}
-
-// hexIDsToBase64 rewrites OTLP/JSON (ids in hex) into protojson (bytes in
-// base64). Numbers are kept as written (json.Number), so int64 values and
-// enums as ints pass through unchanged.
-func hexIDsToBase64(body []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("json: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("json: data after the request object")
-	}
-	if err := rewriteIDs(v); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("json: %w", err)
-	}
-	return b, nil
-}
-
-func rewriteIDs(v any) error {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if n, ok := idFields[k]; ok {
-				s, isString := e.(string)
-				if !isString {
-					return fmt.Errorf("%s: %w: not a string", k, errBadID)
-				}
-				if s == "" {
-					continue
-				}
-				id, err := hex.DecodeString(s)
-				if err != nil || len(id) != n {
-					return fmt.Errorf("%s: %w: want %d hex bytes", k, errBadID, n)
-				}
-				x[k] = base64.StdEncoding.EncodeToString(id)
-				continue
-			}
-			if err := rewriteIDs(e); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if err := rewriteIDs(e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -2,11 +2,7 @@ package traces
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +20,8 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpjson"
 )
 
 // jsonExporter writes each export as one ExportTraceServiceRequest in OTLP/JSON
@@ -51,94 +49,20 @@ func newWriterExporter(w io.Writer) *jsonExporter {
 	return &jsonExporter{w: bufio.NewWriter(w)}
 }
 
-// jsonOpts follow the OTLP/JSON encoding: lowerCamelCase names and enums as
-// integers. Ids need one more step (see MarshalRequest).
-var jsonOpts = protojson.MarshalOptions{UseProtoNames: false, UseEnumNumbers: true}
-
-// idFields are the OTLP/JSON fields that hold ids. The OTLP/JSON encoding
-// wants them as hex strings, where proto3 JSON (protojson) writes bytes as
-// base64; the Collector's otlpjsonfile receiver reads hex.
-var idFields = map[string]bool{"traceId": true, "spanId": true, "parentSpanId": true}
-
 // MarshalRequest encodes req as one line of OTLP/JSON, the format of the
-// Collector's otlpjsonfile receiver. The output is stable: protojson
-// deliberately varies its whitespace, so the document is re-encoded.
+// Collector's otlpjsonfile receiver (ids in hex, stable output).
 func MarshalRequest(req *collectortrace.ExportTraceServiceRequest) ([]byte, error) {
-	b, err := jsonOpts.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if err := hexIDs(doc); err != nil {
-		return nil, err
-	}
-	return json.Marshal(doc)
+	return otlpjson.Marshal(req)
 }
 
 // UnmarshalRequest decodes one line of OTLP/JSON (hex ids), as written by
 // MarshalRequest or the Collector's file exporter.
 func UnmarshalRequest(line []byte) (*collectortrace.ExportTraceServiceRequest, error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if err := convertIDs(doc, func(s string) (string, error) {
-		raw, err := hex.DecodeString(s)
-		return base64.StdEncoding.EncodeToString(raw), err
-	}); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
 	req := &collectortrace.ExportTraceServiceRequest{}
-	if err := protojson.Unmarshal(b, req); err != nil {
+	if err := otlpjson.Unmarshal(line, req, protojson.UnmarshalOptions{}); err != nil {
 		return nil, err
 	}
 	return req, nil
-}
-
-// hexIDs rewrites the base64 ids of an OTLP/JSON document to hex, in place.
-func hexIDs(doc any) error {
-	return convertIDs(doc, func(s string) (string, error) {
-		raw, err := base64.StdEncoding.DecodeString(s)
-		return hex.EncodeToString(raw), err
-	})
-}
-
-// convertIDs applies conv to every id field of an OTLP/JSON document.
-func convertIDs(v any, conv func(string) (string, error)) error {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if s, ok := x.(string); ok && idFields[k] {
-				c, err := conv(s)
-				if err != nil {
-					return fmt.Errorf("%s %q: %w", k, s, err)
-				}
-				v[k] = c
-				continue
-			}
-			if err := convertIDs(x, conv); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for _, x := range v {
-			if err := convertIDs(x, conv); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // ExportSpans writes spans as one line and flushes it, so that a crash loses

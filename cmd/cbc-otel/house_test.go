@@ -80,13 +80,14 @@ func TestPackageGraph(t *testing.T) {
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "streamjson"},
+		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
 		"report":     {"tap", "streamjson", "ingest", "internal/durtext"},
 		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext"},
-		// The CLI's own telemetry: the receiver knows nothing of ours; the
+		// The CLI's own telemetry: the receiver knows nothing of ours but the
+		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
-		"clitelemetry": {},
+		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
 	}
 	for pkg, ok := range allowed {

@@ -3,16 +3,14 @@ package clitel
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpjson"
 )
 
 // Requests are built by hand from the generated proto types
@@ -138,49 +136,5 @@ func (e *exportQueue[T]) post(ctx context.Context, m proto.Message) error {
 	return nil
 }
 
-// otlpJSON encodes m as OTLP/JSON: protojson with lowerCamelCase names and
-// enum numbers, then the ids rewritten from base64 (proto3 JSON's bytes)
-// to hex, which OTLP/JSON requires and receivers expect.
-func otlpJSON(m proto.Message) ([]byte, error) {
-	b, err := protojson.MarshalOptions{UseEnumNumbers: true}.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if err := hexIDs(doc); err != nil {
-		return nil, err
-	}
-	return json.Marshal(doc)
-}
-
-// hexIDs rewrites traceId, spanId and parentSpanId in place.
-func hexIDs(v any) error {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if s, ok := x.(string); ok && (k == "traceId" || k == "spanId" || k == "parentSpanId") {
-				raw, err := base64.StdEncoding.DecodeString(s)
-				if err != nil {
-					return fmt.Errorf("%s %q: %w", k, s, err)
-				}
-				v[k] = hex.EncodeToString(raw)
-				continue
-			}
-			if err := hexIDs(x); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for _, x := range v {
-			if err := hexIDs(x); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+// otlpJSON encodes m as OTLP/JSON (ids in hex), which receivers expect.
+func otlpJSON(m proto.Message) ([]byte, error) { return otlpjson.Marshal(m) }
