@@ -51,13 +51,6 @@ var tapClasses = [...]int{512, 4 << 10, 32 << 10, 128 << 10}
 // memory of its busiest moment forever.
 const maxFree = 256
 
-// maxFreeBytes caps each class's free list in bytes as well. A consumer that
-// keeps up holds a chunk or two, so a few buffers per class spare nearly all
-// allocations; a list as long as the queue is deep kept up to 2 MiB per class
-// after one burst, a fifth of the live heap of `run` under the state attack
-// of docs/reliability.md.
-const maxFreeBytes = 256 << 10
-
 // Tap is an io.Writer that never blocks: Write copies p into pooled buffers
 // and queues them for the consumer; when the queue (bounded in bytes) is full
 // it drops the bytes and counts them. It decouples the passthrough pipe from
@@ -109,11 +102,11 @@ func NewTap(queueBytes int) *Tap {
 		}
 	}
 	for i, size := range tapClasses {
-		n := min(queueBytes, maxFreeBytes) / size
+		n := queueBytes / size
 		if n > maxFree {
 			n = maxFree
 		}
-		t.free[i] = make([]*[]byte, 0, max(n, 1))
+		t.free[i] = make([]*[]byte, 0, n+1)
 	}
 	return t
 }

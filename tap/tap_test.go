@@ -174,38 +174,6 @@ func TestTapSteadyStateDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// TestTapFreeListsBounded: after a burst that filled the queue, the buffers
-// kept for reuse are at most maxFreeBytes per class, not the queue's depth.
-func TestTapFreeListsBounded(t *testing.T) {
-	const queue = 2 << 20
-	tap := NewTap(queue)
-	for _, size := range []int{300, 3000, 30000, 120000} {
-		p := make([]byte, size)
-		var held []Chunk
-		for range queue / size {
-			tap.Write(p)
-		}
-		for len(tap.Chunks()) > 0 {
-			held = append(held, <-tap.Chunks())
-		}
-		for _, c := range held {
-			tap.Release(c)
-		}
-	}
-	for class, list := range tap.free {
-		var bytes int
-		for _, b := range list {
-			bytes += cap(*b)
-		}
-		if bytes > maxFreeBytes {
-			t.Errorf("class %d (%d B) keeps %d bytes free after the burst, want <= %d", class, tapClasses[class], bytes, maxFreeBytes)
-		}
-		if len(list) == 0 {
-			t.Errorf("class %d (%d B) keeps no buffer: steady traffic would allocate on every write", class, tapClasses[class])
-		}
-	}
-}
-
 // A concurrent writer and consumer (run under -race): every byte is either
 // delivered in order or counted as dropped, and each delivered run after a
 // drop carries the gap flag.
