@@ -104,7 +104,9 @@ type runView struct {
 	Error, Reason, Interrupt             string
 	// Stalled is "stalled" while the run is, else "stalled ×N" when it
 	// was (--stall-after), else "".
-	Stalled                    string
+	Stalled string
+	// Nested says, for a nested run, who launched it ("" otherwise).
+	Nested                     string
 	Rows                       []rowView
 	HiddenAgents, HiddenPhases int
 	// Cost is the run's cost ("" unknown); HasCost adds the cost column,
@@ -164,6 +166,12 @@ func runOf(e *entry, nowMs int64) runView {
 		rv.Stalled = "stalled"
 	case r.Stalls > 0:
 		rv.Stalled = fmt.Sprintf("stalled ×%d", r.Stalls)
+	}
+	if p := &r.Parent; p.TaskID != "" {
+		rv.Nested = fmt.Sprintf("nested (depth %d), launched by task %s", r.SpawnDepth, clean(p.TaskID, 80))
+		if p.Index >= 0 {
+			rv.Nested = fmt.Sprintf("nested (depth %d), launched by agent %d %s of %s", r.SpawnDepth, p.Index, clean(p.Label, 80), clean(p.Workflow, 120))
+		}
 	}
 	rv.Cost = costText(&r.Cost)
 	ax := axis{t0: t0, t1: t1}

@@ -220,6 +220,11 @@ func keepRun(old, r *ingest.Run) ingest.Run {
 		Error: keep(old.Error, r.Error), FirstSeen: r.FirstSeen, StartedAt: r.StartedAt, LastSeen: r.LastSeen,
 		Start: r.Start, End: r.End, Usage: r.Usage, InterruptLatencyMs: r.InterruptLatencyMs,
 		Finished: r.Finished, Finalized: r.Finalized, Cost: costTotal(&r.Cost), Stalled: r.Stalled, Stalls: r.Stalls,
+		SpawnDepth: r.SpawnDepth,
+	}
+	if p := &r.Parent; p.TaskID != "" {
+		c.Parent = ingest.AgentRef{TaskID: keep(old.Parent.TaskID, p.TaskID), Index: p.Index,
+			Label: keep(old.Parent.Label, p.Label), Workflow: keep(old.Parent.Workflow, p.Workflow)}
 	}
 	n := min(len(r.Phases), MaxPhases)
 	c.Phases = make([]ingest.Phase, n)

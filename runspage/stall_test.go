@@ -36,3 +36,18 @@ func TestPageStalled(t *testing.T) {
 		}
 	}
 }
+
+// TestPageNested: a nested run says which agent of which workflow launched
+// it, and how deep it is; a top-level run says nothing of the kind.
+func TestPageNested(t *testing.T) {
+	p := newTestPage(Options{Runs: 5})
+	top := &ingest.Run{TaskID: "w1", RunID: "r1", Workflow: true, Name: "review", Status: ingest.StatusRunning, Start: 1_000}
+	child := &ingest.Run{TaskID: "w2", RunID: "r2", Workflow: true, Name: "deep-dive", Status: ingest.StatusRunning, Start: 2_000, SpawnDepth: 2,
+		Parent: ingest.AgentRef{TaskID: "w1", RunID: "r1", Index: 3, Label: "planner", Workflow: "review", RootTask: "w1", RootRun: "r1"}}
+	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: top})
+	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: child})
+	html := render(t, p)
+	if n := strings.Count(html, "nested (depth"); n != 1 || !strings.Contains(html, "nested (depth 2), launched by agent 3 planner of review") {
+		t.Errorf("%d nested marks; want the child's, launched by planner of review", n)
+	}
+}
