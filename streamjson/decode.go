@@ -220,6 +220,10 @@ const (
 	fWrittenAt
 	fParentAgentID
 	fSpawnDepth
+	fIsError
+	fDurationMs
+	fTotalCost
+	fModelUsage
 	numWireFields
 )
 
@@ -228,7 +232,8 @@ const (
 // after "status" must not override it.
 var wireFields = [numWireFields]string{"type", "subtype", "session_id", "task_id", "run_id", "tool_use_id", "task_type",
 	"workflow_name", "description", "parent_task_id", "usage", "workflow_progress", "patch", "status", "summary",
-	"reason", "request_id", "request", "response", "written_at", "parent_agent_id", "spawn_depth"}
+	"reason", "request_id", "request", "response", "written_at", "parent_agent_id", "spawn_depth",
+	"is_error", "duration_ms", "total_cost_usd", "modelUsage"}
 
 // The fields of usage, patch, request and response, by number (their bit
 // in the bad mask and index in the value arrays).
@@ -315,7 +320,7 @@ func readFields(k Kind) uint32 {
 	case KindControlResponse:
 		return always | 1<<fSessionID
 	case KindResult:
-		return always | 1<<fSessionID | 1<<fSubtype
+		return always | 1<<fSessionID | 1<<fSubtype | 1<<fIsError | 1<<fDurationMs | 1<<fTotalCost | 1<<fModelUsage
 	}
 	return 0
 }
@@ -332,10 +337,17 @@ type wire struct {
 	writtenAt int64
 	// spawnDepth is task_started's spawn_depth, a number.
 	spawnDepth float64
-	usage      wireNums
-	patch      wirePatch
-	request    wireStrs // subtype, session_id, task_id
-	response   wireStrs // subtype, request_id
+	// A result line's fields (Decoder.result): is_error, duration_ms,
+	// total_cost_usd (costSet: present, not null, a number) and the
+	// entries of modelUsage.
+	isError          bool
+	durationMs, cost float64
+	costSet          bool
+	models           []wireModel
+	usage            wireNums
+	patch            wirePatch
+	request          wireStrs // subtype, session_id, task_id
+	response         wireStrs // subtype, request_id
 	// Whether usage, patch, request and response were objects.
 	hasUsage, hasPatch, hasRequest, hasResponse bool
 	// rawProgress is the workflow_progress array on the plain path; the
@@ -495,6 +507,15 @@ func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 			}
 		case fSpawnDepth:
 			w.spawnDepth, good = plainNumber(raw)
+		case fIsError:
+			good = json.Unmarshal(raw, &w.isError) == nil
+		case fDurationMs:
+			w.durationMs, good = plainNumber(raw)
+		case fTotalCost:
+			w.cost, good = plainNumber(raw)
+			w.costSet = good
+		case fModelUsage:
+			good = d.plainModels(raw)
 		default:
 			w.str[f], good = plainString(raw)
 		}

@@ -1,6 +1,7 @@
 package streamjson
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -19,11 +20,6 @@ func (d *Decoder) decodeFast(src tap.Source, line []byte) (ev *Event, reason Rea
 		return nil, ReasonNone, false
 	}
 	t := &d.top
-	if string(d.scan.raw(t.spans[fType])) == "result" {
-		// One per turn, with a nested map of models: encoding/json
-		// decodes it (decodePlain and Decoder.result).
-		return nil, ReasonNone, false
-	}
 	if t.progressOK {
 		if !cur.uncached {
 			d.snap.key = append(d.snap.key[:0], line[t.taskIDRaw[0]:t.taskIDRaw[1]]...)
@@ -64,6 +60,14 @@ func wireField(key []byte) int {
 		return fParentAgentID
 	case "spawn_depth":
 		return fSpawnDepth
+	case "is_error":
+		return fIsError
+	case "duration_ms":
+		return fDurationMs
+	case "total_cost_usd":
+		return fTotalCost
+	case "modelUsage":
+		return fModelUsage
 	case "usage":
 		return fUsage
 	case "workflow_progress":
@@ -97,6 +101,7 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 	*t = topScan{}
 	w.hasUsage, w.hasPatch, w.hasRequest, w.hasResponse = false, false, false, false
 	w.spawnDepth = 0
+	w.isError, w.durationMs, w.cost, w.costSet, w.models = false, 0, 0, false, w.models[:0]
 	d.snapPrev = nil
 	var seen uint32
 	end, st := s.object(0, func(key []byte, i int) (int, bool, scanStatus) {
@@ -136,6 +141,23 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 			end, st, bad = structField(s, i, &w.hasResponse, func(i int) (int, scanStatus) { return d.scanStrings(i, responseFields[:], &w.response) })
 		case fSpawnDepth:
 			end, st, bad = s.floatField(i, &w.spawnDepth)
+		case fIsError:
+			end, st, bad = s.boolField(i, &w.isError)
+		case fDurationMs:
+			end, st, bad = s.floatField(i, &w.durationMs)
+		case fTotalCost:
+			end, st, bad = s.floatField(i, &w.cost)
+			w.costSet = !bad && s.b[i] != 'n'
+		case fModelUsage:
+			switch s.b[i] {
+			case '{':
+				end, st = d.scanModels(i)
+			case 'n':
+				end, st = s.literal(i, "null")
+			default:
+				end, st = s.skip(i)
+				bad = true
+			}
 		default:
 			end, st, bad = s.strField(i, &t.spans[f])
 			if f == fTaskID {
@@ -464,4 +486,61 @@ func (d *Decoder) scanElem(b []byte, i int, we *wireEntry) (end int, st scanStat
 		return end, true, st
 	})
 	return end, st, true
+}
+
+// maxScannedModels is how many modelUsage entries the scanner reads (a
+// session uses one to three); a line with more goes to encoding/json.
+const maxScannedModels = 32
+
+// scanModels reads modelUsage into d.w.models. A model name that is
+// escaped, not plain ASCII or repeated is left to encoding/json, which
+// decides what it means (the last of duplicates wins there).
+func (d *Decoder) scanModels(i int) (int, scanStatus) {
+	s, w := &d.scan, &d.w
+	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
+		name := unsafe.String(unsafe.SliceData(key), len(key))
+		if len(w.models) == maxScannedModels || !plainASCII(name) || slices.ContainsFunc(w.models, func(m wireModel) bool { return m.name == name }) {
+			return 0, false, scanUnsure
+		}
+		m := wireModel{name: string(key)}
+		var end int
+		var st scanStatus
+		if s.b[i] == '{' {
+			end, st = d.scanModel(i, &m)
+		} else {
+			m.notObj = true // null included: not an object
+			end, st = s.skip(i)
+		}
+		w.models = append(w.models, m)
+		return end, true, st
+	})
+}
+
+// scanModel reads one modelUsage entry's counts and cost.
+func (d *Decoder) scanModel(i int, m *wireModel) (int, scanStatus) {
+	s := &d.scan
+	var seen uint8
+	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
+		k := slices.Index(modelFields[:], string(key))
+		dst := &m.cost
+		if k >= 0 {
+			dst = &m.num[k]
+		} else if string(key) != "costUSD" {
+			return 0, false, scanOK
+		} else {
+			k = len(modelFields)
+		}
+		if seen&(1<<k) != 0 {
+			return 0, false, scanUnsure
+		}
+		seen |= 1 << k
+		end, st, bad := s.floatField(i, dst)
+		switch {
+		case bad && k == len(modelFields):
+			m.costBad = true
+		case bad:
+			m.numBad |= 1 << k
+		}
+		return end, true, st
+	})
 }

@@ -2,8 +2,9 @@ package streamjson
 
 import (
 	"encoding/json"
-	"maps"
+	"math/bits"
 	"slices"
+	"strings"
 )
 
 // MaxResultModels bounds a result line's models (a session uses one to three):
@@ -16,50 +17,82 @@ const maxCostUSD = 1e6
 // modelFields are a modelUsage entry's counts, in ResultModel.Tokens order.
 var modelFields = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"}
 
-// result completes a result event on the plain path, which the fast path
-// leaves result lines to (one per turn): d.obj holds the line's members.
-func (d *Decoder) result(ev *Event) {
-	num := func(m map[string]json.RawMessage, name string) int64 {
-		f, ok := memberNum(m, name)
-		if !ok {
-			ev.BadFields++
-		}
-		return count(f, &ev.BadFields)
-	}
-	ev.SessionID = cleanID(d.w.str[fSessionID])
-	ev.ResultSubtype = Clean(d.w.str[fSubtype], maxIDLen)
-	if raw, ok := d.obj["is_error"]; ok && json.Unmarshal(raw, &ev.IsError) != nil {
-		ev.BadFields++ // not a bool (null is absent)
-	}
-	ev.DurationMs = num(d.obj, "duration_ms")
-	ev.TotalCostUSD, ev.HasCost = costMember(d.obj, "total_cost_usd", &ev.BadFields)
+// wireModel is one modelUsage entry as read, before it is checked.
+type wireModel struct {
+	name    string // the key, unescaped
+	notObj  bool   // the entry is not an object
+	num     [len(modelFields)]float64
+	numBad  uint8 // 1<<k: modelFields[k] of another type
+	cost    float64
+	costBad bool // costUSD of another type
+}
+
+// plainModels reads modelUsage on the plain path into d.w.models; false
+// when it is not an object.
+func (d *Decoder) plainModels(raw []byte) bool {
 	var models map[string]json.RawMessage
-	if raw, ok := d.obj["modelUsage"]; ok && !isNull(raw) && plainObject(raw, &models) != nil {
-		ev.BadFields++
+	if plainObject(raw, &models) != nil {
+		return false
 	}
-	for _, name := range slices.Sorted(maps.Keys(models)) {
-		m := ResultModel{Model: cleanID(name)}
+	for name, entry := range models {
+		m := wireModel{name: name}
+		if plainObject(entry, &d.sub) != nil {
+			m.notObj = true
+		} else {
+			for k, field := range modelFields {
+				if f, ok := memberNum(d.sub, field); ok {
+					m.num[k] = f
+				} else {
+					m.numBad |= 1 << k
+				}
+			}
+			m.cost, m.costBad = memberNum(d.sub, "costUSD")
+			m.costBad = !m.costBad
+		}
+		d.w.models = append(d.w.models, m)
+	}
+	return true
+}
+
+// result completes a result event from what either path read into d.w.
+// Models are taken in name order, so every line keeps the same ones.
+func (d *Decoder) result(ev *Event) {
+	w := &d.w
+	ev.SessionID = cleanID(w.str[fSessionID])
+	ev.ResultSubtype = Clean(w.str[fSubtype], maxIDLen)
+	ev.IsError = w.isError
+	ev.DurationMs = count(w.durationMs, &ev.BadFields)
+	if w.costSet {
+		ev.TotalCostUSD, ev.HasCost = costOf(w.cost, &ev.BadFields)
+	}
+	slices.SortFunc(w.models, func(a, b wireModel) int { return strings.Compare(a.name, b.name) })
+	for i := range w.models {
+		wm := &w.models[i]
+		m := ResultModel{Model: cleanID(wm.name)}
 		dup := slices.ContainsFunc(ev.Models, func(o ResultModel) bool { return o.Model == m.Model })
-		if len(ev.Models) == MaxResultModels || m.Model == "" || dup || plainObject(models[name], &d.sub) != nil {
+		if len(ev.Models) == MaxResultModels || m.Model == "" || dup || wm.notObj {
 			ev.BadFields++
 			continue
 		}
-		for k, field := range modelFields {
-			m.Tokens[k] = num(d.sub, field)
+		ev.BadFields += bits.OnesCount8(wm.numBad)
+		for k := range modelFields {
+			m.Tokens[k] = count(wm.num[k], &ev.BadFields)
 		}
-		m.CostUSD, _ = costMember(d.sub, "costUSD", &ev.BadFields)
+		if wm.costBad {
+			ev.BadFields++
+		} else {
+			m.CostUSD, _ = costOf(wm.cost, &ev.BadFields)
+		}
 		ev.Models = append(ev.Models, m)
 	}
 }
 
-// costMember reads a cost in USD, a number in [0, maxCostUSD]; ok is false
-// when it is absent or bad (counted in *bad), and it then reads 0.
-func costMember(m map[string]json.RawMessage, name string, bad *int) (usd float64, ok bool) {
-	f, good := memberNum(m, name)
-	if !good || f < 0 || f > maxCostUSD {
+// costOf checks a cost in USD: a number in [0, maxCostUSD]; otherwise it
+// counts in *bad and reads 0.
+func costOf(usd float64, bad *int) (float64, bool) {
+	if usd < 0 || usd > maxCostUSD {
 		*bad++
 		return 0, false
 	}
-	raw, found := m[name]
-	return f, found && !isNull(raw)
+	return usd, true
 }
