@@ -174,6 +174,37 @@ func TestTapSteadyStateDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// TestTapFreeListsTrimmedWhenIdle: while the queue is more than a quarter
+// full, released buffers are kept for reuse (a lagging consumer cycles them
+// without allocating); once it is drained below that each class keeps at
+// most idleFreeBytes.
+func TestTapFreeListsTrimmedWhenIdle(t *testing.T) {
+	const queue = 2 << 20
+	tap := NewTap(queue)
+	p := make([]byte, 120000) // the 128 KiB class
+	n := queue / (128 << 10)
+	for range n {
+		tap.Write(p)
+	}
+	var held []Chunk
+	for range n {
+		held = append(held, <-tap.Chunks())
+	}
+	keep := n - n/4 // released while more than a quarter of the queue is held
+	for _, c := range held[:keep-1] {
+		tap.Release(c)
+	}
+	if got := len(tap.free[3]); got != keep-1 {
+		t.Fatalf("%d buffers kept while the queue is still %d/%d full, want %d", got, n-keep+1, n, keep-1)
+	}
+	for _, c := range held[keep-1:] {
+		tap.Release(c)
+	}
+	if got, want := len(tap.free[3]), idleFreeBytes/(128<<10); got != want {
+		t.Fatalf("%d buffers kept once the queue is empty, want %d", got, want)
+	}
+}
+
 // A concurrent writer and consumer (run under -race): every byte is either
 // delivered in order or counted as dropped, and each delivered run after a
 // drop carries the gap flag.
