@@ -169,8 +169,11 @@ func (s *Sink) traceID(task, run string) trace.TraceID {
 // so again, so a sink restored from a checkpoint learns it too.
 func (s *Sink) nested(r *ingest.Run) {
 	p := &r.Parent
+	if p.TaskID == "" {
+		return // not nested: no map lookup on every event of every run
+	}
 	k := runKey{r.TaskID, r.RunID}
-	if _, ok := s.roots[k]; ok || p.TaskID == "" {
+	if _, ok := s.roots[k]; ok {
 		return
 	}
 	s.roots[k] = runKey{p.RootTask, p.RootRun}
