@@ -51,16 +51,18 @@ var tapClasses = [...]int{512, 4 << 10, 32 << 10, 128 << 10}
 // memory of its busiest moment forever.
 const maxFree = 256
 
-// idleFreeBytes is what each class's free list keeps once the queue is
-// mostly drained (at most a quarter full: the consumer keeps up). While it
-// holds more the lists keep up to its depth: a consumer that lags (a failing OTLP backend) then
-// cycles buffers without allocating; capping the lists always made those
-// runs collect more (CPU 1.13 vs 0.77 s, throughput 0.70-0.82 in CI). Once
-// it is empty, a burst's buffers are let go: kept, they were a fifth of the
-// live heap of `run` under the state attack of docs/reliability.md and its
-// peak RSS passed 32 MiB (31.8-32.4 in CI; 31.1-31.3 when let go). Not
-// "once empty": a consumer that keeps up still holds a chunk or two when
-// it releases one, and the lists were never trimmed (31.8-31.9 MiB).
+// idleFreeBytes is what each class's free list keeps however idle: a
+// consumer that keeps up cycles a buffer or two per class without
+// allocating. Beyond it, a buffer is let go once a whole queue's worth of
+// bytes has passed without it being taken (the list's low-water mark over
+// that span): kept, a burst's buffers were a fifth of the live heap of `run`
+// under the state attack of docs/reliability.md and its peak RSS passed
+// 32 MiB (31.8-32.4 in CI). Trimmed by the queue's level instead (down to
+// this much whenever the queue fell under a quarter), a consumer that lags
+// (a failing OTLP backend) freed and re-allocated its buffers on every
+// swing: 73 collections instead of 3 over a 408 MiB blast, CPU 0.85 vs
+// 0.56 s, throughput 0.69-0.83 of the healthy run in CI. A buffer a lagging
+// consumer's producer takes at least once per queue of bytes is never idle.
 const idleFreeBytes = 256 << 10
 
 // Tap is an io.Writer that never blocks: Write copies p into pooled buffers
@@ -80,6 +82,11 @@ type Tap struct {
 	// coldest buffers sit at the bottom.
 	freeMu sync.Mutex
 	free   [len(tapClasses)][]*[]byte
+	// low is each list's low-water mark since the last trim: the bottom
+	// low buffers were not taken since. released counts the bytes of
+	// buffers released since the last trim. Both guarded by freeMu.
+	low      [len(tapClasses)]int
+	released int64
 
 	// base anchors Chunk.At: its wall clock in Unix ns (baseNs) plus the
 	// monotonic time elapsed since it.
@@ -195,22 +202,13 @@ func (t *Tap) get(class int) *[]byte {
 	if k := len(t.free[class]); k > 0 {
 		b := t.free[class][k-1]
 		t.free[class] = t.free[class][:k-1]
+		t.low[class] = min(t.low[class], k-1)
 		t.freeMu.Unlock()
 		return b
 	}
 	t.freeMu.Unlock()
 	b := make([]byte, tapClasses[class])
 	return &b
-}
-
-// put returns a buffer to its class's free list, or lets the GC have it.
-func (t *Tap) put(b *[]byte) {
-	class := classFor(cap(*b))
-	t.freeMu.Lock()
-	if len(t.free[class]) < cap(t.free[class]) {
-		t.free[class] = append(t.free[class], b)
-	}
-	t.freeMu.Unlock()
 }
 
 // Chunks returns the queue. It is closed after Close once everything queued
@@ -225,24 +223,40 @@ func (t *Tap) Release(c Chunk) {
 	if c.buf == nil {
 		return
 	}
-	left := t.queued.Add(-int64(cap(*c.buf)))
+	t.queued.Add(-int64(cap(*c.buf)))
 	t.put(c.buf)
-	if left <= t.queueBytes/4 {
-		t.trimFree()
-	}
 }
 
-// trimFree lets go of the free buffers beyond idleFreeBytes per class.
-func (t *Tap) trimFree() {
+// put returns a buffer to its class's free list, or lets the GC have it;
+// after each queue's worth of released bytes it trims the lists.
+func (t *Tap) put(b *[]byte) {
+	class := classFor(cap(*b))
 	t.freeMu.Lock()
-	for i, size := range tapClasses {
-		keep := max(1, idleFreeBytes/size)
-		if l := t.free[i]; len(l) > keep {
-			clear(l[keep:])
-			t.free[i] = l[:keep]
-		}
+	if len(t.free[class]) < cap(t.free[class]) {
+		t.free[class] = append(t.free[class], b)
+	}
+	t.released += int64(cap(*b))
+	if t.released >= t.queueBytes {
+		t.released = 0
+		t.trimIdle()
 	}
 	t.freeMu.Unlock()
+}
+
+// trimIdle lets go of the buffers no Write took since the last trim (the
+// bottom of each stack, its coldest), keeping idleFreeBytes per class, and
+// starts the next span. freeMu held.
+func (t *Tap) trimIdle() {
+	for i, size := range tapClasses {
+		l := t.free[i]
+		if n := min(t.low[i], len(l)-max(1, idleFreeBytes/size)); n > 0 {
+			copy(l, l[n:])
+			clear(l[len(l)-n:])
+			l = l[:len(l)-n]
+			t.free[i] = l
+		}
+		t.low[i] = len(l)
+	}
 }
 
 // Close ends the stream: Chunks is closed after the chunks already queued.
