@@ -524,6 +524,12 @@ func (t *Tracker) progress(ev *streamjson.Event, at int64) {
 	// Elements the decoder did not read (beyond what a run may keep) count
 	// with the ones the caps refuse here: once per snapshot.
 	t.capHit = ev.ElementsOverCap > 0
+	// A snapshot lists every agent so far: room for as many as it has
+	// elements (up to the cap) at once, not one doubling per new agent
+	// (a quarter of replay's allocated bytes were those copies).
+	if n := min(len(ev.Entries), t.caps.Agents); n > cap(r.Agents) {
+		r.Agents = slices.Grow(r.Agents, n-len(r.Agents))
+	}
 	for i := range ev.Entries {
 		e := &ev.Entries[i]
 		var ok bool

@@ -120,10 +120,14 @@ type Metrics struct {
 	exemplar func(*ingest.Run) (string, string)
 	export   *exportFuncs
 
-	mu        sync.Mutex
-	runs      map[*ingest.Run]*runState
-	workflows labelCap
-	taskTypes labelCap
+	mu   sync.Mutex
+	runs map[*ingest.Run]*runState
+	// agentSeries caches each workflow label's agent children:
+	// WithLabelValues hashes and checks the label values on every call,
+	// once per agent the largest part of this sink's CPU in replay.
+	agentSeries map[string]*agentSeries
+	workflows   labelCap
+	taskTypes   labelCap
 }
 
 // runState is what Metrics remembers of a run between its first and its
@@ -137,7 +141,19 @@ type runState struct {
 	timed    bool   // its duration observed
 	stalled  bool   // counted in cbc_workflow_runs_stalled
 	agents   map[int]struct{}
+	series   *agentSeries // of label, for a workflow run; nil until an agent ends
 }
+
+// agentSeries is one workflow label's agent counters and histograms by
+// final state, each looked up on first use: the histograms are not
+// pre-created (a series per state that never occurs would only cost).
+type agentSeries struct {
+	total    [numAgentStates]prometheus.Counter
+	duration [numAgentStates]prometheus.Observer
+}
+
+// numAgentStates bounds the states an agentSeries holds.
+const numAgentStates = ingest.AgentNotStarted + 1
 
 // New builds a Metrics and registers every collector in a fresh registry.
 func New(opts Options) (*Metrics, error) {
@@ -160,14 +176,15 @@ func New(opts Options) (*Metrics, error) {
 		opts.Version = "unknown"
 	}
 	m := &Metrics{
-		reg:       prometheus.NewRegistry(),
-		exemplar:  opts.Exemplar,
-		export:    &exportFuncs{},
-		runs:      make(map[*ingest.Run]*runState),
-		workflows: labelCap{max: opts.MaxWorkflows, seen: make(map[string]struct{}), allow: opts.WorkflowAllow},
-		taskTypes: newLabelCap(opts.MaxTaskTypes),
-		cost:      newCostMetrics(opts.MaxModels),
-		stalls:    newStallMetrics(),
+		reg:         prometheus.NewRegistry(),
+		exemplar:    opts.Exemplar,
+		export:      &exportFuncs{},
+		runs:        make(map[*ingest.Run]*runState),
+		agentSeries: make(map[string]*agentSeries),
+		workflows:   labelCap{max: opts.MaxWorkflows, seen: make(map[string]struct{}), allow: opts.WorkflowAllow},
+		taskTypes:   newLabelCap(opts.MaxTaskTypes),
+		cost:        newCostMetrics(opts.MaxModels),
+		stalls:      newStallMetrics(),
 	}
 	m.SetExportCounters(opts.SpansDropped, opts.ExportErrors)
 
@@ -452,7 +469,7 @@ func (m *Metrics) runTimed(r *ingest.Run, st *runState) {
 }
 
 func (m *Metrics) agentEnded(r *ingest.Run, a *ingest.Agent) {
-	if !slices.Contains(ingest.FinalAgentStates(), a.State) {
+	if !a.State.Final() || a.State >= numAgentStates {
 		return // not a final state: nothing to count yet
 	}
 	st := m.state(r, true)
@@ -463,12 +480,25 @@ func (m *Metrics) agentEnded(r *ingest.Run, a *ingest.Agent) {
 		return // the Tracker sends one AgentEnded per agent; be sure anyway
 	}
 	st.agents[a.Index] = struct{}{}
-	state := a.State.String()
-	m.agentsTotal.WithLabelValues(st.label, state).Inc()
+	if st.series == nil {
+		st.series = m.agentSeries[st.label]
+		if st.series == nil {
+			st.series = &agentSeries{}
+			m.agentSeries[st.label] = st.series
+		}
+	}
+	s := st.series
+	if s.total[a.State] == nil {
+		s.total[a.State] = m.agentsTotal.WithLabelValues(st.label, a.State.String())
+	}
+	s.total[a.State].Inc()
 	if a.Start > 0 && a.End >= a.Start && a.State != ingest.AgentNotStarted {
 		// A not_started agent never ran: its zero-length interval is no
 		// duration.
-		m.agentDuration.WithLabelValues(st.label, state).Observe(float64(a.End-a.Start) / 1000)
+		if s.duration[a.State] == nil {
+			s.duration[a.State] = m.agentDuration.WithLabelValues(st.label, a.State.String())
+		}
+		s.duration[a.State].Observe(float64(a.End-a.Start) / 1000)
 	}
 }
 

@@ -93,7 +93,7 @@ var (
 // Interesting reports whether line may be a message the Tracker consumes.
 // It is the cheap prefilter in front of Decode.
 func Interesting(line []byte) bool {
-	return bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
+	return markedAtStart(line) || bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
 		bytes.Contains(line, markerResult)
 }
 
@@ -183,6 +183,20 @@ func leadingType(line []byte) (typ []byte, ok bool) {
 		return nil, false
 	}
 	return rest[:i], true
+}
+
+// markedAtStart reports that the line's leading type (and subtype) hold a
+// marker, so the search through the whole line, 6 % of replay's CPU (its
+// markers open with JSON's commonest byte), is skipped. False says nothing.
+func markedAtStart(line []byte) bool {
+	const sub = `{"type":"system","subtype":"`
+	if typ, ok := leadingType(line); !ok {
+		return false
+	} else if string(typ) == "result" || bytes.HasPrefix(typ, []byte("control_")) {
+		return true
+	}
+	rest, ok := bytes.CutPrefix(line, []byte(sub[:len(sub)-1]))
+	return ok && (bytes.HasPrefix(rest, markerTask) || bytes.HasPrefix(rest, markerInit))
 }
 
 // MaxEntryIndex is the largest index a workflow_progress element, or an

@@ -332,5 +332,57 @@ func FuzzFastDecode(f *testing.F) {
 		for _, opts := range decodeOptionSets {
 			compareFastPlain(t, lines, opts)
 		}
+		for _, l := range lines {
+			checkMarkedAtStart(t, l)
+		}
 	})
+}
+
+// checkMarkedAtStart fails when the shortcut past the marker search says a
+// line is marked and the search itself would not: Decode would then decode
+// a line it used to dismiss.
+func checkMarkedAtStart(t *testing.T, line []byte) {
+	t.Helper()
+	line = bytes.TrimSpace(line)
+	if markedAtStart(line) && !markerSearch(line) {
+		t.Fatalf("markedAtStart without a marker: %q", line)
+	}
+}
+
+// markerSearch is Interesting without the shortcut.
+func markerSearch(line []byte) bool {
+	return bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
+		bytes.Contains(line, markerResult)
+}
+
+// TestMarkedAtStart: the shortcut finds the markers where both CLIs write
+// them, never claims one that is not there, and leaves the rest to the
+// search.
+func TestMarkedAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{`{"type":"system","subtype":"task_started","task_id":"t"}`, true},
+		{`{"type":"system","subtype":"init","session_id":"s"}`, true},
+		{`{"type":"result","subtype":"success"}`, true},
+		{`{"type":"control_request","request_id":"r"}`, true},
+		{`{"type":"control_response","response":{}}`, true},
+		{`{"type":"system","subtype":"initial"}`, false},
+		{`{"type":"system","subtype":"status","note":"task_started"}`, false},
+		{`{"type":"system", "subtype":"task_started"}`, false}, // another layout: the search decides
+		{`{"subtype":"task_started","type":"system"}`, false},
+		{`{"type":"assistant","message":{}}`, false},
+		{`{"type":"resul"}`, false},
+		{`{"type":"system","subtype":"task_`, true},
+	} {
+		line := []byte(tc.line)
+		if got := markedAtStart(line); got != tc.want {
+			t.Errorf("markedAtStart(%s) = %v, want %v", tc.line, got, tc.want)
+		}
+		checkMarkedAtStart(t, line)
+	}
+	for _, l := range corpusLines(t) {
+		checkMarkedAtStart(t, l)
+	}
 }

@@ -36,8 +36,8 @@ var envVars = []envVar{
 	{"TRACEPARENT", []string{"run", "demo", "replay"}, "W3C trace context: the workflow spans become its children (serve ignores its own)"},
 	{"TRACESTATE", []string{"run", "demo", "replay"}, "W3C trace state that goes with TRACEPARENT"},
 	{"GITHUB_STEP_SUMMARY", []string{"run"}, "when --step-summary is not given: append a Markdown table of the runs seen to this file (GitHub Actions sets it)"},
-	{"GOMEMLIMIT", []string{"run"}, "Go's soft memory limit (run's default: 18MiB)"},
-	{"GOGC", []string{"run"}, "Go's GC target (run's default: 400)"},
+	{"GOMEMLIMIT", []string{"run"}, "Go's soft memory limit (run's default: 17MiB)"},
+	{"GOGC", []string{"run", "replay"}, "Go's GC target (default 400 for run and replay)"},
 }
 
 // writeEnvUsage prints the variables cmd reads, for its -h.
