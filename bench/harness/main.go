@@ -6,13 +6,17 @@
 // Sections: passthrough throughput (run vs cat and cat|cat on a mixed and a
 // task-heavy stream), added latency per line at fixed line rates, replay
 // throughput against a Node consumer and an OpenTelemetry Collector, scaling
-// of one workflow to 1000 agents, and peak RSS of run on a long stream and on
-// one huge line. It asserts no timing: it fails only when the harness itself
-// breaks (a command fails, bytes go missing, the peers disagree on counts).
+// of one workflow to 1000 agents, peak RSS of run on a long stream and on one
+// huge line, and the CPU per task event of replay, run and serve (and of
+// serve following many growing files), side by side with a baseline binary
+// when one is given. It asserts no timing: it fails only when the harness
+// itself breaks (a command fails, bytes go missing, the peers disagree on
+// counts).
 //
 //	go run ./bench/harness                 # the full run (~10 min)
 //	go run ./bench/harness -quick          # smoke check of the harness (CI)
 //	CBC_OTEL_BIN=/path/cbc-otel go run ./bench/harness -only replay,scaling
+//	go run ./bench/harness -only cpu -baseline-rev HEAD~10   # or -baseline-bin OLD
 package main
 
 import (
@@ -48,15 +52,27 @@ type config struct {
 	memMB    int64
 	lineMB   int64
 	peerWait time.Duration
-	log      *slog.Logger
+	// cpu section
+	cpuTaskMB    int64         // size of the task-heavy stream of replay and serve
+	cpuRunMB     int64         // the start of it that run's paced child writes
+	cpuRunRate   int           // lines/s of that child
+	cpuFiles     int           // files serve follows at once
+	cpuFileRate  int           // lines/s appended to each of them
+	cpuFollowDur time.Duration // how long they grow
+	baselineBin  string        // binary to compare with, "" = none
+	baselineRev  string        // or a git revision of root to build it from
+	log          *slog.Logger
 }
 
 // sectionNames lists the sections in the order they run and print.
-var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory"}
+var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu"}
 
 func main() {
 	if spec := os.Getenv(envLatGen); spec != "" {
 		os.Exit(latencyGenMain(spec))
+	}
+	if spec := os.Getenv(envCPUGen); spec != "" {
+		os.Exit(cpuGenMain(spec))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,12 +94,20 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	work := fs.String("work", "", "scratch directory (default a temporary one, removed at exit); generated inputs in it are reused")
 	only := fs.String("only", strings.Join(sectionNames, ","), "comma-separated sections to run")
 	out := fs.String("o", "", "also write the report (markdown) to this file")
+	baseBin := fs.String("baseline-bin", os.Getenv("CBC_OTEL_BASELINE_BIN"), "cpu section: also measure this cbc-otel binary (e.g. the previous release), interleaved, and show the ratio new/baseline (default $CBC_OTEL_BASELINE_BIN)")
+	baseRev := fs.String("baseline-rev", "", "cpu section: build the baseline from this git revision of -root (instead of -baseline-bin)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	c := &config{quick: *quick, runs: *runs, root: *root, node: *node, otelcol: *otelcol, log: log}
+	c := &config{quick: *quick, runs: *runs, root: *root, node: *node, otelcol: *otelcol, baselineBin: *baseBin, baselineRev: *baseRev, log: log}
+	// The run case's child writes one line per write at a pace the tap
+	// keeps up with on a loaded 2-core machine (at 5000 lines/s it drops:
+	// every line costs the wrapper a wake-up), still far above a real
+	// CLI's few events per second.
+	c.cpuRunRate, c.cpuFileRate = 2000, 50
 	if *quick {
 		c.mixedMB, c.taskMB, c.memMB, c.lineMB = 16, 4, 64, 16
+		c.cpuTaskMB, c.cpuRunMB, c.cpuFiles, c.cpuFollowDur = 4, 4, 32, time.Second
 		c.latDur = 300 * time.Millisecond
 		c.agents = []int{25, 50, 100, 125}
 		c.peerWait = 2 * time.Minute
@@ -92,6 +116,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		}
 	} else {
 		c.mixedMB, c.taskMB, c.memMB, c.lineMB = 1024, 256, 4096, 1024
+		// 64 MiB (~45k task events) makes start-up and /proc's 10 ms
+		// ticks small next to the figures; 8 MiB (~10k lines) is ~5 s of
+		// the run case's paced child.
+		c.cpuTaskMB, c.cpuRunMB, c.cpuFiles, c.cpuFollowDur = 64, 8, 256, 10*time.Second
 		c.latDur = 3 * time.Second
 		c.agents = []int{125, 250, 500, 1000}
 		c.peerWait = 10 * time.Minute
@@ -178,6 +206,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 			err = scaling(ctx, c, rep)
 		case "memory":
 			err = memory(ctx, c, rep)
+		case "cpu":
+			err = cpuSection(ctx, c, rep)
 		}
 		if err != nil {
 			// One broken section must not hide the figures of the others,

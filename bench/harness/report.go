@@ -47,7 +47,7 @@ func (r *report) markdown(c *config) string {
 	if c.quick {
 		mode = "quick (smoke check: tiny sizes, figures meaningless)"
 	}
-	fmt.Fprintf(&b, "## cbc-otel benchmark: %s; medians of %d runs (replay, scaling, memory: %d)\n\n", mode, c.runs, min(c.runs, 3))
+	fmt.Fprintf(&b, "## cbc-otel benchmark: %s; medians of %d runs (replay, scaling, memory, cpu serve of many files: %d)\n\n", mode, c.runs, min(c.runs, 3))
 	for _, m := range r.machine {
 		fmt.Fprintf(&b, "- %s\n", m)
 	}
