@@ -21,7 +21,6 @@ package report
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -285,31 +284,42 @@ func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
 }
 
 // WriteJSONSessions is WriteJSON with a "session" line per session
-// (Collector.Sessions) between the runs and the stats line.
+// (Collector.Sessions) between the runs and the stats line. The lines are
+// encoding/json's encoding of the Workflow, Task, Session and StatsLine
+// values, byte for byte, made without reflection (jsonenc.go) and written
+// to w in chunks of up to 64 KiB, so an unbuffered w costs no syscall per
+// line.
 func WriteJSONSessions(w io.Writer, runs []ingest.Run, sessions []Session, stats *ingest.Stats) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
+	j := jsonLines{w: w, buf: make([]byte, 0, jsonChunk+jsonChunk/4)}
 	for i := range runs {
-		var v any
 		if runs[i].Workflow {
-			v = WorkflowOf(&runs[i])
+			j.buf = appendWorkflowRun(j.buf, &runs[i])
 		} else {
-			v = TaskOf(&runs[i])
+			j.buf = appendTaskRun(j.buf, &runs[i])
 		}
-		if err := enc.Encode(v); err != nil {
+		if err := j.endLine(); err != nil {
 			return err
 		}
 	}
-	for _, s := range sessions {
-		if err := enc.Encode(s); err != nil {
+	for i := range sessions {
+		line := len(j.buf)
+		var err error
+		if j.buf, err = appendSession(j.buf, &sessions[i]); err != nil {
+			// The lines before are written, this one not at all, as
+			// encoding/json did.
+			j.buf = j.buf[:line]
+			return errors.Join(j.flush(), err)
+		}
+		if err := j.endLine(); err != nil {
 			return err
 		}
 	}
 	if stats != nil {
-		// encoding/json sorts map keys, so the line is deterministic.
-		return enc.Encode(StatsOf(stats))
+		st := StatsOf(stats)
+		j.buf = appendStats(j.buf, &st)
+		j.buf = append(j.buf, '\n')
 	}
-	return nil
+	return j.flush()
 }
 
 // WriteJSONFile writes WriteJSON's output to path atomically (a temporary
