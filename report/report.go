@@ -39,7 +39,13 @@ import (
 // finalization, and the cost of each session's main conversation.
 type Collector struct {
 	Runs []ingest.Run
-	main []sessionCost // in order of first call
+	// JSONOnly keeps each finalized run as its replay --json line, not as a
+	// copy in Runs (WriteJSON writes them): no copy of every run's agents
+	// and phases, a run's line is all that is left of it. The copies were a
+	// quarter of replay's allocated bytes.
+	JSONOnly bool
+	lines    []byte        // the runs' lines, with JSONOnly
+	main     []sessionCost // in order of first call
 }
 
 // MaxSessions bounds the sessions whose main conversation a Collector
@@ -54,6 +60,8 @@ type sessionCost struct {
 // Observe keeps finalized runs and sums the main conversation's calls.
 func (c *Collector) Observe(l ingest.Lifecycle) {
 	switch {
+	case l.Kind == ingest.RunFinalized && c.JSONOnly:
+		c.lines = append(appendRunLine(c.lines, l.Run), '\n')
 	case l.Kind == ingest.RunFinalized:
 		c.Runs = append(c.Runs, l.Run.Clone())
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil && l.Call.Scope == ingest.CallMain:
@@ -292,15 +300,42 @@ func WriteJSON(w io.Writer, runs []ingest.Run, stats *ingest.Stats) error {
 func WriteJSONSessions(w io.Writer, runs []ingest.Run, sessions []Session, stats *ingest.Stats) error {
 	j := jsonLines{w: w, buf: make([]byte, 0, jsonChunk+jsonChunk/4)}
 	for i := range runs {
-		if runs[i].Workflow {
-			j.buf = appendWorkflowRun(j.buf, &runs[i])
-		} else {
-			j.buf = appendTaskRun(j.buf, &runs[i])
-		}
+		j.buf = appendRunLine(j.buf, &runs[i])
 		if err := j.endLine(); err != nil {
 			return err
 		}
 	}
+	return j.sessionsAndStats(sessions, stats)
+}
+
+// WriteJSON writes what WriteJSONSessions writes of the collected runs
+// and sessions: from the lines kept with JSONOnly, else from Runs.
+func (c *Collector) WriteJSON(w io.Writer, stats *ingest.Stats) error {
+	if !c.JSONOnly {
+		return WriteJSONSessions(w, c.Runs, c.Sessions(), stats)
+	}
+	for b := c.lines; len(b) > 0; {
+		n := min(len(b), jsonChunk)
+		if _, err := w.Write(b[:n]); err != nil {
+			return fmt.Errorf("writing JSON lines: %w", err)
+		}
+		b = b[n:]
+	}
+	j := jsonLines{w: w, buf: make([]byte, 0, jsonChunk+jsonChunk/4)}
+	return j.sessionsAndStats(c.Sessions(), stats)
+}
+
+// appendRunLine appends r's JSON line without its newline.
+func appendRunLine(b []byte, r *ingest.Run) []byte {
+	if r.Workflow {
+		return appendWorkflowRun(b, r)
+	}
+	return appendTaskRun(b, r)
+}
+
+// sessionsAndStats writes the session lines and the stats line (when
+// stats is not nil) after the runs' lines.
+func (j *jsonLines) sessionsAndStats(sessions []Session, stats *ingest.Stats) error {
 	for i := range sessions {
 		line := len(j.buf)
 		var err error

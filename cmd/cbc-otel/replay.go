@@ -76,7 +76,8 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
-	var col report.Collector
+	// With --json each run is kept as its line, not as a copy of the run.
+	col := report.Collector{JSONOnly: cfg.json}
 	for _, name := range cfg.files {
 		if err := replayFile(ctx, name, tel.newPipeline(stream{extra: []ingest.Sink{&col}}), sio.in); err != nil {
 			tel.shutdown(ctx)
@@ -84,7 +85,11 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		}
 	}
 	tel.shutdown(ctx)
-	if err := writeRuns(sio.out, cfg.json, cfg.width, col.Runs, col.Sessions(), tel.stats); err != nil {
+	write := func() error { return writeRuns(sio.out, false, cfg.width, col.Runs, col.Sessions(), tel.stats) }
+	if cfg.json {
+		write = func() error { return col.WriteJSON(sio.out, tel.stats) }
+	}
+	if err := write(); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	// The runs are printed either way: the replay itself went fine.
