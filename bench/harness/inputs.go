@@ -202,16 +202,24 @@ func freePort() (int, error) {
 // (a copy of the whole stream to disk, the serve deployment) stays off: it is
 // another mode, not more telemetry. Files land under dir with the given tag.
 func telemetryOn(dir, tag string) ([]string, error) {
+	flags, _, err := telemetryOnAt(dir, tag)
+	return flags, err
+}
+
+// telemetryOnAt is telemetryOn that also returns the host:port of the web
+// listener (/metrics and the runs page), for a case that scrapes it.
+func telemetryOnAt(dir, tag string) ([]string, string, error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	return []string{
-		"--web.listen-address", "127.0.0.1:" + strconv.Itoa(port),
+		"--web.listen-address", addr,
 		"--traces-file", filepath.Join(dir, tag+"-traces.jsonl"),
 		"--metrics-file", filepath.Join(dir, tag+"-metrics.prom"),
 		"--summary-file", filepath.Join(dir, tag+"-summary.json"),
-	}, nil
+	}, addr, nil
 }
 
 // measured is what one process (and the children it waited for) cost.
