@@ -115,7 +115,8 @@ func latency(ctx context.Context, c *config, rep *report) error {
 					argv := append(append([]string{c.bin, "run"}, tel...), "--", self)
 					lats, _, err = latencyOut(ctx, argv, latGenEnv(rate, dur), rate, dur, "")
 				case "out-web":
-					tel, addr, terr := telemetryOnAt(tdir, fmt.Sprintf("lat-%s-%d-%d", k.name, rate, i))
+					tag := fmt.Sprintf("lat-%s-%d-%d", k.name, rate, i)
+					tel, addr, terr := telemetryOnAt(tdir, tag)
 					if terr != nil {
 						return terr
 					}
@@ -123,9 +124,20 @@ func latency(ctx context.Context, c *config, rep *report) error {
 					before, _ := rcv.received()
 					var ws webStats
 					lats, ws, err = latencyOut(ctx, argv, latGenEnv(rate, dur), rate, dur, addr)
-					// run has exited: its spans were flushed on the way out.
+					if err != nil {
+						break
+					}
+					// run has exited: its spans were flushed on the way
+					// out, and its final metrics say what it dropped.
 					after, _ := rcv.received()
 					ws.spans = after - before
+					body, rerr := os.ReadFile(filepath.Join(tdir, tag+"-metrics.prom"))
+					if rerr != nil {
+						return fmt.Errorf("%s at %d lines/s: run wrote no metrics file: %w", k.desc, rate, rerr)
+					}
+					ws.tapDropped = promSum(string(body), "cbc_otel_tap_dropped_bytes_total", "")
+					ws.spansDropped = promSum(string(body), "cbc_otel_spans_dropped_total", "")
+					c.log.Info("runs page + OTLP", "rate", rate, "run", i+1, "got", ws.String())
 					webs[rate] = append(webs[rate], ws)
 				case "rt-pipe":
 					lats, err = latencyRoundTrip(ctx, []string{"cat"}, rate, dur)
@@ -173,11 +185,14 @@ func latency(ctx context.Context, c *config, rep *report) error {
 		}
 		ws := webs[rate]
 		var spans, pages, scrapes, failed []float64
+		var tapDropped, spansDropped float64
 		for i, w := range ws {
 			spans = append(spans, float64(w.spans))
 			pages = append(pages, float64(w.page))
 			scrapes = append(scrapes, float64(w.metrics))
 			failed = append(failed, float64(w.failed))
+			tapDropped = max(tapDropped, w.tapDropped)
+			spansDropped = max(spansDropped, w.spansDropped)
 			if w.spans == 0 {
 				rep.note("latency %dk lines/s, run %d: the OTLP receiver got NO span from `run -- gen (runs page + OTLP)`", rate/1000, i+1)
 			}
@@ -185,8 +200,10 @@ func latency(ctx context.Context, c *config, rep *report) error {
 				rep.note("latency %dk lines/s, run %d: no GET of the runs page succeeded during `run -- gen (runs page + OTLP)`", rate/1000, i+1)
 			}
 		}
-		rep.add(sec, "runs page + OTLP: spans received / GETs of / and /metrics (failed), per run",
-			fmt.Sprintf("%.0f%s / %.0f and %.0f (%.0f)", median(spans), spread(spans, "%.0f"), median(pages), median(scrapes), median(failed)))
+		tasks := int64(rate) * int64(latencyDur(c, rate)) / int64(time.Second) / latencyCycle
+		rep.add(sec, "runs page + OTLP: spans received of tasks ended; dropped bytes (tap) and spans, worst run; GETs of / and /metrics (failed), per run",
+			fmt.Sprintf("%.0f%s of %d; %.0f B and %.0f; %.0f and %.0f (%.0f)", median(spans), spread(spans, "%.0f"), tasks,
+				tapDropped, spansDropped, median(pages), median(scrapes), median(failed)))
 	}
 	rep.note("latency: ~200-byte task event lines (cycles of %d: a task_started of a plain local_agent task, task_progress lines, its task_notification, so that `run` ends a task and makes a span every %d lines), each stamped (wall clock) as written, %s per run and case at 1k and 10k lines/s, %s at 100k; one write per line paced by a 1 ms ticker (a burst of rate/1000 lines per tick), after a warm-up line has made the trip; %d runs, the cases interleaved in each; stdout cases: the harness itself (%s) is the child writing the lines, read from its stdout directly or through `run`; round-trip cases: lines sent into `cat` or `run -- cat` and read back (two pumps)",
 		latencyCycle, latencyCycle, c.latDur, latencyDur(c, 100000), runs, envLatGen)

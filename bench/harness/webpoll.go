@@ -9,10 +9,13 @@ import (
 )
 
 // webStats is what a poller of run's web listener did during one case, and
-// what the OTLP receiver got from that run.
+// what the OTLP receiver got from that run and what it dropped.
 type webStats struct {
 	page, metrics, failed int   // GETs of / and /metrics answered 200, GETs that were not
 	spans                 int64 // spans the OTLP receiver got from the run
+	// tapDropped and spansDropped are the run's own counts, from its
+	// --metrics-file: bytes its tap let go, spans its exporter did.
+	tapDropped, spansDropped float64
 }
 
 // Scrape intervals of the poller: a browser tab on the runs page reloads
@@ -81,5 +84,5 @@ func pollWeb(ctx context.Context, addr string) (stop func() webStats) {
 
 // String is the counts for a log line.
 func (w webStats) String() string {
-	return fmt.Sprintf("page %d, metrics %d, failed %d, spans %d", w.page, w.metrics, w.failed, w.spans)
+	return fmt.Sprintf("page %d, metrics %d, failed %d, spans %d, dropped %.0f B and %.0f spans", w.page, w.metrics, w.failed, w.spans, w.tapDropped, w.spansDropped)
 }
