@@ -3,10 +3,7 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"hash"
 	"io"
@@ -22,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/attackgen"
 	"github.com/cbc-otel/cbc-otel/ndjson"
 )
 
@@ -80,70 +78,24 @@ func init() {
 	}
 }
 
-// memStream writes the stream of the state attack to path and returns its
-// line count and the size in bytes of the big snapshot's line (newline
-// included).
-//
-//   - memOpenRuns workflow runs (task_type local_workflow, distinct task
-//     ids, memWorkflowNames names), each a task_started and one small
-//     task_progress (one phase, one agent), never a notification;
-//   - one fresh run: its task_started and one task_progress whose
-//     workflow_progress holds memSnapshotPhases phases and
-//     memSnapshotAgents agents shaped as Claude Code writes them (agentId
-//     "v1:" + 64 hex, label, state start or done, startedAt, endedAt when
-//     done, phaseIndex). phaseTitle, optional in the protocol, is left out:
-//     with it 20,000 such rows (211 bytes and more each) pass the framer's
-//     4 MiB line and the snapshot would be rejected as too_long instead of
-//     meeting the agent cap; for the same reason half the agents are done
-//     (with endedAt), half still running, and labels are "scan:00001" (the
-//     rows average 209 bytes, the line is 4.17 MB of 4.19).
+// memStream writes the stream of the state attack (attackgen.Write with
+// the constants above) to path and returns its line count and the size in
+// bytes of the big snapshot's line (newline included). The generator is
+// shared with the benchmark harness, which reports the same attack's peak
+// RSS.
 func memStream(path string) (lines int, bigLine int, err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	const base = int64(1796205994000) // epoch ms
-	at := func(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
-	uuid := func(i, kind int) string { return fmt.Sprintf("%08x-%04x-4000-8000-%012x", i, kind, i) }
-	agentID := func(s string) string { h := sha256.Sum256([]byte(s)); return "v1:" + hex.EncodeToString(h[:]) }
-	for i := range memOpenRuns {
-		id, wf, t := uuid(i, 1), fmt.Sprintf("review-%03d", i%memWorkflowNames), base+int64(i)*10
-		fmt.Fprintf(w, `{"type":"system","subtype":"task_started","task_id":"%s","tool_use_id":"toolu_%020d","task_type":"local_workflow","workflow_name":"%s","description":"Run workflow %s","uuid":"%s","session_id":"%s","written_at":"%s"}`+"\n",
-			id, i, wf, wf, uuid(i, 2), uuid(0, 3), at(t))
-		fmt.Fprintf(w, `{"type":"system","subtype":"task_progress","task_id":"%s","tool_use_id":"toolu_%020d","description":"Run workflow %s","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":5},"workflow_progress":[{"type":"workflow_phase","index":1,"title":"Scan"},{"type":"workflow_agent","index":1,"agentId":"%s","state":"start","startedAt":%d,"label":"scan:001","phaseIndex":1}],"session_id":"%s","uuid":"%s","written_at":"%s"}`+"\n",
-			id, i, wf, 1000+i%5000, agentID(id), t+2, uuid(0, 3), uuid(i, 4), at(t+5))
-		lines += 2
-	}
-	id, t := uuid(memOpenRuns, 1), base+int64(memOpenRuns)*10
-	fmt.Fprintf(w, `{"type":"system","subtype":"task_started","task_id":"%s","tool_use_id":"toolu_big","task_type":"local_workflow","workflow_name":"review-000","description":"Run workflow review-000","uuid":"%s","session_id":"%s","written_at":"%s"}`+"\n",
-		id, uuid(memOpenRuns, 2), uuid(0, 3), at(t))
-	var b bytes.Buffer
-	fmt.Fprintf(&b, `{"type":"system","subtype":"task_progress","task_id":"%s","tool_use_id":"toolu_big","description":"Run workflow review-000","usage":{"total_tokens":123456789,"tool_uses":40000,"duration_ms":600000},"workflow_progress":[`, id)
-	for p := 1; p <= memSnapshotPhases; p++ {
-		fmt.Fprintf(&b, `{"type":"workflow_phase","index":%d,"title":"Phase %d"},`, p, p)
-	}
-	for i := range memSnapshotAgents {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		s := t + 10 + int64(i)*25
-		// Half the agents done, half still running: with three of four
-		// done, 20,000 rows no longer fit in the 4 MiB line.
-		if i%2 == 0 {
-			fmt.Fprintf(&b, `{"type":"workflow_agent","index":%d,"agentId":"%s","state":"done","startedAt":%d,"endedAt":%d,"label":"scan:%05d","phaseIndex":%d}`,
-				i+1, agentID(fmt.Sprint("audit", i)), s, s+20_000, i+1, 1+i*memSnapshotPhases/memSnapshotAgents)
-		} else {
-			fmt.Fprintf(&b, `{"type":"workflow_agent","index":%d,"agentId":"%s","state":"start","startedAt":%d,"label":"scan:%05d","phaseIndex":%d}`,
-				i+1, agentID(fmt.Sprint("audit", i)), s, i+1, 1+i*memSnapshotPhases/memSnapshotAgents)
-		}
-	}
-	fmt.Fprintf(&b, `],"session_id":"%s","uuid":"%s","written_at":"%s"}`+"\n", uuid(0, 3), uuid(memOpenRuns, 4), at(t+600_000))
-	bigLine = b.Len()
-	w.Write(b.Bytes())
-	lines += 2
-	if err := w.Flush(); err != nil {
+	lines, bigLine, err = attackgen.Write(f, attackgen.Spec{
+		OpenRuns:       memOpenRuns,
+		WorkflowNames:  memWorkflowNames,
+		SnapshotAgents: memSnapshotAgents,
+		SnapshotPhases: memSnapshotPhases,
+	})
+	if err != nil {
 		return 0, 0, err
 	}
 	return lines, bigLine, f.Close()

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,6 +83,39 @@ func taskFile(ctx context.Context, c *config, sizeMB int64) (string, error) {
 	}
 	defer os.Remove(in)
 	return path, simulate(ctx, c, path, in, "-noise", "0")
+}
+
+// interleavedFile returns the path of the mixed replay stream made from
+// the task-heavy stream at tasks (streamgen.Interleave: its lines with
+// large conversation lines between them, about as many bytes again),
+// generating it if the work directory does not hold it yet.
+func interleavedFile(c *config, tasks string) (string, error) {
+	path := strings.TrimSuffix(tasks, ".ndjson") + fmt.Sprintf("-interleaved-seed%d.ndjson", mixedSeed)
+	if fileExists(path) {
+		return path, nil
+	}
+	c.log.Info("generating the mixed replay stream", "from", filepath.Base(tasks))
+	in, err := os.Open(tasks)
+	if err != nil {
+		return "", fmt.Errorf("mixed replay stream: %w", err)
+	}
+	defer in.Close()
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return "", fmt.Errorf("mixed replay stream: %w", err)
+	}
+	if _, err := streamgen.Interleave(f, in, mixedSeed); err != nil {
+		f.Close()
+		os.Remove(path + ".tmp")
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("mixed replay stream: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return "", fmt.Errorf("mixed replay stream: %w", err)
+	}
+	return path, nil
 }
 
 // agentsFile returns the path of one many-agents workflow with n agents.
@@ -168,16 +202,24 @@ func freePort() (int, error) {
 // (a copy of the whole stream to disk, the serve deployment) stays off: it is
 // another mode, not more telemetry. Files land under dir with the given tag.
 func telemetryOn(dir, tag string) ([]string, error) {
+	flags, _, err := telemetryOnAt(dir, tag)
+	return flags, err
+}
+
+// telemetryOnAt is telemetryOn that also returns the host:port of the web
+// listener (/metrics and the runs page), for a case that scrapes it.
+func telemetryOnAt(dir, tag string) ([]string, string, error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	return []string{
-		"--web.listen-address", "127.0.0.1:" + strconv.Itoa(port),
+		"--web.listen-address", addr,
 		"--traces-file", filepath.Join(dir, tag+"-traces.jsonl"),
 		"--metrics-file", filepath.Join(dir, tag+"-metrics.prom"),
 		"--summary-file", filepath.Join(dir, tag+"-summary.json"),
-	}, nil
+	}, addr, nil
 }
 
 // measured is what one process (and the children it waited for) cost.

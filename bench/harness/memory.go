@@ -19,7 +19,8 @@ const memoryLimitKB = 32 << 10
 // the harness streams, generated on the fly, a long mixed stream and a single
 // huge line into its stdin and reads them back from its stdout: nothing is
 // stored on disk. The figure is the wrapper's own VmHWM, polled while it
-// runs (see hwmWatcher).
+// runs (see hwmWatcher). Then the state attack of the chaos suite (see
+// memoryAttack): the state the wrapper must bound rather than the bytes.
 func memory(ctx context.Context, c *config, rep *report) error {
 	tdir := filepath.Join(c.work, "telemetry")
 	if err := os.MkdirAll(tdir, 0o755); err != nil {
@@ -53,7 +54,7 @@ func memory(ctx context.Context, c *config, rep *report) error {
 		rep.addTarget("memory", "run peak RSS, "+cs.name, fmt.Sprintf("%.1f MiB%s, in %.1f s", peak, spread(rss, "%.1f"), median(wall)),
 			"≤ 32 MiB", peak*1024 <= memoryLimitKB)
 	}
-	return nil
+	return memoryAttack(ctx, c, rep, tdir)
 }
 
 // streamThrough starts bin with args, writes gen's bytes to its stdin while

@@ -32,23 +32,65 @@ func (c counts) String() string {
 	return strings.Join(parts, " ")
 }
 
-// replayPeers times `cbc-otel replay --json` on the task-heavy stream against
-// two peers doing the comparable job (terminal status counts of the workflow
-// tasks): the spec's reference consumer in Node, and an OpenTelemetry
-// Collector (filelog → transform parsing each line's JSON → count by status
-// → prometheus), timed until its counts reach the totals. All three must
-// agree on the counts.
+// replayPeers times `cbc-otel replay --json` against two peers doing the
+// comparable job (terminal status counts of the workflow tasks): the spec's
+// reference consumer in Node, and an OpenTelemetry Collector (filelog →
+// transform parsing each line's JSON → count by status → prometheus), timed
+// until its counts reach the totals. It does so on the task-heavy stream,
+// then on a mixed one: the same task events interleaved with large
+// conversation lines, about half of its bytes, which every consumer must
+// read past (the Collector is left out there: see the note). Every
+// consumer must agree on the counts, and the mixed stream must give the
+// task-heavy stream's.
 func replayPeers(ctx context.Context, c *config, rep *report) error {
-	path, err := taskFile(ctx, c, c.taskMB)
+	tasks, err := taskFile(ctx, c, c.taskMB)
 	if err != nil {
 		return err
 	}
+	mixed, err := interleavedFile(c, tasks)
+	if err != nil {
+		return err
+	}
+	if c.node == "" {
+		rep.note("replay: the Node peer was NOT run (no node executable)")
+	}
+	if c.otelcol == "" {
+		rep.note("replay: the OpenTelemetry Collector peer was NOT run (set CBC_OTELCOL_BIN or -otelcol; build it with tools/otelcol/build.sh DIR)")
+	}
+	want, err := replayStream(ctx, c, rep, tasks, "task-heavy", "", nil, true)
+	if err != nil {
+		return err
+	}
+	ts, err := fileSize(tasks)
+	if err != nil {
+		return err
+	}
+	ms, err := fileSize(mixed)
+	if err != nil {
+		return err
+	}
+	detail := fmt.Sprintf(", %.0f %% of the bytes in conversation lines", 100*float64(ms-ts)/float64(ms))
+	if _, err := replayStream(ctx, c, rep, mixed, "mixed", detail, want, false); err != nil {
+		return fmt.Errorf("mixed stream: %w", err)
+	}
+	if c.otelcol != "" {
+		rep.note("replay mixed: the Collector peer is not run on the mixed stream: the task-heavy stream already compares it, and on this one it would only parse more large lines (minutes of the full run)")
+	}
+	rep.note("replay: `replay --json FILE` (no exporters) vs `node bench/peers/consumer.mjs FILE` vs the ocb Collector; every wall time includes process start-up (the collector's: until its counts reached the totals); the mixed stream is the task-heavy one with assistant text and user tool-result lines of 4–64 KiB between its lines (streamgen.Interleave, seed %d)", mixedSeed)
+	return nil
+}
+
+// replayStream times replay and the peers on the stream at path, name
+// being how the table calls it (detail is added to its section). want is the counts the stream must give
+// (nil: whatever replay counts, returned); withCollector runs the
+// Collector peer too, when there is one.
+func replayStream(ctx context.Context, c *config, rep *report, path, name, detail string, want counts, withCollector bool) (counts, error) {
 	size, err := fileSize(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := warm(path); err != nil {
-		return err
+		return nil, err
 	}
 	type peer struct {
 		name string
@@ -57,43 +99,50 @@ func replayPeers(ctx context.Context, c *config, rep *report) error {
 	peers := []peer{{"replay", func() (counts, int64, measured, error) { return replayOnce(ctx, c, path) }}}
 	if c.node != "" {
 		peers = append(peers, peer{"node", func() (counts, int64, measured, error) { return nodeOnce(ctx, c, path) }})
-	} else {
-		rep.note("replay: the Node peer was NOT run (no node executable)")
 	}
-	var want counts // the replay's counts, which the collector must reach
-	if c.otelcol != "" {
+	if c.otelcol != "" && withCollector {
 		peers = append(peers, peer{"otelcol", func() (counts, int64, measured, error) { return otelcolOnce(ctx, c, path, want) }})
-	} else {
-		rep.note("replay: the OpenTelemetry Collector peer was NOT run (set CBC_OTELCOL_BIN or -otelcol; build it with tools/otelcol/build.sh DIR)")
 	}
+	expected := want
 	wall := map[string][]float64{}
 	var lines int64
 	for i := range min(c.runs, 3) {
 		for _, p := range peers {
 			got, n, m, err := p.run()
 			if err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
+				return nil, fmt.Errorf("%s: %w", p.name, err)
 			}
 			if p.name == "replay" {
 				lines = n
 				if want == nil {
+					// The replay's counts, which the peers (the
+					// collector: its wait) must reach.
 					want = got
-					rep.add("replay", "terminal status counts (replay)", got.String())
+				}
+				if i == 0 {
+					v := got.String()
+					if expected != nil && maps.Equal(got, expected) {
+						v += " (= task-heavy)"
+					}
+					rep.add("replay", "terminal status counts, "+name+" (replay)", v)
 				}
 			}
 			if !maps.Equal(got, want) {
-				return fmt.Errorf("%s counted %v, replay %v", p.name, got, want)
+				if p.name == "replay" {
+					return nil, fmt.Errorf("replay counted %v, the task-heavy stream %v", got, want)
+				}
+				return nil, fmt.Errorf("%s counted %v, replay %v", p.name, got, want)
 			}
 			if i == 0 && p.name != "replay" {
-				rep.add("replay", "terminal status counts ("+p.name+")", got.String()+" (agree)")
+				rep.add("replay", "terminal status counts, "+name+" ("+p.name+")", got.String()+" (agree)")
 			}
 			wall[p.name] = append(wall[p.name], m.wall.Seconds())
 		}
 	}
 	if len(want) == 0 {
-		return errors.New("the task-heavy stream has no terminal workflow task")
+		return nil, fmt.Errorf("the %s stream has no terminal workflow task", name)
 	}
-	sec := fmt.Sprintf("replay %.0f MiB task-heavy", mib(size))
+	sec := fmt.Sprintf("replay %.0f MiB %s%s", mib(size), name, detail)
 	for _, p := range peers {
 		w := median(wall[p.name])
 		rep.add(sec, p.name+": wall", fmt.Sprintf("%.3f s = %.1f MiB/s, %.0f events/s%s", w, mib(size)/w, float64(lines)/w, spread(wall[p.name], "%.3f")))
@@ -107,8 +156,7 @@ func replayPeers(ctx context.Context, c *config, rep *report) error {
 		x := median(wall["otelcol"]) / r
 		rep.addTarget(sec, "replay speed / Collector", fmt.Sprintf("%.2f×", x), "≥ 5×", x >= 5)
 	}
-	rep.note("replay: `replay --json FILE` (no exporters) vs `node bench/peers/consumer.mjs FILE` vs the ocb Collector; every wall time includes process start-up (the collector's: until its counts reached the totals)")
-	return nil
+	return want, nil
 }
 
 // replayLine is the part of a `replay --json` line the benchmark reads.

@@ -5,6 +5,7 @@ package streamgen
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -96,4 +97,77 @@ func OneLine(w io.Writer, size int64, seed uint64) (int64, error) {
 		body -= n
 	}
 	return written, put([]byte(tail))
+}
+
+// Interleave copies the lines of r to w unchanged and in order, and between
+// them writes large conversation lines (assistant text and user tool
+// results of 4–64 KiB, valid JSON, drawn from seed) so that about half of
+// the bytes written are not r's: a session whose task events sit among the
+// messages, as in a real CLI's stream, where a consumer must parse or skip
+// big lines that carry no task. A final line of r without a newline ends
+// the output (nothing can follow it on a line of its own). It returns the
+// number of bytes written.
+func Interleave(w io.Writer, r io.Reader, seed uint64) (int64, error) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	br := bufio.NewReaderSize(r, 1<<20)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	p := pool(rng, 1<<20)
+	var written, own, other int64
+	next := interleaveSize(rng)
+	line := make([]byte, 0, 80<<10)
+	for seq := 0; ; {
+		// ReadSlice hands out pieces of a line longer than the buffer;
+		// they are copied as they come.
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			if _, werr := bw.Write(chunk); werr != nil {
+				return written, fmt.Errorf("write interleaved stream: %w", werr)
+			}
+			written += int64(len(chunk))
+			own += int64(len(chunk))
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return written, fmt.Errorf("read interleaved stream: %w", err)
+		}
+		// A whole line of r is out: the messages it is owed follow.
+		for own-other >= next {
+			line = conversationLine(line[:0], rng, p, seq, int(next))
+			seq++
+			if _, err := bw.Write(line); err != nil {
+				return written, fmt.Errorf("write interleaved stream: %w", err)
+			}
+			written += int64(len(line))
+			other += int64(len(line))
+			next = interleaveSize(rng)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return written, fmt.Errorf("flush interleaved stream: %w", err)
+	}
+	return written, nil
+}
+
+// interleaveSize draws the size of Interleave's next message line.
+func interleaveSize(rng *rand.Rand) int64 { return 4<<10 + rng.Int64N(60<<10) }
+
+// conversationLine appends to line one assistant text or user tool result
+// (a coin toss) of about size bytes, newline included, whose text is a
+// slice of the pool p.
+func conversationLine(line []byte, rng *rand.Rand, p []byte, seq, size int) []byte {
+	const suffix = "\"}]}}\n"
+	if rng.IntN(2) == 0 {
+		line = fmt.Appendf(line, `{"type":"assistant","session_id":"s1","seq":%d,"message":{"role":"assistant","content":[{"type":"text","text":"`, seq)
+	} else {
+		line = fmt.Appendf(line, `{"type":"user","session_id":"s1","seq":%d,"message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_bench_%d","content":"`, seq, seq)
+	}
+	n := max(0, size-len(line)-len(suffix))
+	off := rng.IntN(len(p) - n)
+	line = append(line, p[off:off+n]...)
+	return append(line, suffix...)
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -82,5 +84,69 @@ func TestOneLine(t *testing.T) {
 				t.Fatal("not valid JSON")
 			}
 		})
+	}
+}
+
+// TestInterleave checks that Interleave keeps every line of its input in
+// order and byte for byte, adds only valid JSON lines that are not task
+// events, puts about half of its bytes in them, and is deterministic.
+func TestInterleave(t *testing.T) {
+	var in bytes.Buffer
+	for i := range 20000 {
+		fmt.Fprintf(&in, `{"type":"system","subtype":"task_progress","task_id":"t%d","description":"%s"}`+"\n", i%13, strings.Repeat("d", i%200))
+	}
+	// A line longer than the reader's buffer goes through in pieces.
+	fmt.Fprintf(&in, `{"type":"system","subtype":"task_progress","task_id":"big","description":"%s"}`+"\n", strings.Repeat("b", 3<<20))
+	var a, b bytes.Buffer
+	n, err := Interleave(&a, bytes.NewReader(in.Bytes()), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(a.Len()) {
+		t.Fatalf("reported %d bytes, wrote %d", n, a.Len())
+	}
+	if _, err := Interleave(&b, bytes.NewReader(in.Bytes()), 5); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("same seed, different bytes")
+	}
+	var kept bytes.Buffer
+	var added int64
+	sc := bufio.NewScanner(&a)
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		l := sc.Bytes()
+		if !json.Valid(l) {
+			t.Fatalf("line is not valid JSON: %.80q", l)
+		}
+		if bytes.Contains(l, []byte(`"subtype":"task_`)) {
+			kept.Write(l)
+			kept.WriteByte('\n')
+			continue
+		}
+		added += int64(len(l)) + 1
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(kept.Bytes(), in.Bytes()) {
+		t.Fatal("the input's lines did not come through unchanged and in order")
+	}
+	if share := float64(added) / float64(n); share < 0.45 || share > 0.55 {
+		t.Fatalf("added lines are %.2f of the bytes, want about half", share)
+	}
+}
+
+// TestInterleaveNoFinalNewline checks that an input whose last line has no
+// newline ends the output with that line, unglued.
+func TestInterleaveNoFinalNewline(t *testing.T) {
+	in := strings.Repeat(`{"type":"system","subtype":"task_progress","task_id":"t"}`+"\n", 2000) + `{"type":"system"}`
+	var out bytes.Buffer
+	if _, err := Interleave(&out, strings.NewReader(in), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasSuffix(out.Bytes(), []byte("\n"+`{"type":"system"}`)) {
+		t.Fatalf("output ends %q", out.Bytes()[max(0, out.Len()-40):])
 	}
 }

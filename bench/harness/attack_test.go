@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestPromSum checks the sums over a family's samples, by label.
+func TestPromSum(t *testing.T) {
+	body := `# HELP cbc_otel_tap_dropped_bytes_total x
+cbc_otel_tap_dropped_bytes_total{source="stdout"} 12
+cbc_otel_tap_dropped_bytes_total{source="stdin"} 3
+cbc_otel_tap_dropped_bytes_total_other 99
+cbc_otel_lines_total{source="stdout"} 200002
+cbc_otel_lines_total{source="stdin"} 7
+cbc_plain 5
+`
+	for _, tc := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"cbc_otel_tap_dropped_bytes_total", "", 15},
+		{"cbc_otel_lines_total", `source="stdout"`, 200002},
+		{"cbc_plain", "", 5},
+		{"cbc_absent", "", 0},
+	} {
+		if got := promSum(body, tc.name, tc.label); got != tc.want {
+			t.Errorf("promSum(%s, %q) = %v, want %v", tc.name, tc.label, got, tc.want)
+		}
+	}
+}
+
+// TestFeedFIFO checks that feedFIFO waits for the reader of the FIFO and
+// hands it the whole file.
+func TestFeedFIFO(t *testing.T) {
+	dir := t.TempDir()
+	want := make([]byte, 300<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range want {
+		want[i] = byte(rng.IntN(256))
+	}
+	src := filepath.Join(dir, "in")
+	if err := os.WriteFile(src, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "f")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(fifo) // blocks until the writer is there
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(f)
+		got <- b
+	}()
+	if err := feedFIFO(context.Background(), fifo, src, make(chan error, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the reader got %d bytes, want the %d of the file", len(b), len(want))
+	}
+}
