@@ -176,9 +176,9 @@ func attackOnce(ctx context.Context, c *config, path string, size int64, tag str
 	if len(body) == 0 {
 		return r, errors.New("run wrote an empty metrics file")
 	}
-	r.lines = promSum(body, "cbc_otel_lines_total", `source="stdout"`)
-	r.dropped = promSum(body, "cbc_otel_tap_dropped_bytes_total", "")
-	r.overCap = promSum(body, "cbc_protocol_violations_total", `kind="over_capacity"`)
+	r.lines = promText(body, "cbc_otel_lines_total", `source="stdout"`)
+	r.dropped = promText(body, "cbc_otel_tap_dropped_bytes_total", "")
+	r.overCap = promText(body, "cbc_protocol_violations_total", `kind="over_capacity"`)
 	return r, nil
 }
 
@@ -242,32 +242,10 @@ func feedFIFO(ctx context.Context, fifo, path string, exited chan error) error {
 	return nil
 }
 
-// promSum sums the samples of the metric family name, in a Prometheus text
-// exposition, whose labels contain label ("" = all).
-func promSum(body, name, label string) float64 {
-	var sum float64
-	for l := range strings.SplitSeq(body, "\n") {
-		rest, ok := strings.CutPrefix(l, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		labels := ""
-		if strings.HasPrefix(rest, "{") {
-			j := strings.LastIndexByte(rest, '}')
-			if j < 0 {
-				continue
-			}
-			labels, rest = rest[:j+1], rest[j+1:]
-		}
-		if !strings.Contains(labels, label) {
-			continue
-		}
-		if f := strings.Fields(rest); len(f) > 0 {
-			v, err := strconv.ParseFloat(f[0], 64)
-			if err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
+// promText sums the samples of the metric family name, in a Prometheus
+// text exposition, whose labels contain label ("" = all); 0 when the body
+// does not parse (the callers' checks then fail on the count).
+func promText(body, name, label string) float64 {
+	v, _, _ := promSumLabel(strings.NewReader(body), name, label)
+	return v
 }

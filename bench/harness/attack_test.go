@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// TestPromSum checks the sums over a family's samples, by label.
-func TestPromSum(t *testing.T) {
+// TestPromText checks the sums over a family's samples, by label.
+func TestPromText(t *testing.T) {
 	body := `# HELP cbc_otel_tap_dropped_bytes_total x
 cbc_otel_tap_dropped_bytes_total{source="stdout"} 12
 cbc_otel_tap_dropped_bytes_total{source="stdin"} 3
@@ -30,8 +30,8 @@ cbc_plain 5
 		{"cbc_plain", "", 5},
 		{"cbc_absent", "", 0},
 	} {
-		if got := promSum(body, tc.name, tc.label); got != tc.want {
-			t.Errorf("promSum(%s, %q) = %v, want %v", tc.name, tc.label, got, tc.want)
+		if got := promText(body, tc.name, tc.label); got != tc.want {
+			t.Errorf("promText(%s, %q) = %v, want %v", tc.name, tc.label, got, tc.want)
 		}
 	}
 }

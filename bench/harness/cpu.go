@@ -865,6 +865,12 @@ func countTaskEvents(r io.Reader) (lines, events int64, err error) {
 // promSum adds up every sample of the metric name in a Prometheus text
 // exposition (all label sets); found says whether there was one at all.
 func promSum(r io.Reader, name string) (sum float64, found bool, err error) {
+	return promSumLabel(r, name, "")
+}
+
+// promSumLabel is promSum over the samples whose label set contains label
+// (e.g. `source="stdout"`; "" = all).
+func promSumLabel(r io.Reader, name, label string) (sum float64, found bool, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -872,12 +878,16 @@ func promSum(r io.Reader, name string) (sum float64, found bool, err error) {
 		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
 			continue // another metric, or one whose name only starts so
 		}
+		labels := ""
 		if rest[0] == '{' {
 			i := strings.LastIndexByte(rest, '}')
 			if i < 0 {
 				return 0, false, fmt.Errorf("metrics: %q: unterminated labels", sc.Text())
 			}
-			rest = rest[i+1:]
+			labels, rest = rest[:i+1], rest[i+1:]
+		}
+		if !strings.Contains(labels, label) {
+			continue
 		}
 		fields := strings.Fields(rest)
 		if len(fields) == 0 {

@@ -173,8 +173,8 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 		if err != nil {
 			return nil, nil, fmt.Errorf("run wrote no metrics file: %w", err)
 		}
-		ws.tapDropped = promSum(string(body), "cbc_otel_tap_dropped_bytes_total", "")
-		ws.spansDropped = promSum(string(body), "cbc_otel_spans_dropped_total", "")
+		ws.tapDropped = promText(string(body), "cbc_otel_tap_dropped_bytes_total", "")
+		ws.spansDropped = promText(string(body), "cbc_otel_spans_dropped_total", "")
 		return lats, &ws, nil
 	case "rt-pipe":
 		lats, err := latencyRoundTrip(ctx, []string{"cat"}, rate, dur)
