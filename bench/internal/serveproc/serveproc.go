@@ -30,7 +30,7 @@ type Proc struct {
 	done    bool // exited has been read
 	hwm     *procstat.HWMWatcher
 	client  *http.Client
-	stopped bool // stop has run: peak and stopErr are its result
+	stopped bool // Stop has run: peak and stopErr are its result
 	peak    int64
 	stopErr error
 }
