@@ -10,10 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/bench/internal/procstat"
+	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
 	"github.com/cbc-otel/cbc-otel/internal/attackgen"
 )
 
@@ -148,7 +149,7 @@ func attackOnce(ctx context.Context, c *config, path string, size int64, tag str
 	if err := cmd.Start(); err != nil {
 		return attackResult{}, fmt.Errorf("start: %w", err)
 	}
-	hwm := watchHWM(cmd.Process.Pid)
+	hwm := procstat.WatchHWM(cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	feedErr := feedFIFO(ctx, fifo, path, exited)
@@ -157,7 +158,7 @@ func attackOnce(ctx context.Context, c *config, path string, size int64, tag str
 		cmd.Process.Kill()
 	}
 	waitErr = <-exited
-	peak := hwm.peakKB()
+	peak := hwm.PeakKB()
 	r := attackResult{peakKB: peak, wall: time.Since(start)}
 	if feedErr != nil {
 		return r, feedErr
@@ -176,9 +177,9 @@ func attackOnce(ctx context.Context, c *config, path string, size int64, tag str
 	if len(body) == 0 {
 		return r, errors.New("run wrote an empty metrics file")
 	}
-	r.lines = promText(body, "cbc_otel_lines_total", `source="stdout"`)
-	r.dropped = promText(body, "cbc_otel_tap_dropped_bytes_total", "")
-	r.overCap = promText(body, "cbc_protocol_violations_total", `kind="over_capacity"`)
+	r.lines = promtext.Text(body, "cbc_otel_lines_total", `source="stdout"`)
+	r.dropped = promtext.Text(body, "cbc_otel_tap_dropped_bytes_total", "")
+	r.overCap = promtext.Text(body, "cbc_protocol_violations_total", `kind="over_capacity"`)
 	return r, nil
 }
 
@@ -240,12 +241,4 @@ func feedFIFO(ctx context.Context, fifo, path string, exited chan error) error {
 		return fmt.Errorf("close the fifo: %w", err)
 	}
 	return nil
-}
-
-// promText sums the samples of the metric family name, in a Prometheus
-// text exposition, whose labels contain label ("" = all); 0 when the body
-// does not parse (the callers' checks then fail on the count).
-func promText(body, name, label string) float64 {
-	v, _, _ := promSumLabel(strings.NewReader(body), name, label)
-	return v
 }

@@ -11,31 +11,6 @@ import (
 	"testing"
 )
 
-// TestPromText checks the sums over a family's samples, by label.
-func TestPromText(t *testing.T) {
-	body := `# HELP cbc_otel_tap_dropped_bytes_total x
-cbc_otel_tap_dropped_bytes_total{source="stdout"} 12
-cbc_otel_tap_dropped_bytes_total{source="stdin"} 3
-cbc_otel_tap_dropped_bytes_total_other 99
-cbc_otel_lines_total{source="stdout"} 200002
-cbc_otel_lines_total{source="stdin"} 7
-cbc_plain 5
-`
-	for _, tc := range []struct {
-		name, label string
-		want        float64
-	}{
-		{"cbc_otel_tap_dropped_bytes_total", "", 15},
-		{"cbc_otel_lines_total", `source="stdout"`, 200002},
-		{"cbc_plain", "", 5},
-		{"cbc_absent", "", 0},
-	} {
-		if got := promText(body, tc.name, tc.label); got != tc.want {
-			t.Errorf("promText(%s, %q) = %v, want %v", tc.name, tc.label, got, tc.want)
-		}
-	}
-}
-
 // TestFeedFIFO checks that feedFIFO waits for the reader of the FIFO and
 // hands it the whole file.
 func TestFeedFIFO(t *testing.T) {

@@ -1,23 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
+	"github.com/cbc-otel/cbc-otel/bench/internal/procstat"
+	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
+	"github.com/cbc-otel/cbc-otel/bench/internal/serveproc"
+	"github.com/cbc-otel/cbc-otel/bench/internal/streamgen"
 )
 
 // Targets of the cpu section, in µs of the cbc-otel process's CPU (user +
@@ -31,23 +31,6 @@ const (
 	// spans and serve /metrics, so they get 5× replay's level.
 	cpuTargetRunUS   = 10.0
 	cpuTargetServeUS = 10.0
-)
-
-// envCPUGen makes the harness binary the paced child of the run case:
-// "RATE:PATH" writes PATH's lines to stdout at RATE lines/s, one write per
-// line, as a CLI does.
-const envCPUGen = "CBC_BENCH_CPUGEN"
-
-// userHZ is the unit of utime and stime in /proc/PID/stat: the kernel
-// exports them in USER_HZ ticks, fixed at 100 for user space on Linux.
-const userHZ = 100
-
-// Shape of the generated follow streams: every run of a workflow is
-// followRunLines lines (task_started, 8 task_progress, task_updated,
-// task_notification) with 4 agents in 2 phases.
-const (
-	followRunLines = 11
-	followStepMS   = 20 // virtual time between two lines of a run
 )
 
 // cpuBin is one binary measured by the cpu section.
@@ -108,7 +91,7 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 	if err != nil {
 		return err
 	}
-	lines, events, err := countTaskEventsFile(path)
+	lines, events, err := streamgen.CountTaskEventsFile(path)
 	if err != nil {
 		return err
 	}
@@ -119,7 +102,7 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 	if err != nil {
 		return err
 	}
-	runLines, runEvents, err := countTaskEventsFile(runPath)
+	runLines, runEvents, err := streamgen.CountTaskEventsFile(runPath)
 	if err != nil {
 		return err
 	}
@@ -235,8 +218,8 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 
 	size, _ := fileSize(path)
 	rep.note("cpu: CPU is user+system of the cbc-otel process alone, divided by the task events (system lines task_started/task_progress/task_updated/task_notification, counted by the harness in the input: no metric counts them apart from other lines; cbc_otel_lines_total is used to check that every line was read); input: the task-heavy stream of %.0f MiB (%d lines, %d task events); every figure but the follow case's (a delta while serve runs) includes process start-up", mib(size), lines, events)
-	rep.note("cpu: replay = `replay --json FILE > /dev/null`, rusage of the process (µs precision). run = `run` with telemetry fully on (as in passthrough) whose child is the harness itself (%s) writing the first %d MiB of the stream (%d lines, %d task events) at %d lines/s, one write per line (faster, the tap drops on this 2-core machine: its consumer runs at nice 10 and each line costs a wake-up); the wrapper's own utime+stime are read from /proc/PID/stat once it has exited but before it is reaped (waitid WNOWAIT), so the child's CPU is not in them (10 ms ticks); a run counts only if the metrics file shows cbc_otel_tap_dropped_bytes_total 0 and every line framed. serve = `serve --follow FILE --traces-file F` on a hard link of the stream, /metrics polled every 50 ms until cbc_otel_lines_total reaches the stream's lines, utime+stime from /proc/PID/stat read then, before SIGTERM (no --state-dir: no checkpoints)", envCPUGen, c.cpuRunMB, runLines, runEvents, c.cpuRunRate)
-	rep.note("cpu serve follow: the harness writes %d plain files (`--follow 'DIR/*.ndjson'`, within --follow.max-files' default 256) with one ticker, %d lines/s per file of generated workflow runs (%d lines each: task_started, 8 task_progress snapshots of 4 agents in 2 phases, task_updated, task_notification; every 4th run failed), for %s; CPU is serve's /proc/PID/stat delta from the first line of every file counted to all lines written counted, over the writing window; peak RSS is serve's VmHWM polled every 5 ms over its whole life", c.cpuFiles, c.cpuFileRate, followRunLines, c.cpuFollowDur)
+	rep.note("cpu: replay = `replay --json FILE > /dev/null`, rusage of the process (µs precision). run = `run` with telemetry fully on (as in passthrough) whose child is the harness itself (%s) writing the first %d MiB of the stream (%d lines, %d task events) at %d lines/s, one write per line (faster, the tap drops on this 2-core machine: its consumer runs at nice 10 and each line costs a wake-up); the wrapper's own utime+stime are read from /proc/PID/stat once it has exited but before it is reaped (waitid WNOWAIT), so the child's CPU is not in them (10 ms ticks); a run counts only if the metrics file shows cbc_otel_tap_dropped_bytes_total 0 and every line framed. serve = `serve --follow FILE --traces-file F` on a hard link of the stream, /metrics polled every 50 ms until cbc_otel_lines_total reaches the stream's lines, utime+stime from /proc/PID/stat read then, before SIGTERM (no --state-dir: no checkpoints)", pacegen.EnvCPUGen, c.cpuRunMB, runLines, runEvents, c.cpuRunRate)
+	rep.note("cpu serve follow: the harness writes %d plain files (`--follow 'DIR/*.ndjson'`, within --follow.max-files' default 256) with one ticker, %d lines/s per file of generated workflow runs (%d lines each: task_started, 8 task_progress snapshots of 4 agents in 2 phases, task_updated, task_notification; every 4th run failed), for %s; CPU is serve's /proc/PID/stat delta from the first line of every file counted to all lines written counted, over the writing window; peak RSS is serve's VmHWM polled every 5 ms over its whole life", c.cpuFiles, c.cpuFileRate, streamgen.FollowRunLines, c.cpuFollowDur)
 	rep.note("cpu: the section took %s (%d runs of every case, the follow case %d, × %d binaries, interleaved)", time.Since(start).Round(time.Second), c.runs, min(c.runs, 3), len(bins))
 	c.log.Info("cpu section done", "elapsed", time.Since(start).Round(100*time.Millisecond))
 	return nil
@@ -326,12 +309,12 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 	}
 	argv := append(append([]string{"run"}, tel...), "--", a.self)
 	cmd := exec.CommandContext(ctx, b.path, argv...)
-	cmd.Env = append(os.Environ(), envCPUGen+"="+strconv.Itoa(c.cpuRunRate)+":"+a.path)
+	cmd.Env = append(os.Environ(), pacegen.EnvCPUGen+"="+strconv.Itoa(c.cpuRunRate)+":"+a.path)
 	cmd.Stdout, cmd.Stderr = a.out, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return cpuResult{}, fmt.Errorf("start %s: %w", cmd, err)
 	}
-	cpu, statErr := zombieCPU(cmd.Process.Pid)
+	cpu, statErr := procstat.ZombieCPU(cmd.Process.Pid)
 	if err := cmd.Wait(); err != nil {
 		return cpuResult{}, fmt.Errorf("%s: %w", cmd, err)
 	}
@@ -344,7 +327,7 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 		return cpuResult{}, fmt.Errorf("run wrote no metrics file, telemetry was not on: %w", err)
 	}
 	r := cpuResult{cpu: cpu, events: a.events}
-	dropped, found, err := promSum(bytes.NewReader(metrics), "cbc_otel_tap_dropped_bytes_total")
+	dropped, found, err := promtext.Sum(bytes.NewReader(metrics), "cbc_otel_tap_dropped_bytes_total")
 	switch {
 	case err != nil:
 		return cpuResult{}, fmt.Errorf("metrics file: %w", err)
@@ -353,229 +336,27 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 	case dropped > 0:
 		r.invalid = fmt.Sprintf("the tap dropped %.0f bytes (cbc_otel_tap_dropped_bytes_total): the child's pace is too fast for this machine", dropped)
 	}
-	framed, found, err := promSum(bytes.NewReader(metrics), `cbc_otel_lines_total`)
+	framed, found, err := promtext.Sum(bytes.NewReader(metrics), `cbc_otel_lines_total`)
 	if err != nil {
 		return cpuResult{}, fmt.Errorf("metrics file: %w", err)
 	}
 	if r.invalid == "" && found && int64(framed) != a.lines {
 		r.invalid = fmt.Sprintf("cbc_otel_lines_total is %.0f, the stream has %d lines", framed, a.lines)
 	}
-	if r.spansDropped, _, err = promSum(bytes.NewReader(metrics), "cbc_otel_spans_dropped_total"); err != nil {
+	if r.spansDropped, _, err = promtext.Sum(bytes.NewReader(metrics), "cbc_otel_spans_dropped_total"); err != nil {
 		return cpuResult{}, fmt.Errorf("metrics file: %w", err)
 	}
 	return r, nil
 }
 
-// zombieCPU waits until pid has exited without reaping it (waitid with
-// WNOWAIT), then reads its own user+system CPU from /proc/PID/stat, which
-// a zombie keeps until it is reaped. The caller reaps it (cmd.Wait).
-func zombieCPU(pid int) (time.Duration, error) {
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EINTR) {
-			return 0, fmt.Errorf("waitid %d: %w", pid, err)
-		}
-	}
-	return procCPU(pid)
-}
-
-// procCPU reads utime + stime of pid (all its threads, not its children)
-// from /proc/PID/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("cpu of %d: %w", pid, err)
-	}
-	return parseStatCPU(string(b))
-}
-
-// parseStatCPU returns utime + stime (fields 14 and 15) of a /proc/PID/stat
-// line. The command name (field 2) may hold spaces and parentheses, so the
-// fields are counted from its closing parenthesis, the last one.
-func parseStatCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %.40q: no command name", stat)
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat %.40q: too few fields", stat)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("stat utime/stime: %w", err)
-	}
-	return time.Duration(ut+st) * (time.Second / userHZ), nil
-}
-
-// cpuGenMain is the paced child of the run case: spec is "RATE:PATH". It
-// writes PATH's lines to stdout, one write per line, at RATE lines/s (every
-// millisecond the lines then due), so the wrapper sees a CLI's writes and
-// its tap is not asked for more than it can take.
-func cpuGenMain(spec string) int {
-	r, path, _ := strings.Cut(spec, ":")
-	rate, err := strconv.Atoi(r)
-	if err != nil || rate <= 0 {
-		fmt.Fprintf(os.Stderr, "cpu generator: bad rate in %q\n", spec)
-		return 2
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cpu generator:", err)
-		return 1
-	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	start := time.Now()
-	for sent, off := int64(0), 0; off < len(data); {
-		due := int64(time.Since(start)) * int64(rate) / int64(time.Second)
-		for ; sent < due && off < len(data); sent++ {
-			end := len(data)
-			if n := bytes.IndexByte(data[off:], '\n'); n >= 0 {
-				end = off + n + 1
-			}
-			if _, err := os.Stdout.Write(data[off:end]); err != nil {
-				fmt.Fprintln(os.Stderr, "cpu generator:", err)
-				return 1
-			}
-			off = end
-		}
-		if off < len(data) {
-			<-tick.C
-		}
-	}
-	return 0
-}
-
-// serveProc is a running `cbc-otel serve`.
-type serveProc struct {
-	cmd     *exec.Cmd
-	url     string // its /metrics
-	logPath string
-	exited  chan error
-	done    bool // exited has been read
-	hwm     *hwmWatcher
-	client  *http.Client
-	stopped bool // stop has run: peak and stopErr are its result
-	peak    int64
-	stopErr error
-}
-
-// startServe starts `serve` with args and a /metrics endpoint on a free
-// loopback port; its stderr goes to a log file next to its other files.
-func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveProc, error) {
+// startServe starts `serve` of bin with args and /metrics on a free
+// loopback port; its files are named from tag in dir.
+func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveproc.Proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, tag+"-serve.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("serve log: %w", err)
-	}
-	defer logf.Close() // the child holds its own descriptor
-	argv := append([]string{"serve", "--web.listen-address", "127.0.0.1:" + strconv.Itoa(port)}, args...)
-	cmd := exec.CommandContext(ctx, bin, argv...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start serve: %w", err)
-	}
-	s := &serveProc{
-		cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), logPath: logPath,
-		exited: make(chan error, 1), hwm: watchHWM(cmd.Process.Pid),
-		client: &http.Client{Timeout: 2 * time.Second},
-	}
-	go func() { s.exited <- cmd.Wait() }()
-	return s, nil
-}
-
-// metric scrapes serve's /metrics for the sum of one metric's samples.
-func (s *serveProc) metric(name string) (float64, error) {
-	resp, err := s.client.Get(s.url)
-	if err != nil {
-		return 0, fmt.Errorf("scrape: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("scrape: %s", resp.Status)
-	}
-	v, found, err := promSum(resp.Body, name)
-	if err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, fmt.Errorf("serve's /metrics has no %s", name)
-	}
-	return v, nil
-}
-
-// linesCounted is serve's cbc_otel_lines_total over every source.
-func (s *serveProc) linesCounted() (int64, error) {
-	n, err := s.metric("cbc_otel_lines_total")
-	return int64(n), err
-}
-
-// waitLines polls /metrics every 50 ms (often enough to stop soon after
-// the last line, seldom enough that the scrapes cost serve little) until
-// serve has counted want lines. It returns the last count, and an error
-// if serve exits or the deadline passes first (the count is then < want).
-func (s *serveProc) waitLines(ctx context.Context, want int64, within time.Duration) (int64, error) {
-	deadline := time.Now().Add(within)
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	var got int64
-	for {
-		n, err := s.linesCounted()
-		if err == nil {
-			got = n
-			if got >= want {
-				return got, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return got, fmt.Errorf("serve counted %d of %d lines within %s (last scrape error: %v)", got, want, within, err)
-		}
-		select {
-		case <-poll.C:
-		case err := <-s.exited:
-			s.done = true
-			return got, fmt.Errorf("serve exited (%v) having counted %d of %d lines; see %s", err, got, want, s.logPath)
-		case <-ctx.Done():
-			return got, ctx.Err()
-		}
-	}
-}
-
-// stop sends SIGTERM, waits up to 10 s for a clean exit (then kills), and
-// returns serve's peak VmHWM and its exit error. Later calls return the
-// same, so it can also be deferred for the error paths.
-func (s *serveProc) stop() (int64, error) {
-	if s.stopped {
-		return s.peak, s.stopErr
-	}
-	s.stopped = true
-	var err error
-	if !s.done {
-		s.done = true
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err = <-s.exited:
-		case <-time.After(10 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.exited
-			err = errors.New("serve did not stop within 10 s of SIGTERM")
-		}
-	}
-	s.peak = s.hwm.peakKB()
-	if err != nil {
-		s.stopErr = fmt.Errorf("serve: %w; see %s", err, s.logPath)
-	}
-	return s.peak, s.stopErr
+	return serveproc.Start(ctx, bin, port, args, dir, tag)
 }
 
 // cpuServeFile runs `serve --follow FILE` on a hard link of the stream
@@ -596,15 +377,15 @@ func cpuServeFile(ctx context.Context, c *config, b cpuBin, path string, lines, 
 	if err != nil {
 		return cpuResult{}, err
 	}
-	if _, err := s.waitLines(ctx, lines, c.peerWait); err != nil {
-		s.stop()
+	if _, err := s.WaitLines(ctx, lines, c.peerWait); err != nil {
+		s.Stop()
 		return cpuResult{}, err
 	}
-	cpu, cpuErr := procCPU(s.cmd.Process.Pid)
+	cpu, cpuErr := procstat.CPU(s.Pid())
 	// Read after the CPU: this scrape is not in the figure. An older
 	// binary without the metric reads as 0.
-	dropped, _ := s.metric("cbc_otel_spans_dropped_total")
-	if _, err := s.stop(); err != nil {
+	dropped, _ := s.Metric("cbc_otel_spans_dropped_total")
+	if _, err := s.Stop(); err != nil {
 		return cpuResult{}, err
 	}
 	if cpuErr != nil {
@@ -648,12 +429,12 @@ func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuRe
 	if err != nil {
 		return cpuResult{}, err
 	}
-	defer s.stop()
+	defer s.Stop()
 	initial := int64(len(files))
-	if _, err := s.waitLines(ctx, initial, time.Minute); err != nil {
+	if _, err := s.WaitLines(ctx, initial, time.Minute); err != nil {
 		return cpuResult{}, fmt.Errorf("serve did not follow every file: %w", err)
 	}
-	cpu0, err := procCPU(s.cmd.Process.Pid)
+	cpu0, err := procstat.CPU(s.Pid())
 	if err != nil {
 		return cpuResult{}, err
 	}
@@ -662,20 +443,20 @@ func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuRe
 		return cpuResult{}, err
 	}
 	r := cpuResult{events: written, wall: window}
-	if got, err := s.waitLines(ctx, initial+written, time.Minute); err != nil {
+	if got, err := s.WaitLines(ctx, initial+written, time.Minute); err != nil {
 		if got == 0 {
 			return cpuResult{}, err
 		}
 		// Serve fell behind or lost lines: the figure is not comparable.
 		r.invalid = fmt.Sprintf("serve counted %d of the %d lines written: %v", got-initial, written, err)
 	}
-	cpu1, err := procCPU(s.cmd.Process.Pid)
+	cpu1, err := procstat.CPU(s.Pid())
 	if err != nil {
 		return cpuResult{}, err
 	}
 	r.cpu = cpu1 - cpu0
-	r.spansDropped, _ = s.metric("cbc_otel_spans_dropped_total")
-	if r.peakKB, err = s.stop(); err != nil {
+	r.spansDropped, _ = s.Metric("cbc_otel_spans_dropped_total")
+	if r.peakKB, err = s.Stop(); err != nil {
 		return cpuResult{}, err
 	}
 	return r, nil
@@ -692,7 +473,7 @@ type followFile struct {
 // writeNext appends the file's next line in one write, as a CLI's tee
 // would: serve never sees half a line.
 func (f *followFile) writeNext() error {
-	f.buf = followLine(f.buf[:0], f.idx, f.seq)
+	f.buf = streamgen.FollowLine(f.buf[:0], simEpoch, f.idx, f.seq)
 	if _, err := f.f.Write(f.buf); err != nil {
 		return fmt.Errorf("follow file %d: %w", f.idx, err)
 	}
@@ -728,79 +509,6 @@ func growFiles(ctx context.Context, files []*followFile, rate int, dur time.Dura
 	return written, time.Since(start), nil
 }
 
-// followAgents are the agents of every generated run: label, phase, and
-// the steps (1–8, one per task_progress line) at which each starts and
-// ends.
-var followAgents = []struct {
-	label      string
-	phase      int
-	start, end int
-}{
-	{"reader:alpha", 1, 1, 3},
-	{"reader:beta", 1, 2, 4},
-	{"summarize", 2, 5, 7},
-	{"check", 2, 6, 8},
-}
-
-// followPhases are the phase titles, by index − 1.
-var followPhases = []string{"Gather", "Summarize"}
-
-// followLine appends line seq of generated file `file` to buf. Lines come
-// in workflow runs of followRunLines (task_started, a task_progress
-// snapshot per agent start or end, task_updated, task_notification), with
-// times on a virtual clock, so the files are the same on every run; every
-// fourth run fails (its last agent errors).
-func followLine(buf []byte, file, seq int) []byte {
-	run, k := seq/followRunLines, seq%followRunLines
-	taskID := fmt.Sprintf("bench-f%03d-r%06d", file, run)
-	session := fmt.Sprintf("bench-session-%03d", file)
-	uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", file, seq)
-	failed := run%4 == 3
-	t0 := int64(simEpoch) + int64(seq-k)*followStepMS
-	at := func(step int) int64 { return t0 + int64(step)*followStepMS }
-	status := "completed"
-	if failed {
-		status = "failed"
-	}
-	switch {
-	case k == 0:
-		return fmt.Appendf(buf, `{"type":"system","subtype":"task_started","task_id":%q,"tool_use_id":"call_%s","description":"Benchmark follow workflow","task_type":"local_workflow","workflow_name":"bench-follow","uuid":%q,"session_id":%q}`+"\n",
-			taskID, taskID, uuid, session)
-	case k <= 8:
-		buf = fmt.Appendf(buf, `{"type":"system","subtype":"task_progress","task_id":%q,"tool_use_id":"call_%s","description":"step %d","usage":{"total_tokens":%d,"tool_uses":%d,"duration_ms":%d},"workflow_progress":[`,
-			taskID, taskID, k, 600*k, k/4, k*followStepMS)
-		for i, p := range followPhases {
-			buf = fmt.Appendf(buf, `{"type":"workflow_phase","index":%d,"title":%q},`, i+1, p)
-		}
-		for i, a := range followAgents {
-			if a.start > k {
-				continue
-			}
-			state := "start"
-			if a.end <= k {
-				state = "done"
-				if failed && i == len(followAgents)-1 {
-					state = "error"
-				}
-			}
-			buf = fmt.Appendf(buf, `{"type":"workflow_agent","index":%d,"agentId":"v2:%016x%016x%016x%016x","state":%q,"startedAt":%d,`,
-				i+1, file, run, i, seq-k, state, at(a.start))
-			if a.end <= k {
-				buf = fmt.Appendf(buf, `"endedAt":%d,"tokens":%d,`, at(a.end), 1000+100*i)
-			}
-			buf = fmt.Appendf(buf, `"label":%q,"phaseIndex":%d,"phaseTitle":%q},`, a.label, a.phase, followPhases[a.phase-1])
-		}
-		buf = bytes.TrimSuffix(buf, []byte(","))
-		return fmt.Appendf(buf, `],"uuid":%q,"session_id":%q}`+"\n", uuid, session)
-	case k == 9:
-		return fmt.Appendf(buf, `{"type":"system","subtype":"task_updated","task_id":%q,"patch":{"status":%q,"end_time":%d},"uuid":%q,"session_id":%q}`+"\n",
-			taskID, status, at(9), uuid, session)
-	default:
-		return fmt.Appendf(buf, `{"type":"system","subtype":"task_notification","task_id":%q,"tool_use_id":"call_%s","status":%q,"summary":"Dynamic workflow \"Benchmark follow workflow\" %s","usage":{"total_tokens":4800,"tool_uses":2,"duration_ms":%d},"uuid":%q,"session_id":%q}`+"\n",
-			taskID, taskID, status, status, 9*followStepMS, uuid, session)
-	}
-}
-
 // isPrefix reports whether the file short is the start of the file long.
 func isPrefix(short, long string) (bool, error) {
 	a, err := os.ReadFile(short)
@@ -820,90 +528,6 @@ func isPrefix(short, long string) (bool, error) {
 		return false, fmt.Errorf("compare streams: %w", err)
 	}
 	return bytes.Equal(a, b), nil
-}
-
-// taskSubtypes are the system subtypes that make a line a task event.
-var taskSubtypes = map[string]bool{"task_started": true, "task_progress": true, "task_updated": true, "task_notification": true}
-
-// countTaskEventsFile counts the lines and the task events of a file.
-func countTaskEventsFile(path string) (lines, events int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("count task events: %w", err)
-	}
-	defer f.Close()
-	return countTaskEvents(f)
-}
-
-// countTaskEvents counts the lines of r and among them the task events:
-// system lines whose subtype is one of taskSubtypes. Only the top level
-// counts (an assistant text quoting such a line is no event), so a line
-// that mentions a task subtype at all is decoded.
-func countTaskEvents(r io.Reader) (lines, events int64, err error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 256<<20)
-	marker := []byte(`"task_`)
-	for sc.Scan() {
-		lines++
-		if !bytes.Contains(sc.Bytes(), marker) {
-			continue
-		}
-		var l struct {
-			Type    string `json:"type"`
-			Subtype string `json:"subtype"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Type == "system" && taskSubtypes[l.Subtype] {
-			events++
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("count task events: %w", err)
-	}
-	return lines, events, nil
-}
-
-// promSum adds up every sample of the metric name in a Prometheus text
-// exposition (all label sets); found says whether there was one at all.
-func promSum(r io.Reader, name string) (sum float64, found bool, err error) {
-	return promSumLabel(r, name, "")
-}
-
-// promSumLabel is promSum over the samples whose label set contains label
-// (e.g. `source="stdout"`; "" = all).
-func promSumLabel(r io.Reader, name, label string) (sum float64, found bool, err error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue // another metric, or one whose name only starts so
-		}
-		labels := ""
-		if rest[0] == '{' {
-			i := strings.LastIndexByte(rest, '}')
-			if i < 0 {
-				return 0, false, fmt.Errorf("metrics: %q: unterminated labels", sc.Text())
-			}
-			labels, rest = rest[:i+1], rest[i+1:]
-		}
-		if !strings.Contains(labels, label) {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return 0, false, fmt.Errorf("metrics: %q: no value", sc.Text())
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("metrics: %q: %w", sc.Text(), err)
-		}
-		sum += v
-		found = true
-	}
-	if err := sc.Err(); err != nil {
-		return 0, false, fmt.Errorf("metrics: %w", err)
-	}
-	return sum, found, nil
 }
 
 // baselineBinary returns the baseline binary of the comparison: the one

@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
 )
 
 // config is everything the sections need: sizes, run counts and the tools.
@@ -68,11 +70,11 @@ type config struct {
 var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu"}
 
 func main() {
-	if spec := os.Getenv(envLatGen); spec != "" {
-		os.Exit(latencyGenMain(spec))
+	if spec := os.Getenv(pacegen.EnvLatGen); spec != "" {
+		os.Exit(pacegen.LatencyGenMain(spec))
 	}
-	if spec := os.Getenv(envCPUGen); spec != "" {
-		os.Exit(cpuGenMain(spec))
+	if spec := os.Getenv(pacegen.EnvCPUGen); spec != "" {
+		os.Exit(pacegen.CPUGenMain(spec))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

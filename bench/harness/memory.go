@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/bench/internal/procstat"
 	"github.com/cbc-otel/cbc-otel/bench/internal/streamgen"
 )
 
@@ -74,7 +75,7 @@ func streamThrough(ctx context.Context, args []string, bin string, size int64, g
 	if err := cmd.Start(); err != nil {
 		return measured{}, fmt.Errorf("start: %w", err)
 	}
-	hwm := watchHWM(cmd.Process.Pid)
+	hwm := procstat.WatchHWM(cmd.Process.Pid)
 	read := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(io.Discard, stdout)
@@ -85,7 +86,7 @@ func streamThrough(ctx context.Context, args []string, bin string, size int64, g
 		genErr = fmt.Errorf("close stdin: %w", err)
 	}
 	got := <-read
-	peak := hwm.peakKB()
+	peak := hwm.PeakKB()
 	waitErr := cmd.Wait()
 	if genErr != nil {
 		return measured{}, genErr

@@ -1,6 +1,9 @@
 // Package streamgen writes synthetic stream-json for the benchmarks: a mixed
 // stream (mostly large messages, small progress events in between) and a
-// single huge line, both from fixed seeds so every run measures the same bytes.
+// single huge line, both from fixed seeds so every run measures the same bytes,
+// and the lines of the workflow runs that grow the files serve follows
+// (FollowLine); CountTaskEvents counts the task events of such a stream, the
+// unit the CPU figures are divided by.
 package streamgen
 
 import (

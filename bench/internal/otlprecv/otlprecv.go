@@ -1,4 +1,7 @@
-package main
+// Package otlprecv is a local OTLP/gRPC trace receiver for the benchmark
+// harness: a real peer for `run --otlp.endpoint` that only counts what it
+// gets, so the figures include the export without a Collector's own load.
+package otlprecv
 
 import (
 	"context"
@@ -9,38 +12,39 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+
 	// The exporter compresses when OTEL_EXPORTER_OTLP_COMPRESSION says
 	// gzip: the receiver must then know the codec, or every export fails.
 	_ "google.golang.org/grpc/encoding/gzip"
 )
 
-// otlpReceiver is a local OTLP/gRPC trace receiver: it accepts every export
+// Receiver is a local OTLP/gRPC trace receiver: it accepts every export
 // and counts the spans, so that `run --otlp.endpoint` has a real peer to
 // export to (a connection, protobuf decoding on the other side, the
 // responses) without a Collector's own load on this machine.
-type otlpReceiver struct {
+type Receiver struct {
 	collectortrace.UnimplementedTraceServiceServer
 	srv   *grpc.Server
-	addr  string
+	Addr  string // host:port it listens on
 	spans atomic.Int64
 	reqs  atomic.Int64
 	done  chan error
 }
 
-// startOTLPReceiver listens on a loopback port and serves until stop.
-func startOTLPReceiver() (*otlpReceiver, error) {
+// Start listens on a loopback port and serves until Stop.
+func Start() (*Receiver, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("OTLP receiver: %w", err)
 	}
-	r := &otlpReceiver{srv: grpc.NewServer(), addr: l.Addr().String(), done: make(chan error, 1)}
+	r := &Receiver{srv: grpc.NewServer(), Addr: l.Addr().String(), done: make(chan error, 1)}
 	collectortrace.RegisterTraceServiceServer(r.srv, r)
 	go func() { r.done <- r.srv.Serve(l) }()
 	return r, nil
 }
 
 // Export is the TraceService method: it counts the request's spans.
-func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+func (r *Receiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
 	var n int64
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
@@ -52,13 +56,13 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
-// received returns the spans and export requests received so far.
-func (r *otlpReceiver) received() (spans, requests int64) {
+// Received returns the spans and export requests Received so far.
+func (r *Receiver) Received() (spans, requests int64) {
 	return r.spans.Load(), r.reqs.Load()
 }
 
-// stop closes the listener and every connection and waits for the server.
-func (r *otlpReceiver) stop() error {
+// Stop closes the listener and every connection and waits for the server.
+func (r *Receiver) Stop() error {
 	r.srv.Stop()
 	if err := <-r.done; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("OTLP receiver: %w", err)

@@ -1,4 +1,4 @@
-package main
+package procstat
 
 import (
 	"bufio"
@@ -8,19 +8,19 @@ import (
 	"time"
 )
 
-// hwmWatcher follows the VmHWM (peak resident set) of a running process.
-// rusage Maxrss cannot serve for the wrapper: os/exec starts it with vfork,
-// and exec folds the high-water mark of the parent's address space (this
-// harness, which may be larger than the wrapper) into it.
-type hwmWatcher struct {
+// HWMWatcher follows the VmHWM (peak resident set) of a running process.
+// rusage Maxrss cannot serve for a wrapper started by os/exec: it uses vfork,
+// and exec folds the high-water mark of the parent's address space (the
+// benchmark harness, which may be larger than the wrapper) into it.
+type HWMWatcher struct {
 	stop chan struct{}
 	done chan int64
 }
 
-// watchHWM polls pid's VmHWM every 5 ms until stopped; VmHWM only grows, so
+// WatchHWM polls pid's VmHWM every 5 ms until stopped; VmHWM only grows, so
 // the last value read is the peak up to then.
-func watchHWM(pid int) *hwmWatcher {
-	w := &hwmWatcher{stop: make(chan struct{}), done: make(chan int64, 1)}
+func WatchHWM(pid int) *HWMWatcher {
+	w := &HWMWatcher{stop: make(chan struct{}), done: make(chan int64, 1)}
 	go func() {
 		var peak int64
 		t := time.NewTicker(5 * time.Millisecond)
@@ -40,8 +40,8 @@ func watchHWM(pid int) *hwmWatcher {
 	return w
 }
 
-// peakKB stops the watcher and returns the largest VmHWM seen, in KiB.
-func (w *hwmWatcher) peakKB() int64 {
+// PeakKB stops the watcher and returns the largest VmHWM seen, in KiB.
+func (w *HWMWatcher) PeakKB() int64 {
 	close(w.stop)
 	return <-w.done
 }

@@ -1,4 +1,7 @@
-package main
+// Package webpoll polls a cbc-otel web listener as its readers do: a
+// browser tab on the runs page and a Prometheus scraping /metrics, so the
+// benchmark harness measures the wrapper's latency under that load.
+package webpoll
 
 import (
 	"context"
@@ -8,14 +11,14 @@ import (
 	"time"
 )
 
-// webStats is what a poller of run's web listener did during one case, and
+// Stats is what a poller of run's web listener did during one case, and
 // what the OTLP receiver got from that run and what it dropped.
-type webStats struct {
-	page, metrics, failed int   // GETs of / and /metrics answered 200, GETs that were not
-	spans                 int64 // spans the OTLP receiver got from the run
-	// tapDropped and spansDropped are the run's own counts, from its
+type Stats struct {
+	Page, Metrics, Failed int   // GETs of / and /metrics answered 200, GETs that were not
+	Spans                 int64 // spans the OTLP receiver got from the run
+	// TapDropped and SpansDropped are the run's own counts, from its
 	// --metrics-file: bytes its tap let go, spans its exporter did.
-	tapDropped, spansDropped float64
+	TapDropped, SpansDropped float64
 }
 
 // Scrape intervals of the poller: a browser tab on the runs page reloads
@@ -25,14 +28,14 @@ const (
 	metricsPollEvery = 5 * time.Second
 )
 
-// pollWeb GETs http://addr/ at once and every pagePollEvery, and
+// Poll GETs http://addr/ at once and every pagePollEvery, and
 // http://addr/metrics at once and every metricsPollEvery, reading every
 // body to the end (as a browser and a Prometheus do), until the returned
 // stop is called; stop waits for the poller and returns its counts. A GET
 // that fails is counted, not fatal: the listener may close as run exits.
-func pollWeb(ctx context.Context, addr string) (stop func() webStats) {
+func Poll(ctx context.Context, addr string) (stop func() Stats) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan webStats, 1)
+	done := make(chan Stats, 1)
 	client := &http.Client{Timeout: 2 * time.Second}
 	get := func(path string) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
@@ -50,7 +53,7 @@ func pollWeb(ctx context.Context, addr string) (stop func() webStats) {
 		return resp.StatusCode == http.StatusOK
 	}
 	go func() {
-		var ws webStats
+		var ws Stats
 		page := time.NewTicker(pagePollEvery)
 		defer page.Stop()
 		scrape := time.NewTicker(metricsPollEvery)
@@ -59,30 +62,30 @@ func pollWeb(ctx context.Context, addr string) (stop func() webStats) {
 			if ok {
 				*n++
 			} else if ctx.Err() == nil {
-				ws.failed++
+				ws.Failed++
 			}
 		}
-		count(get("/"), &ws.page)
-		count(get("/metrics"), &ws.metrics)
+		count(get("/"), &ws.Page)
+		count(get("/metrics"), &ws.Metrics)
 		for {
 			select {
 			case <-ctx.Done():
 				done <- ws
 				return
 			case <-page.C:
-				count(get("/"), &ws.page)
+				count(get("/"), &ws.Page)
 			case <-scrape.C:
-				count(get("/metrics"), &ws.metrics)
+				count(get("/metrics"), &ws.Metrics)
 			}
 		}
 	}()
-	return func() webStats {
+	return func() Stats {
 		cancel()
 		return <-done
 	}
 }
 
 // String is the counts for a log line.
-func (w webStats) String() string {
-	return fmt.Sprintf("page %d, metrics %d, failed %d, spans %d, dropped %.0f B and %.0f spans", w.page, w.metrics, w.failed, w.spans, w.tapDropped, w.spansDropped)
+func (w Stats) String() string {
+	return fmt.Sprintf("page %d, metrics %d, failed %d, spans %d, dropped %.0f B and %.0f spans", w.Page, w.Metrics, w.Failed, w.Spans, w.TapDropped, w.SpansDropped)
 }
