@@ -128,3 +128,39 @@ func TestCostNotFinite(t *testing.T) {
 		t.Errorf("waterfall prints a cost that is not a number:\n%s", w.Bytes())
 	}
 }
+
+// TestCollectorJSONOnly: a Collector that keeps each run as its line
+// writes what WriteJSONSessions writes of the runs it would have copied,
+// sessions and stats included, for runs with and without cost and for a
+// recording's runs.
+func TestCollectorJSONOnly(t *testing.T) {
+	feed := func(c *Collector, runs []ingest.Run) {
+		for i := range runs {
+			c.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: &runs[i]})
+		}
+		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Usage: costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0), Scope: ingest.CallMain}})
+	}
+	corpus, stats := replay(t, "../testdata/simulate/nested-cbc.ndjson")
+	for name, runs := range map[string][]ingest.Run{"cost": costRuns(), "nested recording": corpus} {
+		var copies, lines Collector
+		lines.JSONOnly = true
+		feed(&copies, runs)
+		feed(&lines, runs)
+		if len(lines.Runs) != 0 {
+			t.Errorf("%s: JSONOnly kept %d run copies", name, len(lines.Runs))
+		}
+		var want, got bytes.Buffer
+		if err := copies.WriteJSON(&want, stats); err != nil {
+			t.Fatal(err)
+		}
+		if err := lines.WriteJSON(&got, stats); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s: JSONOnly wrote\n%s\nwant\n%s", name, got.String(), want.String())
+		}
+		if n := strings.Count(got.String(), "\n"); n != len(runs)+2 {
+			t.Errorf("%s: %d lines, want %d runs + a session + stats", name, n, len(runs))
+		}
+	}
+}
