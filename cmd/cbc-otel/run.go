@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -272,6 +273,9 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		var err error
 		if c.tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
 			return nil, err
+		}
+		if os.Getenv("GOMEMLIMIT") == "" && c.tel.traces.exportsOTLP() {
+			debug.SetMemoryLimit(runMemoryLimitOTLP)
 		}
 	}
 	if cfg.spool.dir != "" {

@@ -193,6 +193,10 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 	return r, nil
 }
 
+// exportsOTLP reports whether spans go to an OTLP endpoint (not only to a
+// file or the console).
+func (r *tracesRuntime) exportsOTLP() bool { return r.enabled() && r.prov.OTLP().On }
+
 // enabled reports whether spans are exported anywhere.
 func (r *tracesRuntime) enabled() bool { return r != nil && r.prov != nil }
 
