@@ -182,14 +182,7 @@ func TestTapFreeListsTrimmedWhenIdle(t *testing.T) {
 	tap := NewTap(queue)
 	p := make([]byte, 120000) // the 128 KiB class
 	n := queue / (128 << 10)
-	burst := func() {
-		for range n {
-			tap.Write(p)
-		}
-		for range n {
-			tap.Release(<-tap.Chunks())
-		}
-	}
+	burst := func() { fillAndDrain(tap, p, n) }
 	burst()
 	burst()
 	if got := len(tap.free[3]); got != n {
@@ -213,6 +206,17 @@ func TestTapFreeListsTrimmedWhenIdle(t *testing.T) {
 	}
 }
 
+// fillAndDrain writes p n times, then receives and releases every chunk:
+// the queue's level from full to empty.
+func fillAndDrain(tap *Tap, p []byte, n int) {
+	for range n {
+		tap.Write(p)
+	}
+	for range n {
+		tap.Release(<-tap.Chunks())
+	}
+}
+
 // TestTapLaggingConsumerReusesBuffers: a consumer that lets the queue fill
 // and then drains it (a failing OTLP backend, then its retries giving up),
 // over and over, allocates nothing once warm: the queue's level swings
@@ -223,14 +227,7 @@ func TestTapLaggingConsumerReusesBuffers(t *testing.T) {
 	tap := NewTap(queue)
 	p := make([]byte, 120000)
 	n := queue / (128 << 10)
-	swing := func() {
-		for range n {
-			tap.Write(p)
-		}
-		for range n {
-			tap.Release(<-tap.Chunks())
-		}
-	}
+	swing := func() { fillAndDrain(tap, p, n) }
 	swing()
 	if allocs := testing.AllocsPerRun(20, swing); allocs != 0 {
 		t.Fatalf("%.1f allocations per swing of the queue, want 0", allocs)

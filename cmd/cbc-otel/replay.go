@@ -85,11 +85,12 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		}
 	}
 	tel.shutdown(ctx)
-	write := func() error { return writeRuns(sio.out, false, cfg.width, col.Runs, col.Sessions(), tel.stats) }
 	if cfg.json {
-		write = func() error { return col.WriteJSON(sio.out, tel.stats) }
+		err = col.WriteJSON(sio.out, tel.stats)
+	} else {
+		err = writeRuns(sio.out, false, cfg.width, col.Runs, col.Sessions(), tel.stats)
 	}
-	if err := write(); err != nil {
+	if err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	// The runs are printed either way: the replay itself went fine.
