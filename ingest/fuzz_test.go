@@ -219,6 +219,7 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 		checkClean(t, "Error", e.Error, boundText)
 		checkClean(t, "ResultPreview", e.ResultPreview, boundPreview)
 		checkClean(t, "PromptPreview", e.PromptPreview, boundPreview)
+		checkClean(t, "EndedWithRun", e.EndedWithRun, boundID)
 		if !keep && (e.ResultPreview != "" || e.PromptPreview != "") {
 			t.Errorf("previews kept without KeepPreviews")
 		}
@@ -236,7 +237,10 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 {
 		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d", ev.BadFields, ev.BadEntries, ev.WrittenAt)
 	}
-	if ev.Kind != streamjson.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
+	// Snapshots ride on task_progress and, the run's final one, on
+	// task_notification (issue 28); only those two can be resent.
+	snapshot := ev.Kind == streamjson.KindTaskProgress || ev.Kind == streamjson.KindTaskNotification
+	if !snapshot && (ev.BadEntries != 0 || ev.HasProgress || ev.Resent) {
 		t.Errorf("%v with BadEntries %d, HasProgress %v", ev.Kind, ev.BadEntries, ev.HasProgress)
 	}
 }
@@ -263,6 +267,11 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Names are case-sensitive.
 		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","Status":"failed","TASK_ID":"x","SubType":"task_started","Type":"user"}`,
 		`{"Type":"system","SubType":"task_notification","Task_ID":"w","Status":"completed"}`,
+		// Issue 28: a notification carrying the final snapshot, resent
+		// snapshots, endedWithRun, a redacted error, a restart reason.
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped","reason":"worker_restart","resent":false,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"error","startedAt":1796206130334,"queuedAt":1796206130329,"lastProgressAt":1796206130335,"error":"error","endedWithRun":"stopped"}]}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w","resent":true,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"start","endedWithRun":["x"]}]}`,
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","resent":"yes","workflow_progress":"x"}`,
 		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
 		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
 		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
