@@ -33,6 +33,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -389,6 +390,7 @@ type invariantSink struct {
 	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
 	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
 	parentOf   map[[2]string][2]string    // a nested run's launcher, by task and run id
+	events     int                        // lifecycle events observed
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
@@ -434,6 +436,7 @@ func (s *invariantSink) checkParent(r *ingest.Run) {
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	t := s.t
+	s.events++
 	if l.Kind == ingest.ViolationSeen {
 		s.violations[l.Violation]++
 	}
@@ -664,7 +667,7 @@ func agentRowJSON(idx int, c byte, now int64) string {
 	base := fmt.Sprintf(`{"type":"workflow_agent","index":%d,"label":"agent-%d","phaseIndex":%d,"phaseTitle":"P%d","queuedAt":%d`,
 		idx, idx, 1+idx%2, 1+idx%2, start-50)
 	id := fmt.Sprintf(`,"agentId":"v1:%d"`, idx)
-	switch c % 10 {
+	switch c % 12 {
 	case 1:
 		return base + `,"state":"start"}`
 	case 2:
@@ -683,8 +686,29 @@ func agentRowJSON(idx int, c byte, now int64) string {
 		return base + id + fmt.Sprintf(`,"state":"exploded","startedAt":%d}`, start)
 	case 9:
 		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"durationMs":5}`, start)
+	case 10:
+		// Ended by the run's outcome while still live (issue 28).
+		return base + id + fmt.Sprintf(`,"state":"progress","startedAt":%d,"lastProgressAt":%d,"endedWithRun":"stopped"}`, start, now)
+	case 11:
+		// The CLI's persisted copy: the error redacted to the word.
+		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"error":"error","endedWithRun":"stopped"}`, start)
 	}
 	return ""
+}
+
+// snapshotJSON is a workflow_progress member of four agents in the states
+// the program's next bytes choose, with a phase row when a says so.
+func (p *fzProgram) snapshotJSON(a byte) string {
+	var rows []string
+	if a&0x80 != 0 {
+		rows = append(rows, `{"type":"workflow_phase","index":1,"title":"P1"}`, `{"type":"workflow_note","index":9}`)
+	}
+	for idx := 1; idx <= 4; idx++ {
+		if r := agentRowJSON(idx, p.next(), p.now); r != "" {
+			rows = append(rows, r)
+		}
+	}
+	return `"workflow_progress":[` + strings.Join(rows, ",") + `]`
 }
 
 // line returns the next operation as a stream line for the tracker ("" for
@@ -727,17 +751,13 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		}
 		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"%s}`, typ, nest), 0
 	case 2, 3, 4:
-		var rows []string
-		if a&0x80 != 0 {
-			rows = append(rows, `{"type":"workflow_phase","index":1,"title":"P1"}`, `{"type":"workflow_note","index":9}`)
+		// op 4: a snapshot sent again after a reconnect (issue 28).
+		resent := ""
+		if op%13 == 4 && a&2 != 0 {
+			resent = `,"resent":true`
 		}
-		for idx := 1; idx <= 4; idx++ {
-			if r := agentRowJSON(idx, p.next(), p.now); r != "" {
-				rows = append(rows, r)
-			}
-		}
-		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":%d},"workflow_progress":[%s]}`,
-			op, p.now-T0, strings.Join(rows, ",")), 0
+		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":%d},%s%s}`,
+			op, p.now-T0, p.snapshotJSON(a), resent), 0
 	case 5:
 		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":2,"duration_ms":%d}}`, op, p.now-T0), 0
 	case 6:
@@ -751,6 +771,17 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		u := ""
 		if a&1 != 0 {
 			u = fmt.Sprintf(`,"usage":{"total_tokens":1,"tool_uses":1,"duration_ms":%d}`, p.now-T0)
+		}
+		// The run's final snapshot may ride on it, and it may be resent
+		// (issue 28); a restart's reason.
+		if a&2 != 0 {
+			u += "," + p.snapshotJSON(a)
+		}
+		if a&4 != 0 {
+			u += `,"resent":true`
+		}
+		if a&8 != 0 {
+			u += `,"reason":"worker_restart"`
 		}
 		return head + fmt.Sprintf(`,"subtype":"task_notification","status":"%s"%s}`, fzStatuses[int(p.next())%len(fzStatuses)], u), 0
 	case 9:
@@ -803,6 +834,23 @@ func FuzzTracker(f *testing.F) {
 				ev, reason := dec.Decode(src, []byte(line))
 				if reason != streamjson.ReasonNone || ev == nil {
 					t.Fatalf("generated line rejected (%v): %s", reason, line)
+				}
+				if ev.Resent && ev.Kind == streamjson.KindTaskProgress {
+					// A resent snapshot is the same state: once the clock
+					// has moved (which may end grace windows and start
+					// stalls by itself), handling it emits nothing and
+					// moves no counter but the events'.
+					tr.Advance(p.now)
+					before, n := counters(st, nil), inv.events
+					tr.Handle(ev, p.now)
+					after := counters(st, nil)
+					if inv.events != n || !slices.Equal(before[1:], after[1:]) {
+						t.Fatalf("a resent snapshot moved the lifecycle (%d → %d events) or counters %v → %v: %s", n, inv.events, before, after, line)
+					}
+					handled++
+					prev, prevSrc = line, src
+					last = inv.checkCounters(st, last)
+					continue
 				}
 				tr.Handle(ev, p.now)
 				handled++
