@@ -332,6 +332,9 @@ func FuzzDecoderReuse(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done","cached":true,"error":"boom","startedAt":5,"endedAt":9}]}`),
 		[]byte(`{"type":"system","subtype":"task_progress","task_id":"b","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done"}]}`))
+	// resent and a notification's snapshot must not leak into the next line.
+	f.Add([]byte(`{"type":"system","subtype":"task_notification","task_id":"a","status":"stopped","reason":"worker_restart","resent":true,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"error","endedWithRun":"stopped"}]}`),
+		[]byte(`{"type":"system","subtype":"task_notification","task_id":"a","status":"completed"}`))
 	f.Fuzz(func(t *testing.T, prev, line []byte) {
 		fresh := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: true})
 		ev, r := fresh.Decode(tap.SourceStdout, line)
