@@ -147,18 +147,19 @@ type Tracker struct {
 	counts     [2]int            // how many of each are unfinished
 	tombs      map[runKey]bool   // finalized runs: whether the run had its notification
 	tombOrder  []runKey
+	maxTombs   int
+	now        int64
+	finalizedN int
+	capHit     bool // a cap refused part of the snapshot being merged
+	calls      callIndex
+	stallAfter int64 // ms; 0: off
+	stallCheck int64 // the clock at the last stall check
+	sess       usage.Sessions
+
 	// latestRun is the largest run id seen of each task (olderRun), in
-	// latestOrder, bounded by maxLatestRuns.
+	// latestOrder, bounded by maxLatestRuns; made when first needed.
 	latestRun   map[string]string
 	latestOrder []string
-	maxTombs    int
-	now         int64
-	finalizedN  int
-	capHit      bool // a cap refused part of the snapshot being merged
-	calls       callIndex
-	stallAfter  int64 // ms; 0: off
-	stallCheck  int64 // the clock at the last stall check
-	sess        usage.Sessions
 }
 
 // NewTracker returns a Tracker.
@@ -173,15 +174,14 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		mt = 1024
 	}
 	t := &Tracker{
-		grace:     g.Milliseconds(),
-		caps:      opts.Caps.withDefaults(),
-		sinks:     opts.Sinks,
-		stats:     st,
-		byTask:    make(map[string][]*Run),
-		tombs:     make(map[runKey]bool),
-		latestRun: make(map[string]string),
-		maxTombs:  mt,
-		sess:      usage.NewSessions(opts.MaxSessions),
+		grace:    g.Milliseconds(),
+		caps:     opts.Caps.withDefaults(),
+		sinks:    opts.Sinks,
+		stats:    st,
+		byTask:   make(map[string][]*Run),
+		tombs:    make(map[runKey]bool),
+		maxTombs: mt,
+		sess:     usage.NewSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
 		t.calls.init()
@@ -299,22 +299,6 @@ func (t *Tracker) Handle(ev *streamjson.Event, now int64) {
 	}
 }
 
-// sameState reports whether a resent frame ("resent": true, sent again
-// after a reconnect) is to be ignored whole. It repeats a state already
-// sent, not new progress: no counter, stall clock, agent start or end,
-// usage, time or violation (not even its own bad fields: the original
-// counted them) may move because of it. The one thing it may still do is
-// what the Tracker cannot have seen: a resent notification of a run that
-// is still unfinished is that run's only notification (exactly one comes
-// per run, so the original never reached us), and ends it like one.
-func (t *Tracker) sameState(ev *streamjson.Event) bool {
-	if ev.Kind != streamjson.KindTaskNotification {
-		return true
-	}
-	r, _ := t.lookup(ev)
-	return r == nil || r.Finished
-}
-
 // eventTime is the event's own time, its written_at, or 0. Arrival is not
 // used here: a line's arrival is only as good as the reader's lag (a
 // sidecar catching up on a file reads hours late), it cannot be had in a
@@ -391,44 +375,6 @@ func (t *Tracker) lookup(ev *streamjson.Event) (r *Run, late bool) {
 	}
 	_, late = t.tombs[runKey{ev.TaskID, ev.RunID}]
 	return nil, late || t.olderRun(ev.TaskID, ev.RunID)
-}
-
-// maxLatestRuns bounds the tasks whose latest run id is remembered beyond
-// their runs' finalization (olderRun); the oldest is forgotten first.
-const maxLatestRuns = 4096
-
-// olderRun reports whether run, not open, sorts before the latest run of
-// task seen: run ids of one task sort as plain strings in the order the
-// runs opened (PROTOCOL.md), so a frame naming it is late, never a new run.
-func (t *Tracker) olderRun(task, run string) bool {
-	if run == "" {
-		return false
-	}
-	latest := t.latestRun[task]
-	for _, r := range t.byTask[task] {
-		latest = max(latest, r.RunID)
-	}
-	return run < latest
-}
-
-// noteRun remembers run as task's latest when it sorts last.
-func (t *Tracker) noteRun(task, run string) {
-	if run == "" {
-		return
-	}
-	prev, known := t.latestRun[task]
-	if run <= prev {
-		return
-	}
-	t.latestRun[task] = run
-	if known {
-		return
-	}
-	t.latestOrder = append(t.latestOrder, task)
-	if len(t.latestOrder) > maxLatestRuns {
-		delete(t.latestRun, t.latestOrder[0])
-		t.latestOrder = t.latestOrder[1:]
-	}
 }
 
 func (t *Tracker) started(ev *streamjson.Event, at int64) {
