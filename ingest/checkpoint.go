@@ -117,6 +117,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 			a.endSent = slices.Contains(rs.AgentsEnded, a.Index)
 		}
 		t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
+		t.noteRun(r.TaskID, r.RunID)
 		t.open = append(t.open, r)
 		if r.Finished {
 			t.graceQ = append(t.graceQ, r)
@@ -152,6 +153,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		}
 		t.tombs[rk] = true // not saved: a late notification counts as a duplicate, as before
 		t.tombOrder = append(t.tombOrder, rk)
+		t.noteRun(rk.task, rk.run)
 	}
 	for len(t.tombOrder) > t.maxTombs {
 		delete(t.tombs, t.tombOrder[0])

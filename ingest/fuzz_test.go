@@ -33,6 +33,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,7 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 		checkClean(t, "Error", e.Error, boundText)
 		checkClean(t, "ResultPreview", e.ResultPreview, boundPreview)
 		checkClean(t, "PromptPreview", e.PromptPreview, boundPreview)
+		checkClean(t, "EndedWithRun", e.EndedWithRun, boundID)
 		if !keep && (e.ResultPreview != "" || e.PromptPreview != "") {
 			t.Errorf("previews kept without KeepPreviews")
 		}
@@ -236,7 +238,10 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 	if ev.BadFields < 0 || ev.BadEntries < 0 || ev.WrittenAt < 0 {
 		t.Errorf("BadFields %d, BadEntries %d, WrittenAt %d", ev.BadFields, ev.BadEntries, ev.WrittenAt)
 	}
-	if ev.Kind != streamjson.KindTaskProgress && (ev.BadEntries != 0 || ev.HasProgress) {
+	// Snapshots ride on task_progress and, the run's final one, on
+	// task_notification (issue 28); only those two can be resent.
+	snapshot := ev.Kind == streamjson.KindTaskProgress || ev.Kind == streamjson.KindTaskNotification
+	if !snapshot && (ev.BadEntries != 0 || ev.HasProgress || ev.Resent) {
 		t.Errorf("%v with BadEntries %d, HasProgress %v", ev.Kind, ev.BadEntries, ev.HasProgress)
 	}
 }
@@ -263,6 +268,11 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Names are case-sensitive.
 		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","Status":"failed","TASK_ID":"x","SubType":"task_started","Type":"user"}`,
 		`{"Type":"system","SubType":"task_notification","Task_ID":"w","Status":"completed"}`,
+		// Issue 28: a notification carrying the final snapshot, resent
+		// snapshots, endedWithRun, a redacted error, a restart reason.
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"stopped","reason":"worker_restart","resent":false,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"error","startedAt":1796206130334,"queuedAt":1796206130329,"lastProgressAt":1796206130335,"error":"error","endedWithRun":"stopped"}]}`,
+		`{"type":"system","subtype":"task_progress","task_id":"w","resent":true,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"start","endedWithRun":["x"]}]}`,
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","resent":"yes","workflow_progress":"x"}`,
 		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
 		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
 		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
@@ -322,6 +332,9 @@ func FuzzDecoderReuse(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"system","subtype":"task_progress","task_id":"a","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done","cached":true,"error":"boom","startedAt":5,"endedAt":9}]}`),
 		[]byte(`{"type":"system","subtype":"task_progress","task_id":"b","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done"}]}`))
+	// resent and a notification's snapshot must not leak into the next line.
+	f.Add([]byte(`{"type":"system","subtype":"task_notification","task_id":"a","status":"stopped","reason":"worker_restart","resent":true,"workflow_progress":[{"type":"workflow_agent","index":1,"state":"error","endedWithRun":"stopped"}]}`),
+		[]byte(`{"type":"system","subtype":"task_notification","task_id":"a","status":"completed"}`))
 	f.Fuzz(func(t *testing.T, prev, line []byte) {
 		fresh := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: true})
 		ev, r := fresh.Decode(tap.SourceStdout, line)
@@ -380,6 +393,7 @@ type invariantSink struct {
 	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
 	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
 	parentOf   map[[2]string][2]string    // a nested run's launcher, by task and run id
+	events     int                        // lifecycle events observed
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
@@ -425,6 +439,7 @@ func (s *invariantSink) checkParent(r *ingest.Run) {
 
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	t := s.t
+	s.events++
 	if l.Kind == ingest.ViolationSeen {
 		s.violations[l.Violation]++
 	}
@@ -655,7 +670,7 @@ func agentRowJSON(idx int, c byte, now int64) string {
 	base := fmt.Sprintf(`{"type":"workflow_agent","index":%d,"label":"agent-%d","phaseIndex":%d,"phaseTitle":"P%d","queuedAt":%d`,
 		idx, idx, 1+idx%2, 1+idx%2, start-50)
 	id := fmt.Sprintf(`,"agentId":"v1:%d"`, idx)
-	switch c % 10 {
+	switch c % 12 {
 	case 1:
 		return base + `,"state":"start"}`
 	case 2:
@@ -674,8 +689,29 @@ func agentRowJSON(idx int, c byte, now int64) string {
 		return base + id + fmt.Sprintf(`,"state":"exploded","startedAt":%d}`, start)
 	case 9:
 		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"durationMs":5}`, start)
+	case 10:
+		// Ended by the run's outcome while still live (issue 28).
+		return base + id + fmt.Sprintf(`,"state":"progress","startedAt":%d,"lastProgressAt":%d,"endedWithRun":"stopped"}`, start, now)
+	case 11:
+		// The CLI's persisted copy: the error redacted to the word.
+		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"error":"error","endedWithRun":"stopped"}`, start)
 	}
 	return ""
+}
+
+// snapshotJSON is a workflow_progress member of four agents in the states
+// the program's next bytes choose, with a phase row when a says so.
+func (p *fzProgram) snapshotJSON(a byte) string {
+	var rows []string
+	if a&0x80 != 0 {
+		rows = append(rows, `{"type":"workflow_phase","index":1,"title":"P1"}`, `{"type":"workflow_note","index":9}`)
+	}
+	for idx := 1; idx <= 4; idx++ {
+		if r := agentRowJSON(idx, p.next(), p.now); r != "" {
+			rows = append(rows, r)
+		}
+	}
+	return `"workflow_progress":[` + strings.Join(rows, ",") + `]`
 }
 
 // line returns the next operation as a stream line for the tracker ("" for
@@ -718,17 +754,13 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		}
 		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"%s}`, typ, nest), 0
 	case 2, 3, 4:
-		var rows []string
-		if a&0x80 != 0 {
-			rows = append(rows, `{"type":"workflow_phase","index":1,"title":"P1"}`, `{"type":"workflow_note","index":9}`)
+		// op 4: a snapshot sent again after a reconnect (issue 28).
+		resent := ""
+		if op%13 == 4 && a&2 != 0 {
+			resent = `,"resent":true`
 		}
-		for idx := 1; idx <= 4; idx++ {
-			if r := agentRowJSON(idx, p.next(), p.now); r != "" {
-				rows = append(rows, r)
-			}
-		}
-		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":%d},"workflow_progress":[%s]}`,
-			op, p.now-T0, strings.Join(rows, ",")), 0
+		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":1,"duration_ms":%d},%s%s}`,
+			op, p.now-T0, p.snapshotJSON(a), resent), 0
 	case 5:
 		return head + fmt.Sprintf(`,"subtype":"task_progress","usage":{"total_tokens":%d,"tool_uses":2,"duration_ms":%d}}`, op, p.now-T0), 0
 	case 6:
@@ -742,6 +774,17 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		u := ""
 		if a&1 != 0 {
 			u = fmt.Sprintf(`,"usage":{"total_tokens":1,"tool_uses":1,"duration_ms":%d}`, p.now-T0)
+		}
+		// The run's final snapshot may ride on it, and it may be resent
+		// (issue 28); a restart's reason.
+		if a&2 != 0 {
+			u += "," + p.snapshotJSON(a)
+		}
+		if a&4 != 0 {
+			u += `,"resent":true`
+		}
+		if a&8 != 0 {
+			u += `,"reason":"worker_restart"`
 		}
 		return head + fmt.Sprintf(`,"subtype":"task_notification","status":"%s"%s}`, fzStatuses[int(p.next())%len(fzStatuses)], u), 0
 	case 9:
@@ -794,6 +837,23 @@ func FuzzTracker(f *testing.F) {
 				ev, reason := dec.Decode(src, []byte(line))
 				if reason != streamjson.ReasonNone || ev == nil {
 					t.Fatalf("generated line rejected (%v): %s", reason, line)
+				}
+				if ev.Resent && ev.Kind == streamjson.KindTaskProgress {
+					// A resent snapshot is the same state: once the clock
+					// has moved (which may end grace windows and start
+					// stalls by itself), handling it emits nothing and
+					// moves no counter but the events'.
+					tr.Advance(p.now)
+					before, n := counters(st, nil), inv.events
+					tr.Handle(ev, p.now)
+					after := counters(st, nil)
+					if inv.events != n || !slices.Equal(before[1:], after[1:]) {
+						t.Fatalf("a resent snapshot moved the lifecycle (%d → %d events) or counters %v → %v: %s", n, inv.events, before, after, line)
+					}
+					handled++
+					prev, prevSrc = line, src
+					last = inv.checkCounters(st, last)
+					continue
 				}
 				tr.Handle(ev, p.now)
 				handled++

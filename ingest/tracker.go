@@ -155,6 +155,11 @@ type Tracker struct {
 	stallAfter int64 // ms; 0: off
 	stallCheck int64 // the clock at the last stall check
 	sess       usage.Sessions
+
+	// latestRun is the largest run id seen of each task (olderRun), in
+	// latestOrder, bounded by maxLatestRuns; made when first needed.
+	latestRun   map[string]string
+	latestOrder []string
 }
 
 // NewTracker returns a Tracker.
@@ -270,6 +275,9 @@ func (t *Tracker) Advance(now int64) {
 func (t *Tracker) Handle(ev *streamjson.Event, now int64) {
 	t.Advance(now)
 	t.stats.events.Add(1)
+	if ev.Resent && t.sameState(ev) {
+		return
+	}
 	at := t.eventTime(ev)
 	t.violations(ViolationBadField, nil, ev.BadFields)
 	t.violations(ViolationBadEntry, nil, ev.BadEntries)
@@ -335,6 +343,7 @@ func (t *Tracker) Close(now int64) {
 // the last time it showed. The caller finalizes it at once.
 func (t *Tracker) abandon(r *Run) {
 	r.Status = StatusAbandoned
+	t.dropEndBeforeStart(r)
 	if r.End == 0 {
 		r.End = r.LastSeen // its own times only; else the clock
 	}
@@ -365,7 +374,7 @@ func (t *Tracker) lookup(ev *streamjson.Event) (r *Run, late bool) {
 		return runs[len(runs)-1], false
 	}
 	_, late = t.tombs[runKey{ev.TaskID, ev.RunID}]
-	return nil, late
+	return nil, late || t.olderRun(ev.TaskID, ev.RunID)
 }
 
 func (t *Tracker) started(ev *streamjson.Event, at int64) {
@@ -455,6 +464,7 @@ func (t *Tracker) newRun(ev *streamjson.Event, workflow bool) *Run {
 		InterruptLatencyMs: -1,
 	}
 	t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
+	t.noteRun(r.TaskID, r.RunID)
 	t.open = append(t.open, r)
 	t.unfinished[kind].push(r, t.counts[kind])
 	t.counts[kind]++
@@ -521,6 +531,12 @@ func (t *Tracker) progress(ev *streamjson.Event, at int64) {
 		// no phases or agents of its own.
 		return
 	}
+	t.mergeSnapshot(r, ev)
+}
+
+// mergeSnapshot merges a workflow snapshot, of a task_progress or the
+// final one a task_notification carries, into r's phases and agents.
+func (t *Tracker) mergeSnapshot(r *Run, ev *streamjson.Event) {
 	// Elements the decoder did not read (beyond what a run may keep) count
 	// with the ones the caps refuse here: once per snapshot.
 	t.capHit = ev.ElementsOverCap > 0
@@ -572,6 +588,29 @@ func (t *Tracker) entryTime(v int64, r *Run) int64 {
 	return 0
 }
 
+// runEnd returns v, a candidate end of run r (an end_time, the
+// notification's written_at), when it is usable: a plausible time not
+// before the run's own start, its task_started's written_at. Any other is
+// counted as bad_time and reads as unknown, so that the next best time is
+// taken. (Without a written_at the run's start is derived from its end and
+// agents: nothing to hold the end against.)
+func (t *Tracker) runEnd(r *Run, v int64) int64 {
+	if v = t.entryTime(v, r); v > 0 && v < r.StartedAt {
+		t.violation(ViolationBadTime, r)
+		return 0
+	}
+	return v
+}
+
+// dropEndBeforeStart drops an end_time taken before the run's start was
+// known (a task_started that came after the update) that lies before it.
+func (t *Tracker) dropEndBeforeStart(r *Run) {
+	if r.End > 0 && r.End < r.StartedAt {
+		t.violation(ViolationBadTime, r)
+		r.End = 0
+	}
+}
+
 // mergeAgent merges an agent entry; false when the run's agent cap refused
 // it.
 func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
@@ -591,6 +630,17 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 			return false
 		}
 		a = r.insertAgent(e.Index)
+	}
+	if !st.Final() && e.EndedWithRun != "" {
+		// The run's outcome (whatever its spelling) ended the agent while
+		// it was live: the stream says how it ended, so it is not left to
+		// be abandoned, nor charged as missing its terminal state. One
+		// that started ended in error, as the CLI's own stop flips say;
+		// one never started is not_started.
+		st = AgentNotStarted
+		if e.StartedAt > 0 || a.Start > 0 {
+			st = AgentError
+		}
 	}
 	// Identity fills in as it appears (agentId arrives when a queued agent
 	// starts); it never becomes empty again.
@@ -636,7 +686,9 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 	a.DurationMs = e.DurationMs
 	a.Tokens = e.Tokens
 	a.ToolCalls = e.ToolCalls
-	a.Error = e.Error
+	if e.Error != streamjson.RedactedError || a.Error == "" {
+		a.Error = e.Error // the CLI's redaction does not hide a text seen before
+	}
 	a.ResultPreview = e.ResultPreview
 	a.PromptPreview = e.PromptPreview
 	a.State = st
@@ -698,7 +750,7 @@ func (t *Tracker) updated(ev *streamjson.Event, at int64) {
 	if ev.PatchStatus != "" {
 		r.PatchStatus = ev.PatchStatus
 	}
-	if end := t.entryTime(ev.PatchEndTime, r); end > 0 {
+	if end := t.runEnd(r, ev.PatchEndTime); end > 0 {
 		r.End = end
 		seen(r, end)
 	}
@@ -715,13 +767,21 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 		case late && t.tombs[runKey{ev.TaskID, ev.RunID}]:
 			// Its grace window closed already: the second one of a run.
 			t.violation(ViolationDuplicateNotify, nil)
+			return
 		case late:
-			// The run was given up (a cap) before its notification came.
+			// The run was given up (a cap), or a later run of its task
+			// opened, before its notification came.
 			t.violation(ViolationLateEvent, nil)
+			return
 		default:
 			t.violation(ViolationUnknownTask, nil)
+			if !ev.HasProgress {
+				return
+			}
+			// Its final snapshot is all there is of the run: adopted, as
+			// a task_progress's would be, and ended here.
+			r = t.adopt(ev)
 		}
-		return
 	}
 	if r.Finished {
 		t.violation(ViolationDuplicateNotify, r)
@@ -729,6 +789,12 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 	}
 	seen(r, at)
 	t.touch(r)
+	if ev.HasProgress && r.Workflow {
+		// The run's final snapshot, applied like any other before the
+		// terminal status is taken: agents that reach a final state only
+		// here are not missing it.
+		t.mergeSnapshot(r, ev)
+	}
 	st, ok := MapStatus(ev.Status)
 	if !ok || st == StatusRunning {
 		t.violation(ViolationUnknownStatus, r)
@@ -745,8 +811,9 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 	if ev.HasUsage {
 		r.Usage = mergeUsage(r.Usage, ev.Usage)
 	}
+	t.dropEndBeforeStart(r)
 	if r.End == 0 {
-		r.End = at
+		r.End = t.runEnd(r, at)
 	}
 	if r.End == 0 {
 		r.End = t.now

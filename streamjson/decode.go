@@ -65,13 +65,23 @@ type DecodeOptions struct {
 // exist, so states and statuses are unchanged.
 const WithheldError = "error text withheld (--capture-errors keeps it)"
 
+// RedactedError stands for an error field whose text the CLI itself
+// redacted to the string "error" (its persisted copy of a row does): kept
+// with KeepErrors instead of the word, which would read as a message.
+const RedactedError = "error text redacted by the CLI"
+
 // errorText is what the decoder keeps of an error field.
 func (d *Decoder) errorText(s string) string {
 	switch {
 	case s == "":
 		return ""
 	case d.opts.KeepErrors:
-		return Clean(s, maxTextLen)
+		if s = Clean(s, maxTextLen); s == "error" {
+			// The CLI's persisted copy of a row redacts the text so: the
+			// agent still ended in error, the word says nothing more.
+			return RedactedError
+		}
+		return s
 	default:
 		return WithheldError
 	}
@@ -238,6 +248,7 @@ const (
 	fDurationMs
 	fTotalCost
 	fModelUsage
+	fResent
 	numWireFields
 )
 
@@ -247,7 +258,7 @@ const (
 var wireFields = [numWireFields]string{"type", "subtype", "session_id", "task_id", "run_id", "tool_use_id", "task_type",
 	"workflow_name", "description", "parent_task_id", "usage", "workflow_progress", "patch", "status", "summary",
 	"reason", "request_id", "request", "response", "written_at", "parent_agent_id", "spawn_depth",
-	"is_error", "duration_ms", "total_cost_usd", "modelUsage"}
+	"is_error", "duration_ms", "total_cost_usd", "modelUsage", "resent"}
 
 // The fields of usage, patch, request and response, by number (their bit
 // in the bad mask and index in the value arrays).
@@ -286,12 +297,13 @@ const (
 	eError
 	eResultPreview
 	ePromptPreview
+	eEndedWithRun
 	numEntryFields
 )
 
 var entryFields = [numEntryFields]string{"type", "index", "title", "agentId", "label", "state", "cached", "phaseIndex",
 	"phaseTitle", "queuedAt", "startedAt", "endedAt", "lastProgressAt", "durationMs", "tokens", "toolCalls", "error",
-	"resultPreview", "promptPreview"}
+	"resultPreview", "promptPreview", "endedWithRun"}
 
 const (
 	// entryNumbers are the element fields that are JSON numbers; cached
@@ -303,7 +315,7 @@ const (
 	// workflow_phase reads only its title.
 	agentReads = 1<<eAgentID | 1<<eLabel | 1<<eState | 1<<eCached | 1<<ePhaseIndex | 1<<ePhaseTitle | 1<<eQueuedAt |
 		1<<eStartedAt | 1<<eEndedAt | 1<<eLastProgressAt | 1<<eDurationMs | 1<<eTokens | 1<<eToolCalls | 1<<eError |
-		1<<eResultPreview | 1<<ePromptPreview
+		1<<eResultPreview | 1<<ePromptPreview | 1<<eEndedWithRun
 	phaseReads = 1 << eTitle
 )
 
@@ -324,11 +336,13 @@ func readFields(k Kind) uint32 {
 	case KindTaskStarted:
 		return task | 1<<fTaskType | 1<<fWorkflowName | 1<<fDescription | 1<<fParentTaskID | 1<<fParentAgentID | 1<<fSpawnDepth
 	case KindTaskProgress:
-		return task | 1<<fProgress
+		return task | 1<<fProgress | 1<<fResent
 	case KindTaskUpdated:
 		return task | 1<<fPatch
 	case KindTaskNotification:
-		return task | 1<<fStatus | 1<<fSummary | 1<<fReason
+		// The run's final snapshot may ride on it (PROTOCOL.md, "What the
+		// Claude Agent SDK's own stream reader accepts").
+		return task | 1<<fStatus | 1<<fSummary | 1<<fReason | 1<<fProgress | 1<<fResent
 	case KindControlRequest:
 		return always | 1<<fRequestID
 	case KindControlResponse:
@@ -355,6 +369,7 @@ type wire struct {
 	// total_cost_usd (costSet: present, not null, a number) and the
 	// entries of modelUsage.
 	isError          bool
+	resent           bool // resent: a snapshot sent again after a reconnect
 	durationMs, cost float64
 	costSet          bool
 	models           []wireModel
@@ -523,6 +538,8 @@ func (d *Decoder) decodePlain(src tap.Source, line []byte) (*Event, Reason) {
 			w.spawnDepth, good = plainNumber(raw)
 		case fIsError:
 			good = json.Unmarshal(raw, &w.isError) == nil
+		case fResent:
+			good = json.Unmarshal(raw, &w.resent) == nil
 		case fDurationMs:
 			w.durationMs, good = plainNumber(raw)
 		case fTotalCost:
@@ -777,7 +794,8 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		ev.ParentTaskID = cleanID(w.str[fParentTaskID])
 		ev.ParentAgentID = cleanID(w.str[fParentAgentID])
 		ev.SpawnDepth = int(min(count(w.spawnDepth, &ev.BadFields), MaxSpawnDepth))
-	case KindTaskProgress:
+	case KindTaskProgress, KindTaskNotification:
+		ev.Resent = w.resent
 		switch {
 		case d.fast != nil:
 			ev.HasProgress = true
@@ -790,6 +808,14 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		case w.rawProgress != nil:
 			d.plainProgress(ev)
 		}
+		if ev.Kind == KindTaskProgress {
+			break
+		}
+		ev.Status = Clean(w.str[fStatus], maxIDLen)
+		ev.Reason = Clean(w.str[fReason], maxIDLen)
+		if d.opts.KeepPreviews {
+			ev.Summary = Clean(w.str[fSummary], maxPreviewLen)
+		}
 	case KindTaskUpdated:
 		// A patch that is not an object is a bad field: the event still
 		// applies, as an update that changes nothing.
@@ -799,12 +825,6 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 			ev.PatchStatus = Clean(p.status, maxIDLen)
 			ev.PatchEndTime = count(p.endTime, &ev.BadFields)
 			ev.PatchError = d.errorText(p.err)
-		}
-	case KindTaskNotification:
-		ev.Status = Clean(w.str[fStatus], maxIDLen)
-		ev.Reason = Clean(w.str[fReason], maxIDLen)
-		if d.opts.KeepPreviews {
-			ev.Summary = Clean(w.str[fSummary], maxPreviewLen)
 		}
 	}
 	return ev, ReasonNone
@@ -892,6 +912,7 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 		Tokens:         count(w.num[eTokens], &badFields),
 		ToolCalls:      count(w.num[eToolCalls], &badFields),
 		Error:          d.errorText(w.str[eError]),
+		EndedWithRun:   Clean(w.str[eEndedWithRun], maxIDLen),
 	}
 	if d.opts.KeepPreviews {
 		e.ResultPreview = Clean(w.str[eResultPreview], maxPreviewLen)

@@ -286,6 +286,65 @@ var fieldCases = []fieldCase{
 	{name: "duplicate bad status", line: hNotify + `"status":"completed","status":5}`, kind: KindTaskNotification, badFields: 1, unsure: true, check: statusIs("")},
 	{name: "escaped key", line: hNotify + `"st\u0061tus":"completed"}`, kind: KindTaskNotification, unsure: true, check: statusIs("completed")},
 
+	// Issue 28: what the Claude Agent SDK's reader accepts. A notification
+	// carries the run's final snapshot; a snapshot may be resent; rows
+	// carry endedWithRun, queuedAt, lastProgressAt and a redacted error.
+	{name: "notification carries the final snapshot", line: hNotify + `"status":"completed","reason":"worker_restart","workflow_progress":[{"type":"workflow_phase","index":1,"title":"P"},` + agentWith(`"queuedAt":1796206130329,"lastProgressAt":1796206130335,"endedWithRun":"stopped","error":"error"`) + `]}`,
+		kind: KindTaskNotification, check: func(t *testing.T, ev *Event) {
+			eq(t, ev.Status, "completed")
+			eq(t, ev.Reason, "worker_restart")
+			entriesAre(2, func(t *testing.T, es []Entry) {
+				a := es[1]
+				eq(t, a.EndedWithRun, "stopped")
+				eq(t, a.Error, RedactedError)
+				if a.QueuedAt != 1796206130329 || a.LastProgressAt != 1796206130335 {
+					t.Errorf("queuedAt %d lastProgressAt %d", a.QueuedAt, a.LastProgressAt)
+				}
+			})(t, ev)
+		}},
+	{name: "notification snapshot's bad element", line: hNotify + `"status":"stopped","workflow_progress":[5,{"type":"workflow_agent","index":1,"queuedAt":"x","lastProgressAt":-1,"endedWithRun":7}]}`,
+		kind: KindTaskNotification, badFields: 3, badEntries: 1, check: entriesAre(1, func(t *testing.T, es []Entry) {
+			if es[0].QueuedAt != 0 || es[0].LastProgressAt != 0 || es[0].EndedWithRun != "" {
+				t.Errorf("bad values kept: %+v", es[0])
+			}
+		})},
+	{name: "notification snapshot not an array", line: hNotify + `"status":"completed","workflow_progress":{"x":1}}`, kind: KindTaskNotification, badFields: 1,
+		check: func(t *testing.T, ev *Event) { noProgress(t, ev); eq(t, ev.Status, "completed") }},
+	{name: "notification without snapshot", line: hNotify + `"status":"completed"}`, kind: KindTaskNotification, check: noProgress},
+	{name: "resent snapshot", line: hProgress + `"resent":true,"workflow_progress":[]}`, kind: KindTaskProgress,
+		check: func(t *testing.T, ev *Event) {
+			if !ev.Resent || !ev.HasProgress {
+				t.Errorf("Resent %v HasProgress %v", ev.Resent, ev.HasProgress)
+			}
+		}},
+	{name: "resent false and null", line: hProgress + `"resent":false,"usage":{"total_tokens":1}}`, kind: KindTaskProgress,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Resent {
+				t.Error("Resent from false")
+			}
+		}},
+	{name: "resent of the wrong type is a bad field, not resent", line: hProgress + `"resent":"yes"}`, kind: KindTaskProgress, badFields: 1,
+		check: func(t *testing.T, ev *Event) {
+			if ev.Resent {
+				t.Error(`Resent from "yes"`)
+			}
+		}},
+	{name: "resent notification", line: hNotify + `"status":"stopped","resent":true}`, kind: KindTaskNotification,
+		check: func(t *testing.T, ev *Event) {
+			if !ev.Resent {
+				t.Error("Resent lost")
+			}
+		}},
+	{name: "resent is not read on other kinds", line: hUpdated + `"resent":1,"patch":{}}`, kind: KindTaskUpdated},
+	{name: "error redacted to the word", line: progressOf(`{"type":"workflow_agent","index":1,"state":"error","error":" error "}`), kind: KindTaskProgress,
+		check: entriesAre(1, func(t *testing.T, es []Entry) { eq(t, es[0].Error, RedactedError); eq(t, es[0].State, "error") })},
+	{name: "reason bounded and cleaned", line: hNotify + `"status":"stopped","reason":"worker\u0000_restart ` + strings.Repeat("x", 300) + `"}`, kind: KindTaskNotification,
+		check: func(t *testing.T, ev *Event) {
+			if len(ev.Reason) > maxIDLen || !strings.HasPrefix(ev.Reason, "worker_restart x") {
+				t.Errorf("reason %q", ev.Reason)
+			}
+		}},
+
 	// Syntax errors stay invalid_json.
 	{name: "syntax error beside a bad field", line: hNotify + `"status":"completed","usage":{"total_tokens":"x",}}`, reason: ReasonInvalidJSON},
 }

@@ -27,6 +27,9 @@ type refEntry struct {
 	Cached             bool
 	StartedAt, EndedAt int64
 	Tokens             int64
+	// Issue 28: the row fields the SDK's reader knows.
+	QueuedAt, LastProgressAt, DurationMs, ToolCalls int64
+	EndedWithRun, Error                             string
 }
 
 // refEvent is what the comparison checks of a decoded line.
@@ -44,6 +47,9 @@ type refEvent struct {
 	WrittenAt             int64
 	SpawnDepth            int
 	ParentAgentID         string
+	// Issue 28: a snapshot sent again, a notification's reason.
+	Resent     bool
+	StopReason string
 	// result
 	ResultSubtype    string
 	IsError, HasCost bool
@@ -62,16 +68,22 @@ func fromEvent(ev *Event, r Reason) refEvent {
 		Usage: ev.Usage, HasUsage: ev.HasUsage, HasProgress: ev.HasProgress,
 		BadFields: ev.BadFields, BadEntries: ev.BadEntries, WrittenAt: ev.WrittenAt,
 		ResultSubtype: ev.ResultSubtype, IsError: ev.IsError, HasCost: ev.HasCost, DurationMs: ev.DurationMs,
-		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models), SpawnDepth: ev.SpawnDepth, ParentAgentID: ev.ParentAgentID}
+		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models), SpawnDepth: ev.SpawnDepth, ParentAgentID: ev.ParentAgentID,
+		Resent: ev.Resent, StopReason: ev.Reason}
 	for _, e := range ev.Entries {
 		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
-			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens})
+			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens,
+			QueuedAt: e.QueuedAt, LastProgressAt: e.LastProgressAt, DurationMs: e.DurationMs, ToolCalls: e.ToolCalls,
+			EndedWithRun: e.EndedWithRun, Error: e.Error})
 	}
 	return out
 }
 
 // refReader reads members of generic objects and counts the bad ones.
-type refReader struct{ bad int }
+type refReader struct {
+	bad        int
+	keepErrors bool // DecodeOptions.KeepErrors
+}
 
 func (r *refReader) str(m map[string]any, k string) string {
 	v := m[k]
@@ -165,7 +177,7 @@ func refIndex(v any) (int, bool) {
 }
 
 // refDecode decodes one line by the rules, from scratch.
-func refDecode(line []byte) refEvent {
+func refDecode(line []byte, opts DecodeOptions) refEvent {
 	none := refEvent{}
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
@@ -233,7 +245,7 @@ func refDecode(line []byte) refEvent {
 		return none
 	}
 
-	var r refReader
+	r := refReader{keepErrors: opts.KeepErrors}
 	if s := r.str(m, "written_at"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if ms := t.UnixMilli(); err != nil || ms < 0 {
@@ -285,9 +297,14 @@ func refDecode(line []byte) refEvent {
 		}
 	case KindTaskNotification:
 		ev.Status = r.str(m, "status")
-		r.str(m, "reason")
+		ev.StopReason = Clean(r.str(m, "reason"), maxIDLen)
 		r.str(m, "summary")
-	case KindTaskProgress:
+	}
+	// A notification may carry the run's final snapshot; either may be a
+	// snapshot sent again after a reconnect.
+	switch ev.Kind {
+	case KindTaskProgress, KindTaskNotification:
+		ev.Resent = r.boolean(m, "resent")
 		switch p := m["workflow_progress"].(type) {
 		case nil:
 		case []any:
@@ -363,9 +380,20 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 	e = &refEntry{Index: idx}
 	e.AgentID = Clean(r.str(o, "agentId"), maxIDLen)
 	e.State = Clean(r.str(o, "state"), maxIDLen)
-	for _, k := range []string{"label", "phaseTitle", "error", "resultPreview", "promptPreview"} {
+	for _, k := range []string{"label", "phaseTitle", "resultPreview", "promptPreview"} {
 		r.str(o, k)
 	}
+	// An error's text is kept only when asked for; the word "error" alone
+	// is the CLI's redaction.
+	switch raw := r.str(o, "error"); {
+	case r.keepErrors:
+		if e.Error = Clean(raw, maxTextLen); e.Error == "error" {
+			e.Error = RedactedError
+		}
+	case raw != "":
+		e.Error = WithheldError
+	}
+	e.EndedWithRun = Clean(r.str(o, "endedWithRun"), maxIDLen)
 	e.Cached = r.boolean(o, "cached")
 	if e.PhaseIndex, ok = refIndex(o["phaseIndex"]); !ok {
 		r.bad++
@@ -373,9 +401,10 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 	e.StartedAt = r.num(o, "startedAt")
 	e.EndedAt = r.num(o, "endedAt")
 	e.Tokens = r.num(o, "tokens")
-	for _, k := range []string{"queuedAt", "lastProgressAt", "durationMs", "toolCalls"} {
-		r.num(o, k)
-	}
+	e.QueuedAt = r.num(o, "queuedAt")
+	e.LastProgressAt = r.num(o, "lastProgressAt")
+	e.DurationMs = r.num(o, "durationMs")
+	e.ToolCalls = r.num(o, "toolCalls")
 	return e, true
 }
 
@@ -387,7 +416,7 @@ func compareReference(t *testing.T, lines [][]byte) {
 		fast, plain := NewDecoder(opts), NewDecoder(opts)
 		plain.plainOnly = true
 		for i, l := range lines {
-			want := refDecode(l)
+			want := refDecode(l, opts)
 			ev, r := fast.Decode(tap.SourceStdout, l)
 			if got := fromEvent(ev, r); !reflect.DeepEqual(got, want) {
 				t.Fatalf("fast path, options %+v, line %d %q:\ngot:       %+v\nreference: %+v", opts, i, l, got, want)

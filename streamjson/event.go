@@ -60,6 +60,9 @@ type Entry struct {
 	Tokens         int64
 	ToolCalls      int64
 	Error          string
+	// EndedWithRun is the run's outcome that ended the agent while it was
+	// still running (Claude Code: "stopped"), as the row says.
+	EndedWithRun string
 	// Previews are untrusted model and user text; the decoder fills them
 	// only when asked (DecodeOptions.KeepPreviews).
 	ResultPreview string
@@ -106,11 +109,15 @@ type Event struct {
 	ParentAgentID string
 	SpawnDepth    int
 
-	// task_progress
+	// task_progress; a task_notification may carry the run's final
+	// snapshot too (HasProgress, Entries).
 	Usage       Usage
 	HasUsage    bool
 	HasProgress bool // workflow_progress present (else a usage-only tick)
 	Entries     []Entry
+	// Resent marks a snapshot sent again after a reconnect ("resent":
+	// true): the same state as before, not new progress.
+	Resent bool
 
 	// task_updated
 	PatchStatus  string

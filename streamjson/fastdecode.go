@@ -62,6 +62,8 @@ func wireField(key []byte) int {
 		return fSpawnDepth
 	case "is_error":
 		return fIsError
+	case "resent":
+		return fResent
 	case "duration_ms":
 		return fDurationMs
 	case "total_cost_usd":
@@ -102,6 +104,7 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 	w.hasUsage, w.hasPatch, w.hasRequest, w.hasResponse = false, false, false, false
 	w.spawnDepth = 0
 	w.isError, w.durationMs, w.cost, w.costSet, w.models = false, 0, 0, false, w.models[:0]
+	w.resent = false
 	d.snapPrev = nil
 	var seen uint32
 	end, st := s.object(0, func(key []byte, i int) (int, bool, scanStatus) {
@@ -143,6 +146,8 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 			end, st, bad = s.floatField(i, &w.spawnDepth)
 		case fIsError:
 			end, st, bad = s.boolField(i, &w.isError)
+		case fResent:
+			end, st, bad = s.boolField(i, &w.resent)
 		case fDurationMs:
 			end, st, bad = s.floatField(i, &w.durationMs)
 		case fTotalCost:
@@ -424,6 +429,8 @@ func entryField(key []byte) int {
 		return eResultPreview
 	case "promptPreview":
 		return ePromptPreview
+	case "endedWithRun":
+		return eEndedWithRun
 	}
 	return -1
 }

@@ -58,6 +58,18 @@ var trickyLines = []string{
 	`{"type":"result","session_id":"s","duration_ms":1,"duration_ms":2}`,
 	`{"type":"system","subtype":"task_notification","task_id":"t","status":"completed","duration_ms":"long","modelUsage":{"m":1}}`,
 	`{"type":"result","session_id":"s","modelUsage":{"m00":{"inputTokens":0,"costUSD":0.01},"m01":{"inputTokens":1,"costUSD":0.01},"m02":{"inputTokens":2,"costUSD":0.01},"m03":{"inputTokens":3,"costUSD":0.01},"m04":{"inputTokens":4,"costUSD":0.01},"m05":{"inputTokens":5,"costUSD":0.01},"m06":{"inputTokens":6,"costUSD":0.01},"m07":{"inputTokens":7,"costUSD":0.01},"m08":{"inputTokens":8,"costUSD":0.01},"m09":{"inputTokens":9,"costUSD":0.01},"m10":{"inputTokens":10,"costUSD":0.01},"m11":{"inputTokens":11,"costUSD":0.01},"m12":{"inputTokens":12,"costUSD":0.01},"m13":{"inputTokens":13,"costUSD":0.01},"m14":{"inputTokens":14,"costUSD":0.01},"m15":{"inputTokens":15,"costUSD":0.01},"m16":{"inputTokens":16,"costUSD":0.01},"m17":{"inputTokens":17,"costUSD":0.01},"m18":{"inputTokens":18,"costUSD":0.01},"m19":{"inputTokens":19,"costUSD":0.01},"m20":{"inputTokens":20,"costUSD":0.01},"m21":{"inputTokens":21,"costUSD":0.01},"m22":{"inputTokens":22,"costUSD":0.01},"m23":{"inputTokens":23,"costUSD":0.01},"m24":{"inputTokens":24,"costUSD":0.01},"m25":{"inputTokens":25,"costUSD":0.01},"m26":{"inputTokens":26,"costUSD":0.01},"m27":{"inputTokens":27,"costUSD":0.01},"m28":{"inputTokens":28,"costUSD":0.01},"m29":{"inputTokens":29,"costUSD":0.01},"m30":{"inputTokens":30,"costUSD":0.01},"m31":{"inputTokens":31,"costUSD":0.01},"m32":{"inputTokens":32,"costUSD":0.01},"m33":{"inputTokens":33,"costUSD":0.01},"m34":{"inputTokens":34,"costUSD":0.01},"m35":{"inputTokens":35,"costUSD":0.01},"m36":{"inputTokens":36,"costUSD":0.01},"m37":{"inputTokens":37,"costUSD":0.01},"m38":{"inputTokens":38,"costUSD":0.01},"m39":{"inputTokens":39,"costUSD":0.01}}}`,
+	// Issue 28: resent (bool, null, wrong types, repeated, on every kind),
+	// a notification's snapshot (repeated, not an array, after the task_id
+	// or before it), rows' endedWithRun and a redacted error.
+	`{"type":"system","subtype":"task_progress","task_id":"t","resent":true,"resent":false,"workflow_progress":[]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","resent":null,"workflow_progress":null}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","resent":1,"workflow_progress":[{"type":"workflow_agent","index":1,"endedWithRun":"stopped","error":"error"}]}`,
+	`{"type":"system","subtype":"task_notification","task_id":"t","status":"stopped","reason":"worker_restart","resent":"true","workflow_progress":[{"type":"workflow_agent","index":1,"state":"progress","endedWithRun":null,"queuedAt":1,"lastProgressAt":"x"}]}`,
+	`{"type":"system","subtype":"task_notification","workflow_progress":[{"type":"workflow_agent","index":1,"state":"done"}],"task_id":"t","status":"completed"}`,
+	`{"type":"system","subtype":"task_notification","task_id":"t","status":"completed","workflow_progress":[],"workflow_progress":[{"type":"workflow_agent","index":2}]}`,
+	`{"type":"system","subtype":"task_notification","task_id":"t","status":"completed","workflow_progress":7,"resent":[true]}`,
+	`{"type":"system","subtype":"task_started","task_id":"t","resent":"x","workflow_progress":[1]}`,
+	`{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_agent","index":1,"error":"error","endedWithRun":{"x":1}},{"type":"workflow_agent","index":2,"error":" error	"}]}`,
 	// Strings: every escape, surrogate pairs and lone halves, invalid
 	// escapes, raw control characters, invalid UTF-8, U+FFFD itself.
 	`{"type":"system","subtype":"task_started","task_id":"a\"\\\/\b\f\n\r\tz","description":"\u00e9\u4e2d\ud83d\ude00"}`,

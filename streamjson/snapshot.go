@@ -4,8 +4,9 @@ import "bytes"
 
 // Incremental decoding of workflow_progress snapshots.
 //
-// Every task_progress (and task_updated) of a workflow carries all of its
-// agents, and usually only one of them changed since the previous snapshot:
+// Every task_progress (and task_updated, and a task_notification carrying
+// the final snapshot) of a workflow carries all of its agents, and usually
+// only one of them changed since the previous snapshot:
 // decoding each snapshot in full makes a workflow of n agents cost O(n²)
 // decode work, and decoding is the whole of that cost. So the decoder
 // remembers the raw bytes of each element of the last snapshot of a task

@@ -63,7 +63,9 @@ var snapshotSequences = map[string][]string{
 	"insert and remove":           {snap(agent1, agent2, agent3), snap(agent1, phase1, agent2, agent3), snap(agent1, agent3), snap(agent3), snap()},
 	"whitespace":                  {snap(agent1, agent2), snapHead + "[ " + agent1 + " ,\t" + agent2 + " ] }", snapHead + "[\r\n]}"},
 	"other kinds carry snapshots": {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_updated", 1) + "", `{"type":"system","subtype":"task_updated","task_id":"w","patch":{"status":"completed"},"workflow_progress":[` + agent1 + `,{"index":"not a number"}]}`},
-	"type errors":                 {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`), snap(agent1, `5`, `"s"`, `null`, `[]`, `true`)},
+	"notifications carry snapshots": {snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_notification", 1), strings.Replace(snap(agent1, agent2b), `"task_id":"w"`, `"task_id":"w","resent":true`, 1),
+		strings.Replace(snap(agent1, `{"type":"workflow_agent","index":2,"state":"error","endedWithRun":"stopped","error":"error","queuedAt":1,"lastProgressAt":2}`), "task_progress", "task_notification", 1)},
+	"type errors": {snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `{"type":"workflow_agent","index":"x"}`), snap(agent1, `5`, `"s"`, `null`, `[]`), snap(agent1, `5`, `"s"`, `null`, `[]`, `true`)},
 	"bad fields reused": {
 		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`),
 		snap(phase1, `{"type":"workflow_agent","index":1,"tokens":"7","label":5,"phaseIndex":1.5}`, `{"type":"workflow_agent","index":-1}`, `{"index":2}`, `{"type":"x","tokens":"bad"}`, agent2),
