@@ -366,10 +366,12 @@ func TestServeWarnsAtStart(t *testing.T) {
 		args      []string
 		missing   bool
 		heartbeat bool
+		noState   bool
 	}{
-		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false},
-		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false},
-		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true},
+		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false, true},
+		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false, true},
+		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true, true},
+		{"state dir", []string{"--spool-dir", dir, "--state-dir", t.TempDir()}, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServed(t, tc.args...)
@@ -380,6 +382,19 @@ func TestServeWarnsAtStart(t *testing.T) {
 			}
 			if strings.Contains(got, "heartbeat") != tc.heartbeat {
 				t.Errorf("heartbeat warning: %v, want %v:\n%s", !tc.heartbeat, tc.heartbeat, got)
+			}
+			// Without a state directory: one warn line, before "following",
+			// saying what a restart does.
+			head, _, _ := strings.Cut(got, "msg=following")
+			want := 0
+			if tc.noState {
+				want = 1
+			}
+			if n := strings.Count(head, "level=WARN msg=\"no --state-dir: "); n != want {
+				t.Errorf("no-state-dir warnings before following: %d, want %d:\n%s", n, want, got)
+			}
+			if tc.noState && !strings.Contains(head, "read again from the start, its runs counted again, and every counter restarts at zero") {
+				t.Errorf("the no-state-dir warning does not say what a restart does:\n%s", got)
 			}
 			resp, err := http.Get("http://" + s.addr + "/readyz")
 			if err != nil {
