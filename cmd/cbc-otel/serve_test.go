@@ -88,8 +88,14 @@ func (s *served) metric(name, label string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return sumFamily(resp.Body, name, label)
+}
+
+// sumFamily sums a family of a text exposition by one label ("" sums
+// everything).
+func sumFamily(r io.Reader, name, label string) (map[string]float64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +206,13 @@ func (r recording) split() (head, tail []byte) {
 func (r recording) all() []byte { return bytes.Join(r.lines, nil) }
 
 // matches reports how serve's totals differ from want ("" if equal).
-func (s *served) matches(want recording) string {
-	runs, err := s.metric("cbc_workflow_runs_total", "status")
+func (s *served) matches(want recording) string { return want.differs(s.metric) }
+
+// differs reports how the totals metric reads differ from r's ("" if
+// equal).
+func (r recording) differs(metric func(name, label string) (map[string]float64, error)) string {
+	want := r
+	runs, err := metric("cbc_workflow_runs_total", "status")
 	if err != nil {
 		return err.Error()
 	}
@@ -211,8 +222,8 @@ func (s *served) matches(want recording) string {
 			diffs = append(diffs, fmt.Sprintf("%s %v want %v", st, runs[st], want.runs[st]))
 		}
 	}
-	agents, _ := s.metric("cbc_workflow_agents_total", "")
-	tokens, _ := s.metric("cbc_workflow_tokens_total", "")
+	agents, _ := metric("cbc_workflow_agents_total", "")
+	tokens, _ := metric("cbc_workflow_tokens_total", "")
 	if agents[""] != want.agents || tokens[""] != want.tokens {
 		diffs = append(diffs, fmt.Sprintf("agents %v want %v, tokens %v want %v", agents[""], want.agents, tokens[""], want.tokens))
 	}
