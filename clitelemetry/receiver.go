@@ -122,7 +122,7 @@ type ReceiverConfig struct {
 	// makes a random one (32 bytes of crypto/rand). Loopback is shared by
 	// every process of the host: without it, any of them could inject
 	// spans and costs into the child's run. At least MinTokenLen
-	// characters of base64 (either alphabet), without padding.
+	// characters of base64url (A-Z, a-z, 0-9, - and _), without padding.
 	Token string
 }
 
@@ -258,15 +258,16 @@ func (r *Receiver) Headers() string { return "authorization=Bearer%20" + string(
 // Stats returns the receiver's live counters.
 func (r *Receiver) Stats() *Stats { return &r.stats }
 
-// checkToken accepts MinTokenLen or more characters of either base64
-// alphabet, which need no escaping in a header or the variables.
+// checkToken accepts MinTokenLen or more characters of base64url, which
+// need no escaping in a header or the variables, and which no decoder
+// reads otherwise (a "+" may become a space).
 func checkToken(tok string) error {
 	if len(tok) < MinTokenLen {
 		return fmt.Errorf("clitelemetry: token of %d characters, want at least %d", len(tok), MinTokenLen)
 	}
 	for _, c := range tok {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-_+/", c)) {
-			return errors.New("clitelemetry: token: only base64 characters, without padding")
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return errors.New("clitelemetry: token: only base64url characters (A-Z a-z 0-9 - _), without padding")
 		}
 	}
 	return nil

@@ -725,7 +725,7 @@ func TestReceiverToken(t *testing.T) {
 			t.Errorf("with Headers()'s value: %d", resp.StatusCode)
 		}
 	}
-	for _, bad := range []string{"short-token", testToken + " ", testToken + "=", "tok%20" + testToken, "tøken-" + testToken} {
+	for _, bad := range []string{"short-token", testToken + " ", testToken + "=", "tok%20" + testToken, "tøken-" + testToken, testToken + "+/"} {
 		if r, err := Listen(ReceiverConfig{Token: bad}, Handlers{}); err == nil {
 			r.Shutdown(context.Background())
 			t.Errorf("Listen took the token %q", bad)
