@@ -19,6 +19,12 @@
 // 415, 405, 404, 503 with Retry-After. Stats counts requests by signal and
 // outcome and the items received.
 //
+// Loopback is every local process's: each Receiver has a secret token
+// (ReceiverConfig.Token, else 32 random bytes), which the CLI gets in its
+// OTLP headers variables (Receiver.Headers). A request without it, on any
+// path, is answered 401 before anything else, compared in constant time,
+// and counted by reason (Stats.Unauthorized).
+//
 // It is a small receiver of our own rather than the OpenTelemetry
 // Collector's otlpreceiver: that one pulls in the Collector's component
 // framework, pdata and their dependencies, many times this package, for

@@ -11,7 +11,8 @@ import (
 
 // Wiring: the receiver hands logs and metrics to a Forwarder and spans,
 // converted, to our own trace pipeline; the CLI is pointed at
-// r.Endpoint().
+// r.Endpoint() with r.Headers(), its token, which every request must
+// carry.
 func Example() {
 	ctx := context.Background()
 	fwd, err := clitelemetry.NewForwarder(ctx, clitelemetry.ForwarderConfig{Endpoint: "none"})
@@ -34,6 +35,7 @@ func Example() {
 		"OTEL_LOGS_EXPORTER=otlp", "OTEL_METRICS_EXPORTER=otlp", "OTEL_TRACES_EXPORTER=otlp",
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + r.Endpoint(),
+		"OTEL_EXPORTER_OTLP_HEADERS=" + r.Headers(),
 	}
 	_ = env // the child's environment
 	// ... run the CLI, then:

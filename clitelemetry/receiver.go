@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	crand "crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +41,17 @@ const (
 	DefaultBusyWait = 100 * time.Millisecond
 	// DefaultReadTimeout bounds reading one request, body included.
 	DefaultReadTimeout = 10 * time.Second
+	// MinTokenLen is the shortest ReceiverConfig.Token accepted; a token
+	// Listen makes is 43 characters (32 random bytes).
+	MinTokenLen = 16
+)
+
+// Reasons a request is refused with 401 (AuthStats, the
+// cbc_otel_cli_requests_unauthorized_total{reason} values).
+const (
+	ReasonMissing   = "missing"   // no Authorization header
+	ReasonMalformed = "malformed" // not one "Bearer <token>" credential
+	ReasonWrong     = "wrong"     // another token than the receiver's
 )
 
 // Handler receives each decoded request. Its methods are called
@@ -100,9 +114,16 @@ type ReceiverConfig struct {
 	BusyWait time.Duration
 	// ReadTimeout bounds reading one request; 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
-	// Logger receives the receiver's own failures (never payloads); nil
-	// discards them.
+	// Logger receives the receiver's own failures (never payloads, never
+	// the token); nil discards them.
 	Logger *slog.Logger
+	// Token is the secret every request must present as "Authorization:
+	// Bearer <Token>" (Headers gives the child the variable's value); ""
+	// makes a random one (32 bytes of crypto/rand). Loopback is shared by
+	// every process of the host: without it, any of them could inject
+	// spans and costs into the child's run. At least MinTokenLen
+	// characters of base64url (A-Z, a-z, 0-9, - and _), without padding.
+	Token string
 }
 
 // Outcome counters of one signal's requests, and what they carried.
@@ -124,11 +145,24 @@ type SignalStats struct {
 	Items atomic.Int64
 }
 
+// AuthStats counts the requests refused with 401, by reason.
+type AuthStats struct {
+	// Missing counts requests without an Authorization header.
+	Missing atomic.Int64
+	// Malformed counts headers that are not one Bearer credential.
+	Malformed atomic.Int64
+	// Wrong counts Bearer tokens other than the receiver's.
+	Wrong atomic.Int64
+}
+
 // Stats is the receiver's counters, safe to read at any time.
 type Stats struct {
 	Traces, Logs, Metrics SignalStats
-	// NotFound counts requests to other paths (404).
+	// NotFound counts authorized requests to other paths (404).
 	NotFound atomic.Int64
+	// Unauthorized counts the requests refused before anything else was
+	// looked at (401), whatever their path.
+	Unauthorized AuthStats
 }
 
 // Receiver is an OTLP/HTTP server for /v1/traces, /v1/logs and /v1/metrics.
@@ -138,6 +172,7 @@ type Receiver struct {
 	log   *slog.Logger
 	ln    net.Listener
 	srv   *http.Server
+	token []byte // "Bearer " excluded
 	sem   chan struct{}
 	stats Stats
 	done  chan struct{}
@@ -165,6 +200,14 @@ func Listen(cfg ReceiverConfig, h Handler) (*Receiver, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = DefaultReadTimeout
 	}
+	if cfg.Token == "" {
+		var b [32]byte
+		_, _ = crand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+		cfg.Token = base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	if err := checkToken(cfg.Token); err != nil {
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -173,7 +216,7 @@ func Listen(cfg ReceiverConfig, h Handler) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clitelemetry: listen: %w", err)
 	}
-	r := &Receiver{cfg: cfg, h: h, log: logger, ln: ln, sem: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{})}
+	r := &Receiver{cfg: cfg, h: h, log: logger, ln: ln, token: []byte(cfg.Token), sem: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/traces", r.serve(sigTraces))
 	mux.HandleFunc("/v1/logs", r.serve(sigLogs))
@@ -183,7 +226,7 @@ func Listen(cfg ReceiverConfig, h Handler) (*Receiver, error) {
 		http.Error(w, "not found: OTLP paths are /v1/traces, /v1/logs, /v1/metrics", http.StatusNotFound)
 	})
 	r.srv = &http.Server{
-		Handler:           mux,
+		Handler:           r.authorize(mux),
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.ReadTimeout,
@@ -206,8 +249,64 @@ func (r *Receiver) Addr() string { return r.ln.Addr().String() }
 // Endpoint is the receiver's base URL, for OTEL_EXPORTER_OTLP_ENDPOINT.
 func (r *Receiver) Endpoint() string { return "http://" + r.Addr() }
 
+// Headers is the value of OTEL_EXPORTER_OTLP_HEADERS (or a per-signal
+// variable) that makes an OTel exporter present the receiver's token:
+// "authorization=Bearer%20<token>" (the variables' values are
+// percent-decoded). It holds the secret: the child's environment only.
+func (r *Receiver) Headers() string { return "authorization=Bearer%20" + string(r.token) }
+
 // Stats returns the receiver's live counters.
 func (r *Receiver) Stats() *Stats { return &r.stats }
+
+// checkToken accepts MinTokenLen or more characters of base64url, which
+// need no escaping in a header or the variables, and which no decoder
+// reads otherwise (a "+" may become a space).
+func checkToken(tok string) error {
+	if len(tok) < MinTokenLen {
+		return fmt.Errorf("clitelemetry: token of %d characters, want at least %d", len(tok), MinTokenLen)
+	}
+	for _, c := range tok {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return errors.New("clitelemetry: token: only base64url characters (A-Z a-z 0-9 - _), without padding")
+		}
+	}
+	return nil
+}
+
+// authorize lets in only requests carrying the receiver's token, compared
+// in constant time, and answers the others 401 before reading anything but
+// their headers: whoever else can reach loopback gets no slot, no decoding
+// and no say in the child's traces or costs. Refusals are counted, and
+// logged at debug without any header.
+func (r *Receiver) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		reason, counter := "", (*atomic.Int64)(nil)
+		vals := req.Header.Values("Authorization")
+		scheme, tok, ok := "", "", false
+		if len(vals) == 1 {
+			scheme, tok, ok = strings.Cut(strings.TrimSpace(vals[0]), " ")
+		}
+		switch {
+		case len(vals) == 0:
+			reason, counter = ReasonMissing, &r.stats.Unauthorized.Missing
+		case !ok || !strings.EqualFold(scheme, "Bearer"):
+			reason, counter = ReasonMalformed, &r.stats.Unauthorized.Malformed
+		case subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), r.token) != 1:
+			reason, counter = ReasonWrong, &r.stats.Unauthorized.Wrong
+		default:
+			next.ServeHTTP(w, req)
+			return
+		}
+		counter.Add(1)
+		r.log.Debug("clitelemetry: request refused: not the child's", "reason", reason, "path", req.URL.Path, "remote", req.RemoteAddr)
+		enc, known := encodingOf(req.Header.Get("Content-Type"))
+		if !known {
+			enc = Protobuf
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cbc-otel"`)
+		writeStatus(w, enc, http.StatusUnauthorized, codes.Unauthenticated, "unauthorized: this receiver takes the telemetry of its own child only")
+	})
+}
 
 // Shutdown stops accepting, waits for the requests in progress until ctx
 // is done, then closes what is left. It is safe to call more than once.

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -59,8 +61,21 @@ func (r *recorder) reset() (t []*coltracepb.ExportTraceServiceRequest, l []*coll
 	return t, l, m
 }
 
+// testToken is the token of the receivers listen starts, which post and
+// the other requests of these tests present.
+const testToken = "test-token-0123456789_ABCDEF"
+
+// authorized adds the receivers' token to req.
+func authorized(req *http.Request) *http.Request {
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	return req
+}
+
 func listen(t *testing.T, cfg ReceiverConfig, h Handler) *Receiver {
 	t.Helper()
+	if cfg.Token == "" {
+		cfg.Token = testToken
+	}
 	r, err := Listen(cfg, h)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +100,7 @@ func post(t testing.TB, url, ct, ce string, body []byte) (*http.Response, []byte
 	if ce != "" {
 		req.Header.Set("Content-Encoding", ce)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(authorized(req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +321,6 @@ func TestReceiverErrors(t *testing.T) {
 		{"ok charset", http.MethodPost, "/v1/logs", "application/json; charset=utf-8", "", []byte(`{}`), false, 200, &st.Logs.OK, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tc.counter.Load()
 			var body io.Reader = bytes.NewReader(tc.body)
 			if tc.chunked {
 				body = io.MultiReader(body) // hides the length: chunked
@@ -321,18 +335,7 @@ func TestReceiverErrors(t *testing.T) {
 			if tc.ce != "" {
 				req.Header.Set("Content-Encoding", tc.ce)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tc.want {
-				t.Fatalf("status %d (%s), want %d", resp.StatusCode, b, tc.want)
-			}
-			if got := tc.counter.Load() - before; got != 1 {
-				t.Errorf("counter moved by %d, want 1", got)
-			}
+			resp, b := sendCounted(t, authorized(req), tc.want, tc.counter)
 			if tc.status {
 				var s spb.Status
 				var err error
@@ -350,6 +353,26 @@ func TestReceiverErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sendCounted sends req, which must be answered status want and move
+// counter by one; it returns the answer and its body.
+func sendCounted(t *testing.T, req *http.Request, want int, counter *atomic.Int64) (*http.Response, []byte) {
+	t.Helper()
+	before := counter.Load()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("status %d (%q), want %d", resp.StatusCode, b, want)
+	}
+	if got := counter.Load() - before; got != 1 {
+		t.Errorf("counter moved by %d, want 1", got)
+	}
+	return resp, b
 }
 
 // blocking is a Handler whose Logs calls wait for release, telling entered.
@@ -377,7 +400,7 @@ func TestReceiverBusy(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, r.Endpoint()+"/v1/logs", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/x-protobuf")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(authorized(req))
 		if err != nil {
 			first <- 0
 			return
@@ -519,7 +542,7 @@ func flood(t *testing.T, ct string, body []byte, maxBody int) {
 			for range 3 {
 				req, _ := http.NewRequest(http.MethodPost, r.Endpoint()+"/v1/traces", bytes.NewReader(body))
 				req.Header.Set("Content-Type", ct)
-				resp, err := client.Do(req)
+				resp, err := client.Do(authorized(req))
 				if err != nil {
 					t.Errorf("request: %v", err)
 					other.Add(1)
@@ -593,5 +616,119 @@ func TestReceiverShutdown(t *testing.T) {
 	}
 	if _, err := http.Post(r.Endpoint()+"/v1/logs", "application/json", strings.NewReader("{}")); err == nil {
 		t.Error("request after Shutdown succeeded")
+	}
+}
+
+// TestReceiverAuth: only the receiver's own token gets in. Everything else
+// (no header, another scheme, another token, one character off, a prefix,
+// two headers), on any path and with any method, is answered 401 with a
+// google.rpc.Status before the Handler, the method or the path is looked
+// at, and counted by reason; the debug log says why without the token or
+// what was presented.
+func TestReceiverAuth(t *testing.T) {
+	var logs bytes.Buffer
+	rec := &recorder{}
+	r := listen(t, ReceiverConfig{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, rec)
+	off := []byte(testToken)
+	off[len(off)-1] ^= 1
+	body := logsWithIDs(t, nil, nil)
+	st := &r.Stats().Unauthorized
+	for _, tc := range []struct {
+		name, method, path string
+		auth               []string // Authorization headers
+		want               int
+		counter            *atomic.Int64
+	}{
+		{"no header", http.MethodPost, "/v1/logs", nil, 401, &st.Missing},
+		{"no header, unknown path", http.MethodPost, "/v1/profiles", nil, 401, &st.Missing},
+		{"no header, GET", http.MethodGet, "/v1/traces", nil, 401, &st.Missing},
+		{"empty header", http.MethodPost, "/v1/logs", []string{""}, 401, &st.Malformed},
+		{"basic auth", http.MethodPost, "/v1/logs", []string{"Basic dXNlcjpwYXNz"}, 401, &st.Malformed},
+		{"bare token", http.MethodPost, "/v1/logs", []string{testToken}, 401, &st.Malformed},
+		{"scheme only", http.MethodPost, "/v1/metrics", []string{"Bearer"}, 401, &st.Malformed},
+		{"two headers", http.MethodPost, "/v1/logs", []string{"Bearer " + testToken, "Bearer " + testToken}, 401, &st.Malformed},
+		{"another token", http.MethodPost, "/v1/traces", []string{"Bearer sk-not-the-childs-token-000"}, 401, &st.Wrong},
+		{"one character off", http.MethodPost, "/v1/logs", []string{"Bearer " + string(off)}, 401, &st.Wrong},
+		{"a prefix", http.MethodPost, "/v1/logs", []string{"Bearer " + testToken[:MinTokenLen]}, 401, &st.Wrong},
+		{"token and more", http.MethodPost, "/v1/logs", []string{"Bearer " + testToken + "x"}, 401, &st.Wrong},
+		{"the token", http.MethodPost, "/v1/logs", []string{"Bearer " + testToken}, 200, &r.Stats().Logs.OK},
+		{"scheme in lower case", http.MethodPost, "/v1/logs", []string{"bearer " + testToken}, 200, &r.Stats().Logs.OK},
+		{"the token, unknown path", http.MethodPost, "/v1/profiles", []string{"Bearer " + testToken}, 404, &r.Stats().NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, r.Endpoint()+tc.path, bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/x-protobuf")
+			for _, a := range tc.auth {
+				req.Header.Add("Authorization", a)
+			}
+			resp, b := sendCounted(t, req, tc.want, tc.counter)
+			if tc.want != 401 {
+				return
+			}
+			var s spb.Status
+			if err := proto.Unmarshal(b, &s); err != nil || s.GetCode() != 16 || s.GetMessage() == "" { // 16: Unauthenticated
+				t.Errorf("body %q: not a google.rpc.Status Unauthenticated (%v)", b, err)
+			}
+			if resp.Header.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+	if tr, l, m := rec.reset(); len(tr) != 0 || len(l) != 2 || len(m) != 0 {
+		t.Errorf("the Handler got %d traces, %d logs, %d metrics requests; want the 2 authorized logs requests", len(tr), len(l), len(m))
+	}
+	got := logs.String()
+	if strings.Count(got, "request refused") != 12 {
+		t.Errorf("the debug log has %d refusals, want 12:\n%s", strings.Count(got, "request refused"), got)
+	}
+	for _, secret := range []string{testToken, testToken[:MinTokenLen], string(off), "sk-not-the-childs", "dXNlcjpwYXNz"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("the log shows %q:\n%s", secret, got)
+		}
+	}
+}
+
+// TestReceiverToken: without a Token each receiver makes its own, random,
+// which Headers hands to an OTel exporter; a token that is short or needs
+// escaping is refused.
+func TestReceiverToken(t *testing.T) {
+	seen := map[string]bool{}
+	for range 3 {
+		r, err := Listen(ReceiverConfig{}, Handlers{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Shutdown(context.Background())
+		h := r.Headers()
+		tok, ok := strings.CutPrefix(h, "authorization=Bearer%20")
+		if !ok || len(tok) != 43 || checkToken(tok) != nil || seen[tok] {
+			t.Fatalf("Headers() = %q: want authorization=Bearer%%20 and a new 43-character token", h)
+		}
+		seen[tok] = true
+		// What an exporter makes of the variable: the value percent-decoded.
+		v, err := url.PathUnescape(strings.TrimPrefix(h, "authorization="))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPost, r.Endpoint()+"/v1/logs", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", v)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("with Headers()'s value: %d", resp.StatusCode)
+		}
+	}
+	for _, bad := range []string{"short-token", testToken + " ", testToken + "=", "tok%20" + testToken, "tøken-" + testToken, testToken + "+/"} {
+		if r, err := Listen(ReceiverConfig{Token: bad}, Handlers{}); err == nil {
+			r.Shutdown(context.Background())
+			t.Errorf("Listen took the token %q", bad)
+		}
 	}
 }

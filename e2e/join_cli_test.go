@@ -17,6 +17,8 @@ import (
 // (joinCLIEnv) and a TRACEPARENT, exports to an in-test OTLP/HTTP receiver,
 // and
 //
+//   - every request carries the token of the OTLP headers variables
+//     (Authorization: Bearer, as run's receiver requires);
 //   - every span and log record has the TRACEPARENT's trace id, and each
 //     claude_code.interaction has its span as parent;
 //   - the Workflow claude_code.tool span (and its tool.execution child) carry
@@ -72,6 +74,13 @@ func TestClaudeOwnTelemetryUnderStandIn(t *testing.T) {
 		posts, len(spans), len(logs), served.All.Calls, served.Workflow.Calls)
 	if len(spans) == 0 {
 		t.Fatalf("no span at all from the CLI (the enhanced-telemetry beta switch not honoured by this version?); POSTs %v", posts)
+	}
+	// Every request presents the token of its signal's headers variable,
+	// percent-decoded: run's receiver lets in nothing else.
+	for key, n := range rcv.authorizations() {
+		if !strings.HasSuffix(key, " Bearer "+joinToken) {
+			t.Errorf("%d POSTs to %q: not with the token of the headers variables", n, key)
+		}
 	}
 
 	// One trace: the TRACEPARENT's.

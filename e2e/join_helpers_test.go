@@ -24,11 +24,20 @@ const joinModel = "claude-sonnet-4-5"
 // joinModelEnv pins the CLI's model.
 var joinModelEnv = []string{"ANTHROPIC_MODEL=" + joinModel}
 
+// joinToken is the receiver's secret joinCLIEnv hands the CLI, as run
+// does (base64url, like the token run makes).
+const joinToken = "e2e-token-0123456789abcdefABCDEF_-xyz"
+
 // joinCLIEnv is what `run --join-cli-telemetry` gives the child (the
 // specification of the feature): Claude Code's metrics, log events and
-// (beta) traces, OTLP/HTTP protobuf to endpoint, exported every 500 ms.
+// (beta) traces, OTLP/HTTP protobuf to endpoint, exported every 500 ms,
+// each request with the receiver's token (the per-signal headers
+// variables, percent-encoded as run sets them).
 func joinCLIEnv(endpoint string) []string {
 	return []string{
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20" + joinToken,
+		"OTEL_EXPORTER_OTLP_LOGS_HEADERS=authorization=Bearer%20" + joinToken,
+		"OTEL_EXPORTER_OTLP_METRICS_HEADERS=authorization=Bearer%20" + joinToken,
 		"CLAUDE_CODE_ENABLE_TELEMETRY=1",
 		"CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1",
 		"OTEL_TRACES_EXPORTER=otlp",

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -54,6 +55,7 @@ type otlpReceiver struct {
 	metrics []string // metric names, one per received data batch
 	posts   map[string]int
 	ctypes  map[string]int
+	auth    map[string]int // path and Authorization header → POSTs
 }
 
 func startOTLPReceiver(t *testing.T) *otlpReceiver {
@@ -62,7 +64,7 @@ func startOTLPReceiver(t *testing.T) *otlpReceiver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &otlpReceiver{URL: "http://" + ln.Addr().String(), posts: map[string]int{}, ctypes: map[string]int{}}
+	r := &otlpReceiver{URL: "http://" + ln.Addr().String(), posts: map[string]int{}, ctypes: map[string]int{}, auth: map[string]int{}}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
@@ -92,6 +94,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	r.posts[req.URL.Path]++
 	r.ctypes[ct]++
+	r.auth[req.URL.Path+" "+req.Header.Get("Authorization")]++
 	switch req.URL.Path {
 	case "/v1/traces":
 		var m collectortrace.ExportTraceServiceRequest
@@ -171,6 +174,13 @@ func (r *otlpReceiver) snapshot() ([]otlpSpan, []otlpLog, map[string]int) {
 		posts[k] = v
 	}
 	return append([]otlpSpan(nil), r.spans...), append([]otlpLog(nil), r.logs...), posts
+}
+
+// authorizations returns the POSTs so far by path and Authorization header.
+func (r *otlpReceiver) authorizations() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.auth)
 }
 
 // otlpAttrs flattens OTLP attributes: strings, bools, int64, float64, and

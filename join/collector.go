@@ -17,12 +17,14 @@ func (s *Session) Collector() prometheus.Collector {
 			"api_request events of the CLI's own telemetry by outcome: handled (handed to the pipeline), lost (its queue was full).", []string{"outcome"}, nil),
 		forwarded: prometheus.NewDesc("cbc_otel_cli_forward_lost_total",
 			"The CLI's log records and metric points not forwarded (queue full, export failed, unsupported), by signal.", []string{"signal"}, nil),
+		unauthorized: prometheus.NewDesc("cbc_otel_cli_requests_unauthorized_total",
+			"Requests to the CLI-telemetry receiver refused with 401, not the child's, by reason: missing (no Authorization header), malformed (not one Bearer token), wrong (another token).", []string{"reason"}, nil),
 	}
 }
 
 type collector struct {
-	s                                 *Session
-	spans, requests, calls, forwarded *prometheus.Desc
+	s                                               *Session
+	spans, requests, calls, forwarded, unauthorized *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -30,6 +32,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.requests
 	ch <- c.calls
 	ch <- c.forwarded
+	ch <- c.unauthorized
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -64,4 +67,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.requests, s.st.Busy.Load(), s.name, "busy")
 		counter(c.requests, s.st.WrongMethod.Load(), s.name, "wrong_method")
 	}
+	counter(c.unauthorized, rs.Unauthorized.Missing.Load(), clitelemetry.ReasonMissing)
+	counter(c.unauthorized, rs.Unauthorized.Malformed.Load(), clitelemetry.ReasonMalformed)
+	counter(c.unauthorized, rs.Unauthorized.Wrong.Load(), clitelemetry.ReasonWrong)
 }

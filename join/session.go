@@ -35,6 +35,9 @@ var forcedEnv = []string{
 	"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER", "OTEL_METRICS_EXPORTER",
 	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+	// The receiver's token: its only way in (the generic
+	// OTEL_EXPORTER_OTLP_HEADERS the child inherits is merged under these).
+	"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
 }
 
 // defaultEnv switch the CLI's own telemetry on, unless the environment
@@ -51,11 +54,13 @@ var defaultEnv = [][2]string{
 
 // ChildEnv is the child's environment: base (the wrapper's own), with the
 // CLI's telemetry switched on and pointed at the receiver (endpoint, a base
-// URL), and TRACEPARENT set to parent unless base has one. Precedence: the
+// URL, and headers, the value that presents its token:
+// clitelemetry.Receiver.Headers), and TRACEPARENT set to parent unless base
+// has one. Precedence: the
 // variables of forcedEnv are ours; the others are set only when base lacks
 // them. To set anything for the child alone, put it on the command line
 // (`-- env VAR=value claude ...`): it applies after us.
-func ChildEnv(base []string, endpoint string, parent trace.SpanContext) []string {
+func ChildEnv(base []string, endpoint, headers string, parent trace.SpanContext) []string {
 	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
 		return slices.Contains(forcedEnv, k)
@@ -67,7 +72,8 @@ func ChildEnv(base []string, endpoint string, parent trace.SpanContext) []string
 		env = append(env,
 			"OTEL_"+sig+"_EXPORTER=otlp",
 			"OTEL_EXPORTER_OTLP_"+sig+"_ENDPOINT="+endpoint+"/v1/"+strings.ToLower(sig),
-			"OTEL_EXPORTER_OTLP_"+sig+"_PROTOCOL=http/protobuf")
+			"OTEL_EXPORTER_OTLP_"+sig+"_PROTOCOL=http/protobuf",
+			"OTEL_EXPORTER_OTLP_"+sig+"_HEADERS="+headers)
 	}
 	for _, d := range defaultEnv {
 		if !has(d[0]) {
@@ -178,7 +184,7 @@ func (s *Session) ChildEnv(base []string) []string {
 	if s == nil || s.recv == nil {
 		return nil
 	}
-	return ChildEnv(base, s.recv.Endpoint(), s.parent)
+	return ChildEnv(base, s.recv.Endpoint(), s.recv.Headers(), s.parent)
 }
 
 // ChildDone runs once the child has exited: the receiver answers what is

@@ -21,14 +21,20 @@ func TestChildEnv(t *testing.T) {
 			"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp",
 			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:7/v1/traces", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://127.0.0.1:7/v1/logs",
 			"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf", "OTEL_LOGS_EXPORT_INTERVAL": "1000",
-			"TRACEPARENT": "00-01000000000000000000000000000000-0200000000000000-01",
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "authorization=Bearer%20tok", "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "authorization=Bearer%20tok",
+			"OTEL_EXPORTER_OTLP_METRICS_HEADERS": "authorization=Bearer%20tok",
+			"TRACEPARENT":                        "00-01000000000000000000000000000000-0200000000000000-01",
 		}},
 		{"cbc-otel's own export settings do not reach the child", []string{
 			"OTEL_TRACES_EXPORTER=none", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://collector:4318/v1/traces",
 			"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=https://collector:4318",
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS=x-api-key=collector-key", "OTEL_EXPORTER_OTLP_HEADERS=x-team=agents",
 		}, map[string]string{
 			"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:7/v1/traces",
 			"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/protobuf",
+			// the token, not the collector's key: that one is cbc-otel's
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "authorization=Bearer%20tok",
+			"OTEL_EXPORTER_OTLP_HEADERS":        "x-team=agents",
 			// the generic one stays: the per-signal ones win over it in the CLI
 			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318",
 		}},
@@ -41,7 +47,7 @@ func TestChildEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			env := ChildEnv(tc.base, "http://127.0.0.1:7", parent)
+			env := ChildEnv(tc.base, "http://127.0.0.1:7", "authorization=Bearer%20tok", parent)
 			got := map[string][]string{}
 			for _, kv := range env {
 				k, v, _ := strings.Cut(kv, "=")

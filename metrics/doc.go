@@ -69,8 +69,8 @@
 // negotiated, so exemplars show), /healthz and /readyz through
 // exporter-toolkit's web package (TLS and basic auth via --web.config.file);
 // Push sends to a Pushgateway; WriteFile writes text exposition atomically.
-// DefaultAddr is the documented port, :9478 (not 9464, which Claude Code's
-// own exporter uses).
+// DefaultAddr is the documented address, 127.0.0.1:9478 (loopback; port
+// 9478, not 9464, which Claude Code's own exporter uses).
 package metrics
 
 import ()

@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 )
 
-// DefaultAddr is cbc-otel's documented metrics address. 9464 is taken by
-// Claude Code's own Prometheus exporter, so a wrapper and the CLI it wraps
-// can both serve on one host.
-const DefaultAddr = ":9478"
+// DefaultAddr is cbc-otel's documented metrics address: loopback, so that
+// nothing (the runs page names workflows, agents and sessions) is served
+// beyond the host unless a flag says so. 9464 is taken by Claude Code's own
+// Prometheus exporter, so a wrapper and the CLI it wraps can both serve on
+// one host.
+const DefaultAddr = "127.0.0.1:9478"
 
 // DefaultTelemetryPath is where the metrics are served by default.
 const DefaultTelemetryPath = "/metrics"

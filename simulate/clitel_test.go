@@ -40,11 +40,12 @@ type receiver struct {
 	logs     []*logspb.LogRecord
 	resource []*commonpb.KeyValue
 	types    map[string]int // Content-Type → requests
+	auth     map[string]int // path and Authorization → requests
 	errs     []string
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{types: map[string]int{}}
+	r := &receiver{types: map[string]int{}, auth: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(r.srv.Close)
 	return r
@@ -72,6 +73,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.types[ct]++
+	r.auth[req.URL.Path+" "+req.Header.Get("Authorization")]++
 	if err != nil {
 		r.errs = append(r.errs, err.Error())
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -155,6 +157,9 @@ func telEnv(r *receiver, protocol string) map[string]string {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
+	// As run --join-cli-telemetry hands its receiver's token.
+	env[clitel.EnvTracesHeaders] = "authorization=Bearer%20sim-token"
+	env[clitel.EnvLogsHeaders] = "authorization=Bearer%20sim-token"
 	return env
 }
 
@@ -239,6 +244,9 @@ func TestCLITelemetry(t *testing.T) {
 			want := map[string]string{clitel.ProtocolJSON: "application/json", clitel.ProtocolProtobuf: "application/x-protobuf"}[protocol]
 			if len(r.types) != 1 || r.types[want] == 0 {
 				t.Errorf("content types %v, want only %s", r.types, want)
+			}
+			if len(r.auth) != 2 || r.auth["/v1/traces Bearer sim-token"] == 0 || r.auth["/v1/logs Bearer sim-token"] == 0 {
+				t.Errorf("requests by path and Authorization %v, want every one with the token of its headers variable", r.auth)
 			}
 			checkTelemetry(t, r, out, expect, len(telTurns)-1)
 		})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,11 +17,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	"github.com/cbc-otel/cbc-otel/simulate/clitel"
 )
 
 // fakeCLIEnv names the recording a test child replays as Claude Code with
@@ -47,6 +50,24 @@ func fakeCLI(dir string) int {
 		fmt.Fprintln(os.Stderr, "fake cli: no TRACEPARENT:", tp)
 		return 1
 	}
+	// What the CLI's exporters send: the headers variable of the signal
+	// (the receiver's token).
+	send := func(signal, body string) (*http.Response, error) {
+		sig := strings.ToUpper(signal)
+		req, err := http.NewRequest(http.MethodPost, os.Getenv("OTEL_EXPORTER_OTLP_"+sig+"_ENDPOINT"), strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		h, err := clitel.ParseHeaders(os.Getenv("OTEL_EXPORTER_OTLP_" + sig + "_HEADERS"))
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return http.DefaultClient.Do(req)
+	}
 	post := func(signal string) error {
 		b, err := os.ReadFile(filepath.Join(dir, signal+".jsonl"))
 		if err != nil {
@@ -60,14 +81,13 @@ func fakeCLI(dir string) int {
 				return err
 			}
 			body := strings.NewReplacer(recordedTrace, parts[1], recordedParent, parts[2]).Replace(string(rec.Body))
-			url := os.Getenv("OTEL_EXPORTER_OTLP_" + strings.ToUpper(signal) + "_ENDPOINT")
-			resp, err := http.Post(url, "application/json", strings.NewReader(body))
+			resp, err := send(signal, body)
 			if err != nil {
 				return err
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: %s", url, resp.Status)
+				return fmt.Errorf("%s: %s", signal, resp.Status)
 			}
 		}
 		return nil
@@ -76,7 +96,7 @@ func fakeCLI(dir string) int {
 		// Hostile payloads first: whatever the receiver answers, the
 		// child goes on as it would.
 		for _, body := range []string{"{not json", `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`, strings.Repeat("x", 9<<20)} {
-			if resp, err := http.Post(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "application/json", strings.NewReader(body)); err == nil {
+			if resp, err := send("traces", body); err == nil {
 				resp.Body.Close()
 			}
 		}
@@ -426,5 +446,103 @@ func TestJoinForwardsAndNeverChangesTheChild(t *testing.T) {
 	}
 	if sink.got["/v1/traces cbc-otel"] == 0 {
 		t.Errorf("none of our spans arrived: %v", sink.got)
+	}
+}
+
+// TestJoinReceiverRefusesOthers: while `run --join-cli-telemetry` runs its
+// child, other local processes that find the receiver (its port is no
+// secret) are refused: a span posted without a header, with another
+// scheme, or with another token never reaches the traces file, nor the
+// received-spans count; the token the child was handed gets in. Refusals
+// are counted by reason, and the token appears nowhere on the wrapper's
+// stderr, even at debug.
+func TestJoinReceiverRefusesOthers(t *testing.T) {
+	dir := t.TempDir()
+	envFile, spans, prom := filepath.Join(dir, "env"), filepath.Join(dir, "spans.jsonl"), filepath.Join(dir, "m.prom")
+	// The child tells the test where it exports and with what, then waits
+	// for its stdin to close.
+	script := `printf '%s\n%s\n%s\n' "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" "$OTEL_EXPORTER_OTLP_TRACES_HEADERS" "$TRACEPARENT" >"$1.tmp" && mv "$1.tmp" "$1"; exec cat`
+	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--log.level=debug", "--traces-file", spans, "--metrics-file", prom,
+		"--grace=100ms", "--", "sh", "-c", script, "sh", envFile)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") || strings.HasPrefix(kv, "OTEL_") })
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var lines []string
+	poll(t, 20*time.Second, "the child's environment", func() (bool, string) {
+		b, err := os.ReadFile(envFile)
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		return err == nil && len(lines) == 3, stderr.String()
+	})
+	endpoint, headers, parent := lines[0], lines[1], strings.Split(lines[2], "-")
+	token, ok := strings.CutPrefix(headers, "authorization=Bearer%20")
+	if !ok || len(token) < 40 || !strings.HasPrefix(endpoint, "http://127.0.0.1:") || len(parent) != 4 {
+		t.Fatalf("the child got endpoint %q, headers %q, TRACEPARENT %q", endpoint, headers, lines[2])
+	}
+	for i, tc := range []struct{ name, auth string }{
+		{"intruder-without-header", ""},
+		{"intruder-basic", "Basic dXNlcjpwYXNz"},
+		{"intruder-token-in-another-scheme", "Token " + token},
+		{"intruder-another-token", "Bearer " + strings.Repeat("A", len(token))},
+		{"from-the-child", "Bearer " + token},
+	} {
+		body := fmt.Sprintf(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":%q,"spanId":"%016x","parentSpanId":%q,"name":%q,"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}`,
+			parent[1], i+1, parent[2], tc.name)
+		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusUnauthorized
+		if tc.name == "from-the-child" {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, want)
+		}
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	var names []string
+	for _, s := range readTracesFile(t, spans) {
+		names = append(names, s.name)
+	}
+	if !slices.Contains(names, "from-the-child") || slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "intruder") }) {
+		t.Errorf("spans in the traces file %v: want the child's, no intruder's", names)
+	}
+	f, err := os.Open(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	for _, c := range []struct {
+		family, label string
+		want          map[string]float64
+	}{
+		{"cbc_otel_cli_requests_unauthorized_total", "reason", map[string]float64{"missing": 1, "malformed": 2, "wrong": 1}},
+		{"cbc_otel_cli_spans_total", "outcome", map[string]float64{"received": 1, "reparented": 0, "unmatched": 0, "foreign": 0, "overflow": 0}},
+	} {
+		got, err := sumFamily(bytes.NewReader(b), c.family, c.label)
+		if err != nil || !maps.Equal(got, c.want) {
+			t.Errorf("%s by %s: %v (%v), want %v", c.family, c.label, got, err, c.want)
+		}
+	}
+	if log := stderr.String(); strings.Contains(log, token) || strings.Count(log, "request refused") != 4 {
+		t.Errorf("stderr shows the token (%v) or not the 4 refusals:\n%s", strings.Contains(log, token), log)
 	}
 }

@@ -37,6 +37,7 @@ type metricsFlags struct {
 	flushTimeout                              time.Duration // --push.timeout
 	serve                                     bool          // the listen and push flags were registered
 	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
+	noListen                                  bool          // run: --web.listen-address defaults to off
 	webRuns                                   int           // --web.runs: finished runs on the page at /; 0: no page
 	page                                      http.Handler  // the page at / (telemetry's runs page); nil: none
 	web                                       webFlags      // --web.telemetry-path and the other exporter conventions
@@ -49,8 +50,15 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 	m.serve = serve
 	m.flushTimeout = defaultFlushTimeout
 	if serve {
-		fs.StringVar(&m.listen, "web.listen-address", metrics.DefaultAddr,
-			"address of the /metrics, /healthz and /readyz endpoints (empty disables; 9478 is cbc-otel's port, 9464 is Claude Code's)")
+		// run serves nothing unless asked (issue 29): an SDK starts one
+		// wrapper per session, and a port they all want is a fight whose
+		// losers write errors into the CLI's stderr.
+		def := metrics.DefaultAddr
+		if m.noListen {
+			def = ""
+		}
+		fs.StringVar(&m.listen, "web.listen-address", def,
+			"address of the /metrics, /healthz and /readyz endpoints and the runs page: 127.0.0.1:9478 on loopback, :9478 on every interface (then protect the page with --web.config.file); empty disables. 9464 is Claude Code's port")
 		fs.StringVar(&m.webConfig, "web.config.file", "",
 			"exporter-toolkit web config file enabling TLS and/or basic auth on the metrics endpoint")
 		fs.IntVar(&m.webRuns, "web.runs", runspage.DefaultRuns,

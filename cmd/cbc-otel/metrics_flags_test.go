@@ -35,7 +35,7 @@ func TestMetricsFlagsRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.listen != ":9478" || m.pushJob != "cbc-otel" || m.maxWorkflows != 200 || m.file != "" || m.pushURL != "" || m.webConfig != "" {
+	if m.listen != "127.0.0.1:9478" || m.pushJob != "cbc-otel" || m.maxWorkflows != 200 || m.file != "" || m.pushURL != "" || m.webConfig != "" {
 		t.Errorf("defaults = %+v", *m)
 	}
 	if m.flushTimeout != defaultFlushTimeout {

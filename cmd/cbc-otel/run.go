@@ -51,6 +51,7 @@ func defaultRunConfig() runConfig {
 		tapQueue:     2 << 20,
 	}
 	// The telemetry flags keep their defaults in their registration.
+	c.tel.metrics.noListen = true
 	c.tel.register(flag.NewFlagSet("defaults", flag.ContinueOnError), true)
 	return c
 }
@@ -66,6 +67,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
 	fs.StringVar(&c.stepSummary, "step-summary", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
 	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
+	c.tel.metrics.noListen = true // no port, no page unless --web.listen-address
 	c.tel.register(fs, true)
 	c.spool.register(fs)
 }
@@ -164,11 +166,6 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 	fs.Visit(func(f *flag.Flag) { cfg.explicit[f.Name] = true })
 	if !cfg.explicit["step-summary"] {
 		cfg.stepSummary = os.Getenv("GITHUB_STEP_SUMMARY")
-	}
-	if cfg.spool.dir != "" && !cfg.explicit["web.listen-address"] {
-		// The sidecar serves /metrics, on the same port by default: a
-		// spooling wrapper does not compete for it unless asked.
-		cfg.tel.metrics.listen = ""
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, false, fail(stderr, "run", exitUsage, err)

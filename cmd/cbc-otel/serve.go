@@ -92,11 +92,15 @@ func (c *serveConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// warnAtStart says what would otherwise go unnoticed: a directory to follow
-// that does not exist (serve waits for it, /readyz says so), and an idle
+// warnAtStart says what would otherwise go unnoticed: no state directory
+// (a restart then counts everything again), a directory to follow that
+// does not exist (serve waits for it, /readyz says so), and an idle
 // timeout shorter than the spool writers' heartbeat when spool files are
 // followed at all.
 func (c *serveConfig) warnAtStart(log *slog.Logger) {
+	if c.stateDir == "" {
+		log.Warn(noStateDirWarning)
+	}
 	for _, d := range c.missingDirs() {
 		log.Warn("a directory to follow does not exist; nothing is read there until it does", "dir", d)
 	}
@@ -105,6 +109,10 @@ func (c *serveConfig) warnAtStart(log *slog.Logger) {
 			"idle_timeout", c.idleTimeout, "heartbeat", spool.Heartbeat)
 	}
 }
+
+// noStateDirWarning is serve's line at start without --state-dir.
+const noStateDirWarning = "no --state-dir: nothing is checkpointed; after a restart every file still there is read again from the start, " +
+	"its runs counted again, and every counter restarts at zero"
 
 // missingDirs lists the directories of the globs that do not exist (or are
 // not directories), in order, once each.

@@ -88,8 +88,14 @@ func (s *served) metric(name, label string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return sumFamily(resp.Body, name, label)
+}
+
+// sumFamily sums a family of a text exposition by one label ("" sums
+// everything).
+func sumFamily(r io.Reader, name, label string) (map[string]float64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +206,13 @@ func (r recording) split() (head, tail []byte) {
 func (r recording) all() []byte { return bytes.Join(r.lines, nil) }
 
 // matches reports how serve's totals differ from want ("" if equal).
-func (s *served) matches(want recording) string {
-	runs, err := s.metric("cbc_workflow_runs_total", "status")
+func (s *served) matches(want recording) string { return want.differs(s.metric) }
+
+// differs reports how the totals metric reads differ from r's ("" if
+// equal).
+func (r recording) differs(metric func(name, label string) (map[string]float64, error)) string {
+	want := r
+	runs, err := metric("cbc_workflow_runs_total", "status")
 	if err != nil {
 		return err.Error()
 	}
@@ -211,8 +222,8 @@ func (s *served) matches(want recording) string {
 			diffs = append(diffs, fmt.Sprintf("%s %v want %v", st, runs[st], want.runs[st]))
 		}
 	}
-	agents, _ := s.metric("cbc_workflow_agents_total", "")
-	tokens, _ := s.metric("cbc_workflow_tokens_total", "")
+	agents, _ := metric("cbc_workflow_agents_total", "")
+	tokens, _ := metric("cbc_workflow_tokens_total", "")
 	if agents[""] != want.agents || tokens[""] != want.tokens {
 		diffs = append(diffs, fmt.Sprintf("agents %v want %v, tokens %v want %v", agents[""], want.agents, tokens[""], want.tokens))
 	}
@@ -366,10 +377,12 @@ func TestServeWarnsAtStart(t *testing.T) {
 		args      []string
 		missing   bool
 		heartbeat bool
+		noState   bool
 	}{
-		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false},
-		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false},
-		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true},
+		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false, true},
+		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false, true},
+		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true, true},
+		{"state dir", []string{"--spool-dir", dir, "--state-dir", t.TempDir()}, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServed(t, tc.args...)
@@ -380,6 +393,19 @@ func TestServeWarnsAtStart(t *testing.T) {
 			}
 			if strings.Contains(got, "heartbeat") != tc.heartbeat {
 				t.Errorf("heartbeat warning: %v, want %v:\n%s", !tc.heartbeat, tc.heartbeat, got)
+			}
+			// Without a state directory: one warn line, before "following",
+			// saying what a restart does.
+			head, _, _ := strings.Cut(got, "msg=following")
+			want := 0
+			if tc.noState {
+				want = 1
+			}
+			if n := strings.Count(head, "level=WARN msg=\"no --state-dir: "); n != want {
+				t.Errorf("no-state-dir warnings before following: %d, want %d:\n%s", n, want, got)
+			}
+			if tc.noState && !strings.Contains(head, "read again from the start, its runs counted again, and every counter restarts at zero") {
+				t.Errorf("the no-state-dir warning does not say what a restart does:\n%s", got)
 			}
 			resp, err := http.Get("http://" + s.addr + "/readyz")
 			if err != nil {

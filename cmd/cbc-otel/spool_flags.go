@@ -24,7 +24,7 @@ type spoolFlags struct {
 func (s *spoolFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.dir, "spool-dir", "",
 		"also write the tapped stdout (without control_response lines, which carry credentials; with the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
-			"run then does no processing of its own unless --spool.process, and --web.listen-address defaults to off")
+			"run then does no processing of its own unless --spool.process")
 	fs.BoolVar(&s.process, "spool.process", false,
 		"with --spool-dir, also run the pipeline and telemetry in the wrapper as without it")
 }

@@ -3,6 +3,7 @@ package helm_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -320,8 +321,18 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 		t.Errorf("serve --state-dir=%q, state mount %+v", serveArgs["state-dir"], sm)
 	}
 
-	// The metrics port: the flag, the container port, the probes.
-	_, portStr, _ := strings.Cut(serveArgs["web.listen-address"], ":")
+	// The metrics port: the flag, the container port, the probes. The
+	// address is given: serve's default is loopback, which neither
+	// Prometheus nor the kubelet's probes reach; the wrappers listen on
+	// nothing (they spool).
+	if _, set := runArgs["web.listen-address"]; set {
+		t.Errorf("cbc-otel run --web.listen-address=%q: the wrappers spool, the sidecar serves", runArgs["web.listen-address"])
+	}
+	addr, set := serveArgs["web.listen-address"]
+	host, portStr, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); !set || err != nil || (host != "" && (ip == nil || !ip.IsUnspecified())) {
+		t.Errorf("serve --web.listen-address=%q (given: %v): want every interface, :PORT or 0.0.0.0:PORT, for the scrape and the probes", addr, set)
+	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || len(sidecar.Ports) != 1 || int(sidecar.Ports[0].ContainerPort) != port || sidecar.Ports[0].Name != "metrics" {
 		t.Errorf("--web.listen-address=%q, ports %+v", serveArgs["web.listen-address"], sidecar.Ports)
@@ -433,13 +444,14 @@ func TestJoinCliTelemetry(t *testing.T) {
 	}
 }
 
-// TestDefaultPortIsTheBinarys: the chart's default port is serve's own
-// default listen address.
+// TestDefaultPortIsTheBinarys: the chart's default port is the port of
+// serve's own default listen address (whose host, loopback, the chart
+// replaces: checkManifest).
 func TestDefaultPortIsTheBinarys(t *testing.T) {
 	fl := subcommandFlags(t, "serve")
 	def := fl["web.listen-address"]
 	v := loadValues(t)
-	if def != ":"+strconv.Itoa(v.Sidecar.Port) {
+	if host, port, err := net.SplitHostPort(def); err != nil || host != "127.0.0.1" || port != strconv.Itoa(v.Sidecar.Port) {
 		t.Errorf("serve --web.listen-address defaults to %q, the chart's sidecar.port is %d", def, v.Sidecar.Port)
 	}
 	for _, f := range []string{"spool-dir", "state-dir", "web.config.file", "idle-timeout", "poll-interval", "checkpoint-interval", "spool.keep", "spool.max-bytes", "otlp.protocol", "traces.capture-previews"} {

@@ -31,6 +31,9 @@ const (
 	EnvProtocol          = "OTEL_EXPORTER_OTLP_PROTOCOL"          // http/json or http/protobuf (default)
 	EnvTracesProtocol    = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"   // per signal, wins over EnvProtocol
 	EnvLogsProtocol      = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"     // per signal, wins over EnvProtocol
+	EnvHeaders           = "OTEL_EXPORTER_OTLP_HEADERS"           // key=value,... sent with every export
+	EnvTracesHeaders     = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"    // per signal, merged over EnvHeaders
+	EnvLogsHeaders       = "OTEL_EXPORTER_OTLP_LOGS_HEADERS"      // per signal, merged over EnvHeaders
 	EnvTracesInterval    = "OTEL_TRACES_EXPORT_INTERVAL"          // ms between exports during the run (default 5000)
 	EnvLogsInterval      = "OTEL_LOGS_EXPORT_INTERVAL"            // ms between exports during the run (default 5000)
 	EnvShutdownTimeout   = "CLAUDE_CODE_OTEL_SHUTDOWN_TIMEOUT_MS" // bound of the final flush (default 2000)
@@ -63,6 +66,9 @@ type Settings struct {
 	TracesURL, LogsURL string
 	// TracesProtocol and LogsProtocol are ProtocolJSON or ProtocolProtobuf.
 	TracesProtocol, LogsProtocol string
+	// TracesHeaders and LogsHeaders are sent with every export (e.g. the
+	// token of run --join-cli-telemetry's receiver).
+	TracesHeaders, LogsHeaders map[string]string
 	// TraceID and ParentSpanID come from TRACEPARENT; zero without it.
 	TraceID      [16]byte
 	ParentSpanID [8]byte
@@ -126,11 +132,27 @@ func Parse(getenv func(string) string) (Settings, error) {
 		}
 		return "", fmt.Errorf("%s: protocol %q not supported (want %s or %s)", specific, p, ProtocolJSON, ProtocolProtobuf)
 	}
+	headers := func(specific string) (map[string]string, error) {
+		h, err := ParseHeaders(getenv(EnvHeaders))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvHeaders, err)
+		}
+		more, err := ParseHeaders(getenv(specific))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", specific, err)
+		}
+		for k, v := range more { // the JS SDK's merge: per signal over generic
+			h[k] = v
+		}
+		return h, nil
+	}
 	var err error
 	if t.Spans {
 		t.TracesURL = endpoint(EnvTracesEndpoint, "/v1/traces")
 		errs = append(errs, checkURL(EnvTracesEndpoint, t.TracesURL))
 		t.TracesProtocol, err = protocol(EnvTracesProtocol)
+		errs = append(errs, err)
+		t.TracesHeaders, err = headers(EnvTracesHeaders)
 		errs = append(errs, err)
 		t.TracesInterval, err = millis(getenv, EnvTracesInterval, defaultInterval)
 		errs = append(errs, err)
@@ -139,6 +161,8 @@ func Parse(getenv func(string) string) (Settings, error) {
 		t.LogsURL = endpoint(EnvLogsEndpoint, "/v1/logs")
 		errs = append(errs, checkURL(EnvLogsEndpoint, t.LogsURL))
 		t.LogsProtocol, err = protocol(EnvLogsProtocol)
+		errs = append(errs, err)
+		t.LogsHeaders, err = headers(EnvLogsHeaders)
 		errs = append(errs, err)
 		t.LogsInterval, err = millis(getenv, EnvLogsInterval, defaultInterval)
 		errs = append(errs, err)
@@ -163,6 +187,30 @@ func Environ(endpoint, protocol string) []string {
 		env = append(env, EnvProtocol+"="+protocol)
 	}
 	return env
+}
+
+// ParseHeaders reads an OTLP headers variable as the OTel SDKs do:
+// "key=value,key2=value2", each key and value percent-decoded and trimmed,
+// empty entries skipped; an entry without "=" or a key that is empty is
+// an error.
+func ParseHeaders(v string) (map[string]string, error) {
+	h := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("header %q: no '='", kv)
+		}
+		k, kerr := url.PathUnescape(strings.TrimSpace(k))
+		val, verr := url.PathUnescape(strings.TrimSpace(val))
+		if err := errors.Join(kerr, verr); err != nil || k == "" {
+			return nil, fmt.Errorf("header %q: not key=value, percent-encoded", kv)
+		}
+		h[strings.TrimSpace(k)] = strings.TrimSpace(val)
+	}
+	return h, nil
 }
 
 // truthy reads a boolean switch the way the CLI does: "1" or "true".

@@ -1,6 +1,7 @@
 package clitel
 
 import (
+	"maps"
 	"testing"
 	"time"
 )
@@ -38,5 +39,41 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(with(bad...)); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+// TestParseHeaders: the OTLP headers variables as the SDKs read them, and
+// Parse's merge of the generic one under the per-signal ones.
+func TestParseHeaders(t *testing.T) {
+	for in, want := range map[string]map[string]string{
+		"":                                 {},
+		"authorization=Bearer%20tok":       {"authorization": "Bearer tok"},
+		" a = 1 ,b=x%2Cy,, c=":             {"a": "1", "b": "x,y", "c": ""},
+		"x-api-key=s3cret%20one,x-team=ag": {"x-api-key": "s3cret one", "x-team": "ag"},
+	} {
+		got, err := ParseHeaders(in)
+		if err != nil || !maps.Equal(got, want) {
+			t.Errorf("ParseHeaders(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"novalue", "=v", "a=%zz"} {
+		if h, err := ParseHeaders(bad); err == nil {
+			t.Errorf("ParseHeaders(%q) = %v, no error", bad, h)
+		}
+	}
+	env := envOf(map[string]string{EnvEnableTelemetry: "1", EnvEnhancedTelemetry: "1", EnvTracesExporter: "otlp", EnvLogsExporter: "otlp",
+		EnvHeaders: "x-team=agents,authorization=Bearer%20generic", EnvTracesHeaders: "authorization=Bearer%20traces"})
+	set, err := Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"x-team": "agents", "authorization": "Bearer traces"}; !maps.Equal(set.TracesHeaders, want) {
+		t.Errorf("traces headers %v, want %v", set.TracesHeaders, want)
+	}
+	if want := map[string]string{"x-team": "agents", "authorization": "Bearer generic"}; !maps.Equal(set.LogsHeaders, want) {
+		t.Errorf("logs headers %v, want %v", set.LogsHeaders, want)
+	}
+	if _, err := Parse(envOf(map[string]string{EnvEnableTelemetry: "1", EnvLogsExporter: "otlp", EnvLogsHeaders: "broken"})); err == nil {
+		t.Error("a malformed per-signal headers variable: no error")
 	}
 }

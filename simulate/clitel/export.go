@@ -30,6 +30,7 @@ const (
 // them, so that a slow or absent receiver never holds up stdout.
 type exportQueue[T any] struct {
 	url      string
+	headers  map[string]string
 	json     bool
 	wrap     func([]T) proto.Message // the request for a batch
 	interval time.Duration
@@ -43,9 +44,9 @@ type exportQueue[T any] struct {
 	dropped int // session goroutine only
 }
 
-func startQueue[T any](url, protocol string, interval time.Duration, warn func(error), wrap func([]T) proto.Message) *exportQueue[T] {
+func startQueue[T any](url, protocol string, headers map[string]string, interval time.Duration, warn func(error), wrap func([]T) proto.Message) *exportQueue[T] {
 	life, cancel := context.WithCancel(context.Background())
-	e := &exportQueue[T]{url: url, json: protocol == ProtocolJSON, wrap: wrap, interval: interval,
+	e := &exportQueue[T]{url: url, headers: headers, json: protocol == ProtocolJSON, wrap: wrap, interval: interval,
 		client: &http.Client{}, warn: warn, q: make(chan T, queueCap), done: make(chan struct{}),
 		life: life, cancel: cancel}
 	go e.run()
@@ -122,6 +123,9 @@ func (e *exportQueue[T]) post(ctx context.Context, m proto.Message) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
 	if err != nil {
 		return err
+	}
+	for k, v := range e.headers {
+		req.Header.Set(k, v)
 	}
 	req.Header.Set("Content-Type", ct)
 	resp, err := e.client.Do(req)

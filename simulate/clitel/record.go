@@ -104,13 +104,13 @@ func New(set Settings, o Options) *Recorder {
 	seed := uint64(o.Seed) ^ 0x7e1e7e1e
 	c := &Recorder{set: set, o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), sessionID: o.SessionID}
 	if set.Spans {
-		c.spans = startQueue(set.TracesURL, set.TracesProtocol, set.TracesInterval, warn, func(b []*tracepb.Span) proto.Message {
+		c.spans = startQueue(set.TracesURL, set.TracesProtocol, set.TracesHeaders, set.TracesInterval, warn, func(b []*tracepb.Span) proto.Message {
 			return &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{Resource: resource(o.Version),
 				ScopeSpans: []*tracepb.ScopeSpans{{Scope: &commonpb.InstrumentationScope{Name: "com.anthropic.claude_code.tracing", Version: "1.0.0"}, Spans: b}}}}}
 		})
 	}
 	if set.Logs {
-		c.logs = startQueue(set.LogsURL, set.LogsProtocol, set.LogsInterval, warn, func(b []*logspb.LogRecord) proto.Message {
+		c.logs = startQueue(set.LogsURL, set.LogsProtocol, set.LogsHeaders, set.LogsInterval, warn, func(b []*logspb.LogRecord) proto.Message {
 			return &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{Resource: resource(o.Version),
 				ScopeLogs: []*logspb.ScopeLogs{{Scope: &commonpb.InstrumentationScope{Name: "com.anthropic.claude_code.events", Version: o.Version}, LogRecords: b}}}}}
 		})

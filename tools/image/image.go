@@ -32,7 +32,9 @@ const (
 	// runs as non-root, and 65532 is what Kubernetes users expect.
 	UID = 65532
 	GID = 65532
-	// MetricsPort is serve's default --web.listen-address port.
+	// MetricsPort is the port of serve's default --web.listen-address
+	// (127.0.0.1:9478): in a container it takes --web.listen-address
+	// :9478, as the chart gives, to be reached on it.
 	MetricsPort = "9478/tcp"
 	// Source is the repository, for the org.opencontainers.image.source label.
 	Source = "https://github.com/cbc-otel/cbc-otel"
