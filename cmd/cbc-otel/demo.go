@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -96,6 +97,9 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
 	rc.collect = !c.live // a live demo runs for hours: keep no run
+	// Every series says it is the demo's: the shipped alert rules leave
+	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
+	rc.tel.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
 	return rc
 }
 

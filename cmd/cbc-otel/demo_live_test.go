@@ -66,7 +66,7 @@ func TestDemoLiveCountersGrow(t *testing.T) {
 // tasks), no span starts before the demo did or ends after the receiver
 // got it, no run on the page starts after the page's own clock, and the
 // runs' durations (one workflow at a time) add up to no more than the wall
-// time that passed. At --speed 0.1 a clock scaled by 1/speed would run ten
+// time that passed; every series on /metrics has demo="true". At --speed 0.1 a clock scaled by 1/speed would run ten
 // times ahead and fail every one of these.
 func TestDemoLiveOnTheWallClock(t *testing.T) {
 	clearOTelEnv(t)
@@ -117,6 +117,19 @@ func TestDemoLiveOnTheWallClock(t *testing.T) {
 	})
 	if checks == 0 {
 		t.Error("no run's start on the runs page to check")
+	}
+	// Every series is marked as the demo's, which the shipped alert rules
+	// leave out (dashboards/rules/tests/demo.yml).
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "#") && !strings.Contains(line, `demo="true"`) {
+			t.Errorf("a series of the demo without demo=\"true\": %s", line)
+		}
 	}
 	if code := s.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
