@@ -201,7 +201,7 @@ func New(opts Options) (*Metrics, error) {
 		Help: "Workflow runs announced (task_started, or adopted from a snapshot mid-stream).",
 	}, []string{"workflow"})
 	m.runsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cbc_workflow_runs_total",
+		Name: workflowRunsFamily,
 		Help: "Workflow runs that reached a terminal status (completed, failed, stopped, abandoned), counted once per run.",
 	}, []string{"workflow", "status"})
 	m.runsActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
