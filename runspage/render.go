@@ -100,10 +100,10 @@ type pageView struct {
 	Refresh                                  int
 	Kept, OpenCap                            int
 	Finished, Dropped                        uint64
+	Open, Done                               []runView
 	// Before is the finished runs counted in /metrics before a restart
 	// (SetFinishedBefore), which the page never saw.
-	Before     int64
-	Open, Done []runView
+	Before int64
 }
 
 type runView struct {
@@ -111,10 +111,7 @@ type runView struct {
 	Start, Duration, Axis                string
 	Tokens, ToolUses                     int64
 	Agents                               int64
-	// Settling: the run has finished and waits out its grace window for
-	// late snapshots; it is listed with the finished runs.
-	Settling                 bool
-	Error, Reason, Interrupt string
+	Error, Reason, Interrupt             string
 	// Stalled is "stalled" while the run is, else "stalled ×N" when it
 	// was (--stall-after), else "".
 	Stalled string
@@ -126,6 +123,9 @@ type runView struct {
 	// when the run or an agent has one.
 	Cost    string
 	HasCost bool
+	// Settling: the run has finished and waits out its grace window for
+	// late snapshots; it is listed with the finished runs.
+	Settling bool
 }
 
 type rowView struct {
