@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
@@ -161,7 +162,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 
 // announceDemo says what the demo runs and where to look.
 func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
-	what := fmt.Sprintf("%d simulated %s workflow(s)", len(cfg.scenarios), cfg.dialect)
+	what := count.Of(len(cfg.scenarios), "simulated "+cfg.dialect+" workflow")
 	if cfg.live {
 		what = fmt.Sprintf("simulated %s workflows, one every %v until interrupted (Ctrl-C),", cfg.dialect, cfg.pace)
 	}
