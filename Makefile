@@ -49,14 +49,15 @@ demo:
 	$(GO) run ./cmd/cbc-otel demo
 
 # docs/runs-page.png, the README's picture of the page at /: `demo --hold`
-# serves its runs, headless Chromium (Debian package chromium) takes the
+# serves its runs (at --speed 0.5: the simulator's times are the wall
+# clock's, so at 0 every bar would be 0 ms), headless Chromium (Debian package chromium) takes the
 # screenshot, the demo is stopped. Run it when the page changes; make test
 # does not (the e2e test checks the page's DOM instead).
 CHROMIUM        ?= chromium
 SCREENSHOT_ADDR ?= 127.0.0.1:19478
 screenshot: build
 	@tmp=$$(mktemp -d); \
-	$(BIN) demo --speed 0 --hold --web.listen-address $(SCREENSHOT_ADDR) >/dev/null 2>$$tmp/demo.err & pid=$$!; \
+	$(BIN) demo --speed 0.5 --hold --web.listen-address $(SCREENSHOT_ADDR) >/dev/null 2>$$tmp/demo.err & pid=$$!; \
 	for i in $$(seq 600); do grep -q 'until interrupted' $$tmp/demo.err && break; sleep 0.1; done; \
 	if grep -q 'until interrupted' $$tmp/demo.err; then \
 		$(CHROMIUM) --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
@@ -73,9 +74,21 @@ screenshot: build
 # helper-process and end-to-end tests. A test whose real tool (Prometheus,
 # Jaeger, Helm, the SDKs) is missing skips, and go test still says ok: so
 # internal/realtool appends each skip to the file CBC_SKIP_LOG names, and
-# the list ends the output. The exit status is go test's.
+# the list ends the output, then how long it took. The exit status is go
+# test's.
+#
+# What turns the real-tool tests on (.ci/run sets them all):
+#   prometheus, promtool  on PATH (Debian package prometheus)
+#   JAEGER_BIN            a Jaeger v2 (tools/jaeger/build.sh; else built, minutes)
+#   HELM_BIN              a Helm v3 (tools/helm/build.sh; else built)
+#   CBC_SDK_DIR           npm ci'd e2e/sdk: the Claude Agent SDK, its native
+#                         Claude Code 2.1.328, the CodeBuddy SDK (default e2e/sdk)
+#   CHROMIUM_BIN          headless Chromium (else chromium on PATH)
+#   CI=true               a missing tool fails its tests instead of skipping
+# Each package's tests are bounded by -timeout 30m; the end-to-end ones
+# with every tool take minutes (the e2e package alone several).
 test: vet fmt-check cover-floor
-	@skips=$$(mktemp); \
+	@skips=$$(mktemp); start=$$(date +%s); \
 	echo "CBC_SKIP_LOG=$$skips $(GO) test -race -count=1 -timeout 30m $(PKGS)"; \
 	CBC_SKIP_LOG=$$skips $(GO) test -race -count=1 -timeout 30m $(PKGS); rc=$$?; \
 	echo; \
@@ -85,6 +98,7 @@ test: vet fmt-check cover-floor
 	else \
 		echo "=== no real-tool test was skipped"; \
 	fi; \
+	echo "=== make test: go test took $$(( $$(date +%s) - start )) s"; \
 	rm -f $$skips; exit $$rc
 
 race: test

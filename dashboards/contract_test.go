@@ -45,7 +45,9 @@ type family struct {
 func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 	t.Helper()
 	stats := new(ingest.Stats)
-	m, err := metrics.New(metrics.Options{Stats: stats, Version: "test"})
+	// The demo's registry: every family also carries the label the rules
+	// exclude the demo by.
+	m, err := metrics.New(metrics.Options{Stats: stats, Version: "test", ConstLabels: map[string]string{metrics.DemoLabel: "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ type MixinConfig struct {
 	SLOTarget float64 `yaml:"sloTarget"`
 	// Stopped is how stopped runs count: excluded, good or bad.
 	Stopped string `yaml:"stopped"`
+	// Demo is whether the series of `cbc-otel demo` (demo="true") enter
+	// the alerts and recording rules: excluded (default) or included.
+	Demo string `yaml:"demo"`
 	// GroupBy are the labels the SLO, the cost recording and the stall
 	// alert are computed per (e.g. [namespace]); none means one SLO.
 	GroupBy []string `yaml:"groupBy"`
@@ -73,6 +76,7 @@ func (c MixinConfig) Options() Options {
 	o := Options{Tracing: c.Tracing, Rules: RuleOptions{
 		Target:       c.SLOTarget,
 		Stopped:      StoppedPolicy(c.Stopped),
+		Demo:         DemoPolicy(c.Demo),
 		GroupBy:      c.GroupBy,
 		JobRegex:     c.Selector,
 		RunbookURL:   c.RunbookURL,
@@ -153,6 +157,7 @@ func mixinConfigDefault() MixinConfig {
 		Selector:     DefaultJobRegex,
 		SLOTarget:    DefaultTarget,
 		Stopped:      string(StoppedExcluded),
+		Demo:         string(DemoExcluded),
 		GroupBy:      []string{},
 		RunbookURL:   DefaultRunbookURL,
 		InterruptP95: model.Duration(DefaultInterruptP95),

@@ -194,6 +194,7 @@ func TestMixinOtherConfig(t *testing.T) {
 selector: my-job
 sloTarget: 0.995
 stopped: bad
+demo: included
 groupBy: [namespace, cluster]
 burnWindows:
   - {severity: critical, factor: 10, short: 10m, long: 2h}
@@ -219,6 +220,9 @@ tracing: jaeger
 	}
 	if strings.Contains(a, AlertSLOTicket) {
 		t.Errorf("alerts.yaml has %s without a warning burn window", AlertSLOTicket)
+	}
+	if strings.Contains(a+r, demoMatcher) {
+		t.Errorf("demo: included, but the rules still leave out %s", demoMatcher)
 	}
 	for _, want := range []string{"vector(0.995)", `status=~"failed|abandoned|stopped"`, "sum by (namespace, cluster)(rate(", "[2h]", "[10m]"} {
 		if !strings.Contains(r, want) {

@@ -48,6 +48,22 @@ const (
 	StoppedBad      StoppedPolicy = "bad"      // an error (e.g. users cancel runs that hang)
 )
 
+// DemoPolicy says whether the series of `cbc-otel demo` (every one carries
+// demo="true") enter the rules.
+type DemoPolicy string
+
+// Demo policies. The default leaves them out: a demo scraped by a shared
+// Prometheus must page nobody, and its failed and stopped runs are
+// scripted, not news.
+const (
+	DemoExcluded DemoPolicy = "excluded" // every cbc_* selector has demo!="true" (default)
+	DemoIncluded DemoPolicy = "included" // the demo's series count like any other
+)
+
+// demoMatcher is the matcher that leaves the demo's series out; the label
+// is metrics.DemoLabel (the contract test checks it against the registry).
+const demoMatcher = `demo!="true"`
+
 // RuleOptions parameterizes the Prometheus rules. The zero value renders
 // the committed default (rules/cbc-otel.rules.yml).
 type RuleOptions struct {
@@ -55,6 +71,9 @@ type RuleOptions struct {
 	Target float64
 	// Stopped is how stopped runs count; "" means StoppedExcluded.
 	Stopped StoppedPolicy
+	// Demo is whether the demo's series (demo="true") count; "" means
+	// DemoExcluded.
+	Demo DemoPolicy
 	// GroupBy are labels the SLI is computed per (e.g. namespace); none
 	// means one SLO over every workflow run Prometheus sees.
 	GroupBy []string
@@ -92,6 +111,13 @@ func (o RuleOptions) withDefaults() (RuleOptions, error) {
 	case StoppedExcluded, StoppedGood, StoppedBad:
 	default:
 		return o, fmt.Errorf("dashboards: unknown stopped policy %q (want excluded, good or bad)", o.Stopped)
+	}
+	switch o.Demo {
+	case "":
+		o.Demo = DemoExcluded
+	case DemoExcluded, DemoIncluded:
+	default:
+		return o, fmt.Errorf("dashboards: unknown demo policy %q (want excluded or included)", o.Demo)
 	}
 	for _, l := range o.GroupBy {
 		if !model.LegacyValidation.IsValidLabelName(l) {
@@ -343,6 +369,19 @@ func statusMatcher(ss []string) string {
 	return `status=~"` + strings.Join(ss, "|") + `"`
 }
 
+// sel is a selector of metric with matchers, plus the demo's exclusion
+// under DemoExcluded: every rule on cbc_* series goes through it, so that
+// no alert and no SLO sees the demo.
+func (o RuleOptions) sel(metric string, matchers ...string) string {
+	if o.Demo != DemoIncluded {
+		matchers = append(matchers, demoMatcher)
+	}
+	if len(matchers) == 0 {
+		return metric
+	}
+	return metric + "{" + strings.Join(matchers, ", ") + "}"
+}
+
 func sloLabels(extra map[string]string) map[string]string {
 	l := map[string]string{"sloth_id": SLOID, "sloth_service": SLOService, "sloth_slo": SLOName}
 	for k, v := range extra {
@@ -365,9 +404,9 @@ func (o RuleOptions) sliRecordings() RuleGroup {
 		r := o.scaled(w)
 		g.Rules = append(g.Rules, Rule{
 			Record: RecordSLIError + nominal,
-			Expr: fmt.Sprintf("(\n  sum%s(rate(%s{%s}[%s]))\n)\n/\n(\n  sum%s(rate(%s{%s}[%s]))\n)\n",
-				o.by(), workflowRunsMetric, statusMatcher(errs), r,
-				o.by(), workflowRunsMetric, statusMatcher(total), r),
+			Expr: fmt.Sprintf("(\n  sum%s(rate(%s[%s]))\n)\n/\n(\n  sum%s(rate(%s[%s]))\n)\n",
+				o.by(), o.sel(workflowRunsMetric, statusMatcher(errs)), r,
+				o.by(), o.sel(workflowRunsMetric, statusMatcher(total)), r),
 			Labels: sloLabels(map[string]string{"sloth_window": nominal}),
 		})
 	}
@@ -470,7 +509,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 		},
 		{
 			Alert: AlertExportErrors,
-			Expr:  `sum by (` + opLabels + `) (increase(cbc_otel_export_errors_total[` + o.scaled(10*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `) (increase(` + o.sel("cbc_otel_export_errors_total") + `[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
 				"severity": SeverityWarning,
@@ -482,7 +521,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 		},
 		{
 			Alert: AlertSpansDropped,
-			Expr:  `sum by (` + opLabels + `) (increase(cbc_otel_spans_dropped_total[` + o.scaled(10*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `) (increase(` + o.sel("cbc_otel_spans_dropped_total") + `[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
 				"severity": SeverityWarning,
@@ -494,7 +533,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 		},
 		{
 			Alert: AlertTapDropping,
-			Expr:  `sum by (` + opLabels + `, source) (rate(cbc_otel_tap_dropped_bytes_total[` + o.scaled(5*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `, source) (rate(` + o.sel("cbc_otel_tap_dropped_bytes_total") + `[` + o.scaled(5*time.Minute) + `])) > 0`,
 			For:   o.scaled(10 * time.Minute),
 			Labels: map[string]string{
 				"severity": SeverityWarning,
@@ -506,7 +545,7 @@ func (o RuleOptions) exporterAlerts() RuleGroup {
 		},
 		{
 			Alert: AlertLinesRejected,
-			Expr:  `sum by (` + opLabels + `, reason) (increase(cbc_otel_lines_rejected_total[` + o.scaled(10*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `, reason) (increase(` + o.sel("cbc_otel_lines_rejected_total") + `[` + o.scaled(10*time.Minute) + `])) > 0`,
 			For:   o.scaled(20 * time.Minute),
 			Labels: map[string]string{
 				"severity": SeverityInfo,
@@ -525,7 +564,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 	return RuleGroup{Name: ruleGroupWorkflows, Rules: []Rule{
 		{
 			Alert: AlertProtocolViolations,
-			Expr:  `sum by (` + opLabels + `, kind) (increase(cbc_protocol_violations_total[` + o.scaled(10*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `, kind) (increase(` + o.sel("cbc_protocol_violations_total") + `[` + o.scaled(10*time.Minute) + `])) > 0`,
 			// A violation in every 10-minute window for 20 minutes: they
 			// keep coming. One stray late event does not fire.
 			For: o.scaled(20 * time.Minute),
@@ -539,7 +578,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 		},
 		{
 			Alert: AlertAbandonedRuns,
-			Expr:  `sum by (` + opLabels + `, workflow) (increase(cbc_workflow_runs_total{status="abandoned"}[` + o.scaled(30*time.Minute) + `])) > 0`,
+			Expr:  `sum by (` + opLabels + `, workflow) (increase(` + o.sel(workflowRunsMetric, `status="abandoned"`) + `[` + o.scaled(30*time.Minute) + `])) > 0`,
 			Labels: map[string]string{
 				"severity": SeverityWarning,
 			},
@@ -552,9 +591,9 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			Alert: AlertInterruptLatency,
 			// Native histogram when Prometheus ingests it, else the classic
 			// buckets: the same alert works with either scrape setting.
-			Expr: "(\n  histogram_quantile(0.95, sum by (" + opLabels + ") (rate(cbc_interrupt_stop_seconds[" + ir + "])))\n" +
+			Expr: "(\n  histogram_quantile(0.95, sum by (" + opLabels + ") (rate(" + o.sel("cbc_interrupt_stop_seconds") + "[" + ir + "])))\n" +
 				"  or\n" +
-				"  histogram_quantile(0.95, sum by (" + opLabels + ", le) (rate(cbc_interrupt_stop_seconds_bucket[" + ir + "])))\n" +
+				"  histogram_quantile(0.95, sum by (" + opLabels + ", le) (rate(" + o.sel("cbc_interrupt_stop_seconds_bucket") + "[" + ir + "])))\n" +
 				") > " + p95 + "\n",
 			For: o.scaled(15 * time.Minute),
 			Labels: map[string]string{
@@ -573,7 +612,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			// workflow's problem, and a pod restart must not re-fire it.
 			// The gauge already waited --stall-after without an event;
 			// 5 more minutes let a slow tool call or model turn finish.
-			Expr:   `sum` + o.byWith("workflow") + ` (` + workflowStalledMetric + `) > 0`,
+			Expr:   `sum` + o.byWith("workflow") + ` (` + o.sel(workflowStalledMetric) + `) > 0`,
 			For:    o.scaled(5 * time.Minute),
 			Labels: map[string]string{"severity": SeverityWarning},
 			Annotations: o.annotations("workflow-stalled",
@@ -611,8 +650,8 @@ func (o RuleOptions) costRecordings() RuleGroup {
 	w := o.scaled(time.Hour)
 	return RuleGroup{Name: ruleGroupCost, Rules: []Rule{{
 		Record: RecordCostPerSuccessfulRun,
-		Expr: fmt.Sprintf("sum%s (increase(%s[%s]))\n/\n(sum%s (increase(%s{status=\"completed\"}[%s])) > 0)\n",
-			by, workflowCostMetric, w, by, workflowRunsMetric, w),
+		Expr: fmt.Sprintf("sum%s (increase(%s[%s]))\n/\n(sum%s (increase(%s[%s])) > 0)\n",
+			by, o.sel(workflowCostMetric), w, by, o.sel(workflowRunsMetric, `status="completed"`), w),
 	}}}
 }
 

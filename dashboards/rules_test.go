@@ -6,13 +6,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v2"
 
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+	"github.com/cbc-otel/cbc-otel/metrics"
 )
 
 // requirePromtool returns promtool's path. Without it the test skips
@@ -198,7 +202,7 @@ func TestRunbooksExist(t *testing.T) {
 // rendered into rules that would never fire.
 func TestRuleOptionsValidate(t *testing.T) {
 	for _, o := range []RuleOptions{
-		{Target: 1}, {Target: -0.5}, {Target: 99}, {Stopped: "maybe"}, {GroupBy: []string{"bad-label"}}, {WindowScale: -1},
+		{Target: 1}, {Target: -0.5}, {Target: 99}, {Stopped: "maybe"}, {Demo: "maybe"}, {GroupBy: []string{"bad-label"}}, {WindowScale: -1},
 		{BurnWindows: []BurnWindow{{"page", 14.4, 5 * time.Minute, time.Hour}}},
 		{BurnWindows: []BurnWindow{{SeverityCritical, 14.4, time.Hour, 5 * time.Minute}}},
 		{BurnWindows: []BurnWindow{{SeverityWarning, 1, 6 * time.Hour, DefaultPeriod}}},
@@ -222,6 +226,46 @@ func TestRuleOptionsValidate(t *testing.T) {
 	for _, want := range []string{"[5s]", "[1m]", "[24m]", "[1h12m]", "[12h]", "record: slo:sli_error:ratio_rate1h"} {
 		if !bytes.Contains(scaled, []byte(want)) {
 			t.Errorf("scaled rendering lacks %q", want)
+		}
+	}
+}
+
+// TestRulesLeaveOutTheDemo proves every selector of a cbc_* series in the
+// default rules has demo!="true" (the demo's series, metrics.DemoLabel),
+// except absent(cbc_otel_build_info): a demo is a cbc-otel exporter that
+// reports. With DemoIncluded none has it.
+func TestRulesLeaveOutTheDemo(t *testing.T) {
+	p := parser.NewParser(parser.Options{})
+	for _, demo := range []DemoPolicy{"", DemoIncluded} {
+		rf, err := Rules(RuleOptions{Demo: demo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				expr, err := p.ParseExpr(r.Expr)
+				if err != nil {
+					t.Fatalf("%s%s: %v", r.Alert, r.Record, err)
+				}
+				parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+					vs, ok := node.(*parser.VectorSelector)
+					if !ok || !strings.HasPrefix(vs.Name, "cbc_") || vs.Name == "cbc_otel_build_info" {
+						return nil
+					}
+					n++
+					left := slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool {
+						return m.Name == metrics.DemoLabel && m.Type == labels.MatchNotEqual && m.Value == "true"
+					})
+					if left != (demo == "") {
+						t.Errorf("demo %q: %s%s: selector %s", demo, r.Alert, r.Record, vs)
+					}
+					return nil
+				})
+			}
+		}
+		if n < 20 {
+			t.Errorf("demo %q: %d cbc_* selectors, want every rule's", demo, n)
 		}
 	}
 }

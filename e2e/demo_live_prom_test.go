@@ -25,26 +25,7 @@ import (
 func TestDemoLivePanels(t *testing.T) {
 	promBin := requirePrometheus(t)
 	bin := promBuildCLI(t)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
-	logs := &promLockedBuffer{}
-	demo := exec.Command(bin, "demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr)
-	demo.Stderr = logs
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { demo.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			demo.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("demo stderr:\n%s", logs.String())
-		}
-	})
+	addr, demo, exited := startLiveDemo(t, bin)
 	prom := startPrometheus(t, promBin, addr)
 
 	queries := overviewPanelQueries(t)
@@ -121,4 +102,33 @@ func overviewPanelQueries(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// startLiveDemo starts `demo --live` (fast: --speed 0.05, --pace 100ms) on
+// a free loopback port, killed at the test's end and its stderr logged if
+// the test failed. It returns the listen address, the command and a
+// channel closed when it exits.
+func startLiveDemo(t *testing.T, bin string) (string, *exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
+	logs := &promLockedBuffer{}
+	demo := exec.Command(bin, "demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr)
+	demo.Stderr = logs
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { demo.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			demo.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("demo stderr:\n%s", logs.String())
+		}
+	})
+	return addr, demo, exited
 }

@@ -64,6 +64,8 @@
 // become "other" and are counted apart. task_type is capped the same way (32 values),
 // and model (Options.MaxModels, default 20).
 // Identifiers (task, run, session, agent) are never labels.
+// Options.ConstLabels go on every series: `cbc-otel demo` sets
+// demo="true" (DemoLabel), which the shipped rules exclude.
 //
 // Serving, pushing and writing: Listen/Serve expose /metrics (OpenMetrics
 // negotiated, so exemplars show), /healthz and /readyz through

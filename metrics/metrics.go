@@ -91,7 +91,15 @@ type Options struct {
 	// (for a metrics file of a replay, where they describe the replaying
 	// process and not the recording).
 	NoRuntimeCollectors bool
+	// ConstLabels are added to every series. `cbc-otel demo` sets
+	// demo="true" (DemoLabel), which the shipped alert rules exclude, so
+	// that a demo scraped by a shared Prometheus pages nobody.
+	ConstLabels prometheus.Labels
 }
+
+// DemoLabel is the label, with the value "true", on every series of
+// `cbc-otel demo`.
+const DemoLabel = "demo"
 
 // Metrics is an ingest.Sink that maintains the cbc_* metrics in its own
 // registry. Observe may be called from several pipelines' goroutines at
@@ -193,7 +201,7 @@ func New(opts Options) (*Metrics, error) {
 		Help: "Workflow runs announced (task_started, or adopted from a snapshot mid-stream).",
 	}, []string{"workflow"})
 	m.runsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cbc_workflow_runs_total",
+		Name: workflowRunsFamily,
 		Help: "Workflow runs that reached a terminal status (completed, failed, stopped, abandoned), counted once per run.",
 	}, []string{"workflow", "status"})
 	m.runsActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -273,8 +281,12 @@ func New(opts Options) (*Metrics, error) {
 	if !opts.NoRuntimeCollectors {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	var reg prometheus.Registerer = m.reg
+	if len(opts.ConstLabels) > 0 {
+		reg = prometheus.WrapRegistererWith(opts.ConstLabels, m.reg)
+	}
 	for _, c := range cs {
-		if err := m.reg.Register(c); err != nil {
+		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: registering collector: %w", err)
 		}
 	}

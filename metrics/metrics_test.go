@@ -559,3 +559,36 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestConstLabelsOnEverySeries: the demo's label is on every series of
+// every family, the runtime collectors' too, and on none without it.
+func TestConstLabelsOnEverySeries(t *testing.T) {
+	for _, cl := range []map[string]string{{DemoLabel: "true"}, nil} {
+		m, err := New(Options{Version: "t", ConstLabels: cl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fams, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		series := 0
+		for _, f := range fams {
+			for _, s := range f.GetMetric() {
+				series++
+				got := ""
+				for _, l := range s.GetLabel() {
+					if l.GetName() == DemoLabel {
+						got = l.GetValue()
+					}
+				}
+				if got != cl[DemoLabel] {
+					t.Errorf("const labels %v: %s has demo=%q", cl, f.GetName(), got)
+				}
+			}
+		}
+		if series < 30 {
+			t.Errorf("%d series gathered", series)
+		}
+	}
+}

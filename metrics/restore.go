@@ -308,6 +308,21 @@ func (c *Cumulative) Gather() ([]*dto.MetricFamily, error) {
 	return out, err
 }
 
+// BaseRuns is the workflow runs the base counts (cbc_workflow_runs_total,
+// every status): those that finished before this process, as restored.
+func (c *Cumulative) BaseRuns() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var n float64
+	for _, m := range c.base[workflowRunsFamily].GetMetric() {
+		n += m.GetCounter().GetValue()
+	}
+	return uint64(n)
+}
+
+// workflowRunsFamily is the counter of finished workflow runs.
+const workflowRunsFamily = "cbc_workflow_runs_total"
+
 // Totals returns the cumulative families (base plus live), to be saved and
 // given to SetBase of the next process.
 func (c *Cumulative) Totals() ([]*dto.MetricFamily, error) {

@@ -8,6 +8,7 @@ import (
 	"unicode"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
 )
 
@@ -81,7 +82,7 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 		}
 	}
 	if mainKnown {
-		fmt.Fprintf(&b, "Main conversation: %s in %s\n\n", usdText(main.CostUSD), plural(int(main.Calls), "model call"))
+		fmt.Fprintf(&b, "Main conversation: %s in %s\n\n", usdText(main.CostUSD), count.Of(main.Calls, "model call"))
 		t.usd += main.CostUSD
 		t.costKnown = true
 	}
@@ -116,11 +117,11 @@ func (t *mdTotals) add(r *ingest.Run) {
 
 // line is the totals line.
 func (t *mdTotals) line(runs int) string {
-	s := "**Total:** " + plural(runs, "workflow run")
+	s := "**Total:** " + count.Of(runs, "workflow run")
 	if runs > 0 {
 		s += " (" + countsText(t.runStatus[:], ingest.TerminalStatuses()) + ")"
 	}
-	s += fmt.Sprintf(", %s, %d tokens", plural(t.tasks, "background task"), t.tokens)
+	s += ", " + count.Of(t.tasks, "background task") + ", " + count.Of(t.tokens, "token")
 	if t.costKnown {
 		s += ", " + usdText(t.usd)
 	}
@@ -223,12 +224,4 @@ func mdEscape(s string, n int) string {
 		}
 	}
 	return strings.TrimSpace(b.String())
-}
-
-// plural is "1 workflow run", "2 workflow runs".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
 )
 
@@ -59,12 +60,12 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	}
 	for _, s := range opts.Sessions {
 		if s.CostUSD != nil {
-			fmt.Fprintf(&b, "session %s: main conversation %s in %d model calls\n", cut(s.SessionID, 40), usdText(*s.CostUSD), s.ModelCalls)
+			fmt.Fprintf(&b, "session %s: main conversation %s in %s\n", cut(s.SessionID, 40), usdText(*s.CostUSD), count.Of(s.ModelCalls, "model call"))
 		}
 	}
 	if stats != nil {
 		s := StatsOf(stats)
-		fmt.Fprintf(&b, "stream: %d lines, %s", s.Lines, bytesText(s.Bytes))
+		fmt.Fprintf(&b, "stream: %s, %s", count.Of(s.Lines, "line"), bytesText(s.Bytes))
 		for _, k := range sortedKeys(s.Rejected) {
 			fmt.Fprintf(&b, ", rejected %s=%d", k, s.Rejected[k])
 		}
@@ -83,7 +84,7 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if name == "" {
 		name = "(unnamed workflow)"
 	}
-	fmt.Fprintf(b, "%s %s  %s  %s  %d tokens  %d tool uses  ", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), wf.Tokens, wf.ToolUses)
+	fmt.Fprintf(b, "%s %s  %s  %s  %s  %s  ", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), count.Of(wf.Tokens, "token"), count.Of(wf.ToolUses, "tool use"))
 	if wf.CostUSD != nil {
 		fmt.Fprintf(b, "%s  ", usdText(*wf.CostUSD))
 	}
@@ -144,7 +145,7 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 		line += " " + usdText(*c.CostUSD)
 	}
 	if a.EndInferred {
-		line += "  (no end given: the run's)"
+		line += "  (no end given: drawn to the run's end)"
 	}
 	if a.Error != "" {
 		line += "  " + cut(a.Error, 60)

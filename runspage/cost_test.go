@@ -47,7 +47,7 @@ func TestPageCostGolden(t *testing.T) {
 
 	got := render(t, p)
 	golden.Assert(t, "testdata/page-cost.golden.html", []byte(got))
-	for _, want := range []string{"1 agents · $0.5000 ·", `<td class="tok cost">$0.5000</td>`, "2 agents · $0.0123 ·", `<td class="tok cost">$0.0123</td>`, `colspan="5"`} {
+	for _, want := range []string{"1 agent · $0.5000 ·", `<td class="tok cost">$0.5000</td>`, "2 agents · $0.0123 ·", `<td class="tok cost">$0.0123</td>`, `colspan="5"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("page lacks %q", want)
 		}

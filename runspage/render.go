@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
@@ -20,7 +21,9 @@ import (
 //go:embed page.html.tmpl
 var pageText string
 
-var pageTmpl = template.Must(template.New("page").Parse(pageText))
+var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
+	"count": count.Of[int64], // "1 agent", "2 agents"
+}).Parse(pageText))
 
 // axisUnits is the width of every bar's SVG viewBox: a bar's x and width
 // are in these units, the SVG is stretched to its cell.
@@ -73,14 +76,18 @@ func (p *Page) Render(w io.Writer) error {
 		Refresh:   max(1, int(p.opts.Refresh/time.Second)),
 		Kept:      p.opts.Runs,
 		OpenCap:   p.opts.Open,
-		Finished:  s.finished,
+		Finished:  s.finished + uint64(len(s.settling)),
 		Dropped:   s.dropped,
+		Before:    int64(s.before),
 	}
 	if v.Version == "" {
 		v.Version = "unknown"
 	}
 	for i := range s.open {
 		v.Open = append(v.Open, runOf(&s.open[i], now.UnixMilli()))
+	}
+	for i := range s.settling {
+		v.Done = append(v.Done, runOf(&s.settling[i], now.UnixMilli()))
 	}
 	for i := range s.done {
 		v.Done = append(v.Done, runOf(&s.done[i], now.UnixMilli()))
@@ -94,13 +101,16 @@ type pageView struct {
 	Kept, OpenCap                            int
 	Finished, Dropped                        uint64
 	Open, Done                               []runView
+	// Before is the finished runs counted in /metrics before a restart
+	// (SetFinishedBefore), which the page never saw.
+	Before int64
 }
 
 type runView struct {
 	Name, Status, TaskID, RunID, Session string
 	Start, Duration, Axis                string
 	Tokens, ToolUses                     int64
-	Agents                               int
+	Agents                               int64
 	Error, Reason, Interrupt             string
 	// Stalled is "stalled" while the run is, else "stalled ×N" when it
 	// was (--stall-after), else "".
@@ -108,11 +118,14 @@ type runView struct {
 	// Nested says, for a nested run, who launched it ("" otherwise).
 	Nested                     string
 	Rows                       []rowView
-	HiddenAgents, HiddenPhases int
+	HiddenAgents, HiddenPhases int64
 	// Cost is the run's cost ("" unknown); HasCost adds the cost column,
 	// when the run or an agent has one.
 	Cost    string
 	HasCost bool
+	// Settling: the run has finished and waits out its grace window for
+	// late snapshots; it is listed with the finished runs.
+	Settling bool
 }
 
 type rowView struct {
@@ -142,8 +155,8 @@ func runOf(e *entry, nowMs int64) runView {
 	rv := runView{
 		Name: name, Status: r.Status.String(), TaskID: clean(r.TaskID, 80), RunID: clean(r.RunID, 80), Session: clean(r.SessionID, 80),
 		Start: stamp(time.UnixMilli(t0)), Axis: durtext.Millis(t1 - t0), Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
-		Agents: len(r.Agents) + e.hiddenAgents, Error: clean(r.Error, 300), Reason: clean(r.Reason, 80),
-		HiddenAgents: e.hiddenAgents, HiddenPhases: e.hiddenPhases,
+		Agents: int64(len(r.Agents) + e.hiddenAgents), Error: clean(r.Error, 300), Reason: clean(r.Reason, 80),
+		HiddenAgents: int64(e.hiddenAgents), HiddenPhases: int64(e.hiddenPhases), Settling: r.Finished && !r.Finalized,
 	}
 	if t0 == 0 {
 		rv.Start = "-"

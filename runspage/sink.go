@@ -77,6 +77,17 @@ type Page struct {
 	done     []*entry // finalized, oldest first, at most opts.Runs
 	finished uint64   // finalized workflow runs seen
 	dropped  uint64   // open runs dropped over Open
+	before   uint64   // finished runs counted before a restart (SetFinishedBefore)
+}
+
+// SetFinishedBefore tells the page how many workflow runs finished before
+// this process started, as restored from a state directory: /metrics
+// counts them, the page never saw them, and says so instead of "no run has
+// finished yet".
+func (p *Page) SetFinishedBefore(n uint64) {
+	p.mu.Lock()
+	p.before = n
+	p.mu.Unlock()
 }
 
 // entry is the page's copy of one run. A finalized entry never changes; an
@@ -269,25 +280,33 @@ func keep(old, s string) string {
 }
 
 // snapshot is what one request renders: copies of the entries (their
-// slices shared, which the sink then copies before any change).
+// slices shared, which the sink then copies before any change). settling
+// are the open entries whose run has finished and waits out its grace
+// window: they are shown as finished.
 type snapshot struct {
-	open, done        []entry
-	finished, dropped uint64
+	open, settling, done      []entry
+	finished, dropped, before uint64
 }
 
 // snapshot copies the page's state under the lock: open runs newest
-// first, then finalized runs newest first.
+// first, settling runs newest first, then finalized runs newest first.
 func (p *Page) snapshot() snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := snapshot{finished: p.finished, dropped: p.dropped, open: make([]entry, 0, len(p.open)), done: make([]entry, 0, len(p.done))}
+	s := snapshot{finished: p.finished, dropped: p.dropped, before: p.before, open: make([]entry, 0, len(p.open)), done: make([]entry, 0, len(p.done))}
 	for _, e := range p.open {
 		e.shared = true
-		s.open = append(s.open, *e)
+		if e.run.Finished {
+			s.settling = append(s.settling, *e)
+		} else {
+			s.open = append(s.open, *e)
+		}
 	}
 	for i := len(p.done) - 1; i >= 0; i-- {
 		s.done = append(s.done, *p.done[i])
 	}
-	slices.SortFunc(s.open, func(a, b entry) int { return cmp.Compare(b.seq, a.seq) })
+	newest := func(a, b entry) int { return cmp.Compare(b.seq, a.seq) }
+	slices.SortFunc(s.open, newest)
+	slices.SortFunc(s.settling, newest)
 	return s
 }

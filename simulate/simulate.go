@@ -48,7 +48,9 @@ type Config struct {
 	// Dialect is DialectCBC ("" = cbc) or DialectClaude.
 	Dialect string
 	// Speed scales the scripted delays: 1 is realistic (tens to hundreds of
-	// ms per agent step), 0 means no waiting at all.
+	// ms per agent step), 0 means no waiting at all. The simulator waits
+	// each delay times Speed; without Epoch its timestamps are the wall
+	// clock's, so the durations they show are the scripted ones times Speed.
 	Speed float64
 	// Seed derives session, task, run and agent ids and the noise text.
 	Seed int64
@@ -135,7 +137,7 @@ func Run(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 	g := newIDs(cfg.Seed)
 	s := &session{
 		ctx: ctx, cfg: cfg, out: stdout, in: in, ids: g,
-		clk:       newClock(cfg.Epoch, cfg.Speed),
+		clk:       newClock(cfg.Epoch),
 		sessionID: g.uuid(),
 		stopTasks: map[string]bool{},
 		// Markers as the corpus writes them: [[SCENARIO:complete]] or
@@ -218,29 +220,23 @@ func contentText(c json.RawMessage) string {
 
 // clock yields epoch milliseconds. The virtual clock only moves when the
 // script says time passed, which is what makes --epoch output reproducible.
+// Without an epoch it is the wall clock: every time the simulator writes is
+// the time it writes it, and --speed paces the script (pause waits the
+// scripted delay times speed) instead of stretching the clock, so a live
+// demo never dates a frame ahead of the wall (or of the wrapper, which
+// stamps what has no time of its own on arrival).
 type clock struct {
 	virtual bool
 	now     int64
-	// Scaled wall clock: time runs 1/speed as fast as the wall, so that the
-	// timestamps keep the scripted durations whatever --speed is.
-	wall0 time.Time
-	base  int64
-	speed float64
 }
 
 // newClock returns the session's clock: virtual from epoch when one is
-// given, virtual from now when speed is 0 (nothing waits, so the clock
-// moves by the scripted durations only), else the wall clock scaled by
-// 1/speed.
-func newClock(epoch int64, speed float64) *clock {
-	switch {
-	case epoch != 0:
+// given, else the wall clock.
+func newClock(epoch int64) *clock {
+	if epoch != 0 {
 		return &clock{virtual: true, now: epoch}
-	case speed <= 0:
-		return &clock{virtual: true, now: time.Now().UnixMilli()}
 	}
-	now := time.Now()
-	return &clock{wall0: now, base: now.UnixMilli(), speed: speed}
+	return &clock{}
 }
 
 // Now returns the current time in epoch ms.
@@ -248,7 +244,7 @@ func (c *clock) Now() int64 {
 	if c.virtual {
 		return c.now
 	}
-	return c.base + int64(float64(time.Since(c.wall0).Milliseconds())/c.speed)
+	return time.Now().UnixMilli()
 }
 
 // advance moves the virtual clock forward; the wall clock moves by itself.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/count"
+	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -96,6 +98,9 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
 	rc.collect = !c.live // a live demo runs for hours: keep no run
+	// Every series says it is the demo's: the shipped alert rules leave
+	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
+	rc.tel.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
 	return rc
 }
 
@@ -157,16 +162,23 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 
 // announceDemo says what the demo runs and where to look.
 func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
-	what := fmt.Sprintf("%d simulated %s workflow(s)", len(cfg.scenarios), cfg.dialect)
+	what := count.Of(len(cfg.scenarios), "simulated "+cfg.dialect+" workflow")
 	if cfg.live {
 		what = fmt.Sprintf("simulated %s workflows, one every %v until interrupted (Ctrl-C),", cfg.dialect, cfg.pace)
 	}
 	fmt.Fprintf(w, "cbc-otel demo: running %s under the wrapper: %s\n", what, strings.Join(cfg.scenarios, ", "))
-	if a := tel.metrics.listenAddr(); a != nil {
+	switch a := tel.metrics.listenAddr(); {
+	case a != nil && (cfg.live || cfg.hold):
 		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
 		if tel.page != nil {
 			fmt.Fprintf(w, "cbc-otel demo: the runs at http://%s/\n", displayAddr(a))
 		}
+	case a != nil:
+		// Its URLs would be dead a second later: say how to keep them.
+		fmt.Fprintln(w, "cbc-otel demo: /metrics and the runs page are up only while the demo runs; add --hold to keep them up after the summary, or --live")
+	}
+	if cfg.joinCLI {
+		fmt.Fprintln(w, "cbc-otel demo: costs come from the simulated CLI's own telemetry, joined (cbc_workflow_cost_usd_total, cbc_cli_cost_usd_total, the $ in the summary); cbc_cost_usd_total, which counts the CLI's result lines, stays 0: the simulator writes total_cost_usd 0 there, as CodeBuddy does (Claude Code writes the session's total)")
 	}
 	switch {
 	case tel.traces.enabled():

@@ -82,8 +82,8 @@ func TestPackageGraph(t *testing.T) {
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext"},
+		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
+		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.

@@ -34,13 +34,14 @@ type metricsFlags struct {
 	workflowAllow                             string         // --metrics.workflow-allow, REGEX or FILE
 	allow                                     *regexp.Regexp // workflowAllow compiled by validate
 	maxWorkflows, maxModels                   int
-	flushTimeout                              time.Duration // --push.timeout
-	serve                                     bool          // the listen and push flags were registered
-	noPush                                    bool          // serve: a sidecar is scraped, it has no push flags
-	noListen                                  bool          // run: --web.listen-address defaults to off
-	webRuns                                   int           // --web.runs: finished runs on the page at /; 0: no page
-	page                                      http.Handler  // the page at / (telemetry's runs page); nil: none
-	web                                       webFlags      // --web.telemetry-path and the other exporter conventions
+	flushTimeout                              time.Duration     // --push.timeout
+	serve                                     bool              // the listen and push flags were registered
+	noPush                                    bool              // serve: a sidecar is scraped, it has no push flags
+	noListen                                  bool              // run: --web.listen-address defaults to off
+	webRuns                                   int               // --web.runs: finished runs on the page at /; 0: no page
+	page                                      http.Handler      // the page at / (telemetry's runs page); nil: none
+	web                                       webFlags          // --web.telemetry-path and the other exporter conventions
+	constLabels                               map[string]string // on every series: demo's demo="true"
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -200,6 +201,7 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 		// A replay's file describes the recording, not the replaying process.
 		// --web.disable-exporter-metrics: the same for a live process.
 		NoRuntimeCollectors: !m.serve || m.web.noExporterMetrics,
+		ConstLabels:         m.constLabels,
 	})
 	if err != nil {
 		return nil, err

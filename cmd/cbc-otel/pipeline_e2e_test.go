@@ -211,10 +211,13 @@ func TestE2EDemo(t *testing.T) {
 			if stats == nil || len(stats["violations"].(map[string]any)) != 0 {
 				t.Errorf("stats %v", stats)
 			}
-			for _, want := range []string{"metrics at http://127.0.0.1:", "traces to "} {
+			for _, want := range []string{"up only while the demo runs; add --hold", "traces to "} {
 				if !strings.Contains(stderr.String(), want) {
 					t.Errorf("demo did not say where to look (%q):\n%s", want, stderr.String())
 				}
+			}
+			if strings.Contains(stderr.String(), "http://127.0.0.1:") {
+				t.Errorf("a plain demo printed URLs that are dead once it ends:\n%s", stderr.String())
 			}
 			tr, err := os.ReadFile(tracesFile)
 			if err != nil || !bytes.Contains(tr, []byte(`"name":"invoke_workflow sim-review"`)) {

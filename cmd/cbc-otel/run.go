@@ -141,6 +141,15 @@ Runs CMD with stdin, stdout and stderr passed through byte-exact, taps its
 stdout and stdin for telemetry, and exits with CMD's status (128+N when
 signal N killed it; 127 not found, 126 not executable, 2 usage, 1 internal).
 
+examples:
+  # Claude Code headless; /metrics and the runs page on loopback, spans to a collector
+  cbc-otel run --web.listen-address 127.0.0.1:9478 --otlp.endpoint http://127.0.0.1:4317 -- claude -p --input-format stream-json --output-format stream-json --verbose
+  # the script an SDK starts instead of the CLI, once per session: no port of its
+  # own, the stream spooled for one long-lived "cbc-otel serve --spool-dir DIR"
+  exec cbc-otel run --spool-dir /var/spool/cbc-otel -- claude "$@"
+  # a CI step: the runs as a Markdown step summary, the metrics in a file
+  cbc-otel run --step-summary "$GITHUB_STEP_SUMMARY" --metrics-file metrics.prom -- claude -p "Review the diff" --output-format stream-json --verbose
+
 flags:
 `
 

@@ -631,3 +631,25 @@ func TestE2EStdoutClosedEarly(t *testing.T) {
 		})
 	}
 }
+
+// The examples of `run -h` are valid command lines: each parses and
+// validates, and wraps a command.
+func TestRunUsageExamples(t *testing.T) {
+	shell := strings.NewReplacer(`"$@"`, "", `"$GITHUB_STEP_SUMMARY"`, "summary.md", `"Review the diff"`, "review")
+	n := 0
+	for line := range strings.Lines(runUsage) {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "exec "))
+		if !strings.HasPrefix(line, "cbc-otel run ") {
+			continue
+		}
+		n++
+		args := strings.Fields(shell.Replace(line))[2:]
+		cfg, ok, code := parseRunArgs(args, io.Discard)
+		if !ok || len(cfg.command) == 0 || cfg.command[0] != "claude" {
+			t.Errorf("example %q: ok %v, code %d, command %q", line, ok, code, cfg.command)
+		}
+	}
+	if n < 3 {
+		t.Errorf("%d examples in run's usage, want 3", n)
+	}
+}

@@ -202,6 +202,9 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		log.Error("restoring state", "err", err)
 		code = exitFailure
 	} else {
+		if tel.page != nil {
+			tel.page.SetFinishedBefore(cum.BaseRuns()) // /metrics counts them, the page never saw them
+		}
 		log.Info("following", "globs", cfg.globs(), "state_dir", cfg.stateDir, "traces", tel.traces.describe())
 		if err := eng.Run(ctx); err != nil {
 			log.Error("final checkpoint", "err", err)

@@ -293,6 +293,22 @@ func TestServeTeeFileIdleAndRestart(t *testing.T) {
 	if m, _ := s2.metric("cbc_otel_follow_streams", ""); m[""] != 0 {
 		t.Fatalf("the finished file is followed again: %v", m)
 	}
+	// The runs page lists none of them, and says where they are counted.
+	n := 0.0
+	for _, v := range rec.runs {
+		n += v
+	}
+	resp, err := http.Get("http://" + s2.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"No workflow run has finished since this process started.", fmt.Sprintf("%.0f workflow runs finished before the last restart: counted in /metrics", n)} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the runs page after a restart lacks %q", want)
+		}
+	}
 }
 
 // A state directory that cannot be written is an error at start (exit 1),

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -231,6 +232,7 @@ type otlpReceiver struct {
 	mu      sync.Mutex
 	reqs    []*collectortrace.ExportTraceServiceRequest
 	headers []metadata.MD
+	at      []time.Time // when each request arrived
 }
 
 func (o *otlpReceiver) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
@@ -239,6 +241,7 @@ func (o *otlpReceiver) Export(ctx context.Context, req *collectortrace.ExportTra
 	defer o.mu.Unlock()
 	o.reqs = append(o.reqs, req)
 	o.headers = append(o.headers, md)
+	o.at = append(o.at, time.Now())
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
