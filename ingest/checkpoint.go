@@ -27,6 +27,9 @@ type TrackerState struct {
 	// Tombstones are the (task id, run id) of finalized runs still
 	// remembered, oldest first.
 	Tombstones [][2]string `json:"tombstones,omitempty"`
+	// Launchers are what the last finalized run of each task remembered
+	// left for the runs that name it later, oldest first (nested.go).
+	Launchers []AgentRef `json:"launchers,omitempty"`
 	// Sessions are the cost baselines of the sessions seen, least
 	// recently used first (see Turn). A checkpoint of an older version has
 	// none: each session's next result then counts in full, once.
@@ -76,6 +79,7 @@ func (t *Tracker) Snapshot() TrackerState {
 	for _, k := range t.tombOrder {
 		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
 	}
+	s.Launchers = t.ended.list()
 	s.Sessions = t.sess.Snapshot()
 	return s
 }
@@ -156,6 +160,14 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 	for len(t.tombOrder) > t.maxTombs {
 		delete(t.tombs, t.tombOrder[0])
 		t.tombOrder = t.tombOrder[1:]
+	}
+	if len(s.Launchers) > 0 {
+		t.ended.byTask = make(map[string]endedRun, len(s.Launchers))
+		for _, ref := range s.Launchers {
+			if ref.TaskID != "" {
+				t.ended.put(ref, t.maxTombs, t.stats)
+			}
+		}
 	}
 	loadSessions()
 	return nil

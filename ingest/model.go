@@ -151,12 +151,21 @@ type Run struct {
 	ToolUseID    string
 	ParentTaskID string // only when that task was seen in the stream
 	// SpawnDepth is task_started's spawn_depth: 1 top level, N+1 when
-	// launched from inside a depth-N run; 0 when the stream did not say.
+	// launched from inside a depth-N run; 0 when the stream did not say
+	// (a workflow's task_started never does).
 	SpawnDepth int
-	// Parent is the agent that launched this nested run, when the stream
-	// said which (parent_agent_id, or a sub-agent task's parent_task_id)
-	// and it was still known; its TaskID is empty otherwise.
-	Parent      AgentRef
+	// Parent is the run that launched this nested run while it was
+	// running (a sub-agent task's parent_task_id; with parent_agent_id,
+	// the agent of a workflow): the span's parent. TaskID empty otherwise.
+	Parent AgentRef
+	// ParentLink is the parent task's run when this run is not nested
+	// under it (it had ended, even finalized, or its agent is unknown):
+	// the target of the parent_task link. TaskID empty otherwise.
+	ParentLink AgentRef
+	// Resumes is the run of the same task this run resumes (a sub-agent
+	// resumed after its shell ended: same task_id, a later run_id), when
+	// that run was seen. TaskID empty otherwise.
+	Resumes     AgentRef
 	TaskType    string
 	Workflow    bool
 	Name        string // workflow_name (sanitized)
