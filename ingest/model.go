@@ -102,6 +102,9 @@ func parseAgentState(e *streamjson.Entry) (AgentState, bool) {
 type Phase struct {
 	Index int
 	Title string
+	// Child marks a script's workflow() run inside this run (a phase row
+	// of kind "child"): its agents are this run's agents.
+	Child bool
 	Start int64 // epoch ms, 0 if unknown
 	End   int64
 }

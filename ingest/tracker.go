@@ -551,12 +551,13 @@ func (t *Tracker) mergePhase(r *Run, e *streamjson.Entry) bool {
 		if e.Title != "" {
 			r.Phases[i].Title = e.Title
 		}
+		r.Phases[i].Child = r.Phases[i].Child || e.Child
 		return true
 	}
 	if len(r.Phases) >= t.caps.Phases {
 		return false
 	}
-	r.Phases = slices.Insert(r.Phases, i, Phase{Index: e.Index, Title: e.Title})
+	r.Phases = slices.Insert(r.Phases, i, Phase{Index: e.Index, Title: e.Title, Child: e.Child})
 	return true
 }
 

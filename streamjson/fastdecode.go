@@ -424,6 +424,8 @@ func entryField(key []byte) int {
 		return eResultPreview
 	case "promptPreview":
 		return ePromptPreview
+	case "kind":
+		return eKind
 	}
 	return -1
 }

@@ -416,6 +416,9 @@ func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
 	if p.Title != "" {
 		kv = append(kv, attribute.String(AttrPhaseTitle, p.Title))
 	}
+	if p.Child {
+		kv = append(kv, attribute.String(AttrPhaseKind, "child"))
+	}
 	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
 	sp.End(trace.WithTimestamp(ms(end)))
 }
