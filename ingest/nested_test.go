@@ -27,7 +27,9 @@ func nestedStarted(task, name string, depth int, parentTask, parentAgent string)
 // or among the open runs), off a sub-agent task that launched it, and off
 // nothing when the agent is unknown, cached or the claim is a cycle; its
 // root is the top of the chain; and nothing of it is counted in the run that
-// launched it.
+// launched it. parent_agent_id is a typed field the decoder accepts though
+// no recorded CLI writes it; the recorded shapes are TestLateChildLinked's,
+// TestResumedRun's and the corpus tests'.
 func TestNestedRuns(t *testing.T) {
 	top := func(r *clockRig) {
 		r.at(T0, lnStarted("w1", "r-w1", "local_workflow", "top"))

@@ -13,7 +13,9 @@ import (
 // that launched it, in its chain's one trace, two levels deep, with its
 // depth; a run launched by a running sub-agent task hangs under that task's
 // span; neither is linked as well. Through the whole pipeline (decoder,
-// Tracker, Sink).
+// Tracker, Sink). No CLI writes parent_agent_id (PROTOCOL.md "Nested
+// runs"): the decoder still accepts the typed field, and this holds what
+// it does; TestNestedCorpusSpans holds the recorded shapes.
 func TestNestedRunSpans(t *testing.T) {
 	const ms = 1796205994000
 	started := func(task, name, extra string) string {
