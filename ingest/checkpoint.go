@@ -91,7 +91,7 @@ func (t *Tracker) Snapshot() TrackerState {
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
-	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 || t.sess.Len() > 0 {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || len(t.ended.byTask) > 0 || t.now != 0 || t.sess.Len() > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
 	}
 	loadSessions, err := t.sess.Restore(s.Sessions)
