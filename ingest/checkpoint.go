@@ -79,7 +79,7 @@ func (t *Tracker) Snapshot() TrackerState {
 	for _, k := range t.tombOrder {
 		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
 	}
-	s.Launchers = t.ended.list()
+	s.Launchers = t.ended.Values()
 	s.Sessions = t.sess.Snapshot()
 	return s
 }
@@ -91,7 +91,7 @@ func (t *Tracker) Snapshot() TrackerState {
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
-	if len(t.open) > 0 || len(t.tombOrder) > 0 || len(t.ended.byTask) > 0 || t.now != 0 || t.sess.Len() > 0 {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.ended.Len() > 0 || t.now != 0 || t.sess.Len() > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
 	}
 	loadSessions, err := t.sess.Restore(s.Sessions)
@@ -161,13 +161,8 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 		delete(t.tombs, t.tombOrder[0])
 		t.tombOrder = t.tombOrder[1:]
 	}
-	if len(s.Launchers) > 0 {
-		t.ended.byTask = make(map[string]endedRun, len(s.Launchers))
-		for _, ref := range s.Launchers {
-			if ref.TaskID != "" {
-				t.ended.put(ref, t.maxTombs, t.stats)
-			}
-		}
+	for _, ref := range s.Launchers {
+		t.stats.launchersEvicted.Add(int64(t.ended.Put(ref.TaskID, ref)))
 	}
 	loadSessions()
 	return nil

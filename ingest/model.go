@@ -157,18 +157,13 @@ type Run struct {
 	// launched from inside a depth-N run; 0 when the stream did not say
 	// (a workflow's task_started never does).
 	SpawnDepth int
-	// Parent is the run that launched this nested run while it was
-	// running (a sub-agent task's parent_task_id; with parent_agent_id,
-	// the agent of a workflow): the span's parent. TaskID empty otherwise.
-	Parent AgentRef
-	// ParentLink is the parent task's run when this run is not nested
-	// under it (it had ended, even finalized, or its agent is unknown):
-	// the target of the parent_task link. TaskID empty otherwise.
-	ParentLink AgentRef
-	// Resumes is the run of the same task this run resumes (a sub-agent
-	// resumed after its shell ended: same task_id, a later run_id), when
-	// that run was seen. TaskID empty otherwise.
-	Resumes     AgentRef
+	// Parent is the run (or, by parent_agent_id, the workflow agent) that
+	// launched this run while it ran: the span's parent. ParentLink is the
+	// parent task's run otherwise (it had ended, even finalized): a link.
+	// Resumes is the same task's run this one resumes (a later run_id).
+	// Each has TaskID empty when not known.
+	Parent, ParentLink, Resumes AgentRef
+
 	TaskType    string
 	Workflow    bool
 	Name        string // workflow_name (sanitized)

@@ -2,18 +2,9 @@ package ingest
 
 import "github.com/cbc-otel/cbc-otel/streamjson"
 
-// Nested runs, as Claude Code 2.1.335 writes them (PROTOCOL.md "Nested
-// runs"): a sub-agent task launches sub-agents (spawn_depth 2, 3), shells
-// and monitors (parent_task_id, owned_by_subagent); a fork sub-agent
-// launches a workflow (parent_task_id, no spawn_depth); a sub-agent is
-// resumed as a new run of its task (same task_id, new run_id). The
-// nested run is a run of its own: counted once, under its own name, with
-// its own agents, usage and model calls; nothing of it is added to the run
-// or the agent that launched it (README, "Nested and remote runs"). What
-// the Tracker adds is where it hangs: Run.Parent, the run (or the agent of
-// a workflow, when a stream names one by parent_agent_id) that launched
-// it while it ran; Run.ParentLink, the launcher that had ended (a link);
-// Run.Resumes, the task's run it resumes.
+// Nested runs (PROTOCOL.md "Nested runs"; README, "Nested and remote
+// runs"): a nested run is a run of its own, counted once; the Tracker only
+// says where it hangs: Run.Parent, Run.ParentLink, Run.Resumes.
 
 // AgentRef names the agent that launched a nested run: agent Index of run
 // (TaskID, RunID), or, with Index -1, the run (a sub-agent task) itself.
@@ -50,77 +41,11 @@ func refOf(r *Run) AgentRef {
 	return ref
 }
 
-// endedRuns remembers, per task, what its last finalized run leaves for
-// the runs that name it later: a child whose launcher ended before it
-// started (its parent_task link), a resume of the task. Bounded like the
-// tombstones (TrackerOptions.Tombstones); an entry pushed out is counted
-// (Stats.LaunchersEvicted): a run naming that task afterwards gets no link.
-type endedRuns struct {
-	byTask map[string]endedRun
-	order  []endedKey // oldest first; a key whose seq is stale is skipped
-	seq    uint64
-}
-
-type endedRun struct {
-	ref AgentRef
-	seq uint64
-}
-
-type endedKey struct {
-	task string
-	seq  uint64
-}
-
-// remember records finalized r as the last run of its task, and forgets
-// the oldest task beyond max.
-func (e *endedRuns) remember(r *Run, max int, st *Stats) {
-	if e.byTask == nil {
-		e.byTask = make(map[string]endedRun)
-	}
-	e.put(refOf(r), max, st)
-}
-
-func (e *endedRuns) put(ref AgentRef, max int, st *Stats) {
-	e.seq++
-	e.byTask[ref.TaskID] = endedRun{ref: ref, seq: e.seq}
-	e.order = append(e.order, endedKey{ref.TaskID, e.seq})
-	for len(e.byTask) > max {
-		k := e.order[0]
-		e.order = e.order[1:]
-		if x, ok := e.byTask[k.task]; ok && x.seq == k.seq {
-			delete(e.byTask, k.task)
-			st.launchersEvicted.Add(1)
-		}
-	}
-	if len(e.order) > 2*max+64 {
-		// Tasks finalized again left stale keys behind: drop them.
-		n := 0
-		for _, k := range e.order {
-			if x, ok := e.byTask[k.task]; ok && x.seq == k.seq {
-				e.order[n] = k
-				n++
-			}
-		}
-		e.order = e.order[:n]
-	}
-}
-
-// get returns what the last finalized run of task left, if it is still
-// remembered.
-func (e *endedRuns) get(task string) (AgentRef, bool) {
-	x, ok := e.byTask[task]
-	return x.ref, ok
-}
-
-// list returns the remembered refs, oldest first (checkpoints).
-func (e *endedRuns) list() []AgentRef {
-	var out []AgentRef
-	for _, k := range e.order {
-		if x, ok := e.byTask[k.task]; ok && x.seq == k.seq {
-			out = append(out, x.ref)
-		}
-	}
-	return out
+// rememberEnded keeps what finalized r leaves for the runs that name it
+// later (a child whose launcher ended first, a resume), as its task's last
+// run; beyond the tombstones' bound the oldest task is forgotten, counted.
+func (t *Tracker) rememberEnded(r *Run) {
+	t.stats.launchersEvicted.Add(int64(t.ended.Put(r.TaskID, refOf(r))))
 }
 
 // seenRun returns the run of task a new run may name: its latest
@@ -130,7 +55,7 @@ func (t *Tracker) seenRun(task string) (AgentRef, bool) {
 	if runs := t.byTask[task]; len(runs) > 0 {
 		return refOf(runs[len(runs)-1]), true
 	}
-	return t.ended.get(task)
+	return t.ended.Get(task)
 }
 
 // maxLauncherScan bounds the agents looked at to find a launching agent
@@ -203,7 +128,7 @@ func (t *Tracker) resumes(r *Run) {
 		}
 	}
 	if ref.TaskID == "" {
-		if e, ok := t.ended.get(r.TaskID); ok && e.RunID != "" && e.RunID < r.RunID {
+		if e, ok := t.ended.Get(r.TaskID); ok && e.RunID != "" && e.RunID < r.RunID {
 			ref = e
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/internal/fifo"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/usage"
@@ -150,7 +151,7 @@ type Tracker struct {
 	tombs      map[runKey]bool   // finalized runs: whether the run had its notification
 	tombOrder  []runKey
 	maxTombs   int
-	ended      endedRuns // finalized runs a later run may name (nested.go)
+	ended      *fifo.Map[string, AgentRef] // finalized runs a later run may name (nested.go)
 	now        int64
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
@@ -179,6 +180,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		byTask:   make(map[string][]*Run),
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
+		ended:    fifo.New[string, AgentRef](mt),
 		sess:     usage.NewSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
@@ -927,7 +929,7 @@ func (t *Tracker) forget(r *Run) {
 	} else {
 		t.byTask[r.TaskID] = runs
 	}
-	t.ended.remember(r, t.maxTombs, t.stats)
+	t.rememberEnded(r)
 	k := runKey{r.TaskID, r.RunID}
 	if _, ok := t.tombs[k]; !ok {
 		// Only a run given up (a cap, the stream's end) is abandoned: any
