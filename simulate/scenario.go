@@ -72,13 +72,10 @@ type sideTask struct {
 	kind        string // "bash", "agent", "fork" or "remote"
 	description string
 	prompt      string
-	startIn     int // starts as this workflow group begins; 0 = before the workflow
-	endAfter    int // ends after this workflow group; 0 = after the workflow
-	// Launched from inside another task (the nested scenario, nested.go):
-	// foreground (no run_in_background: is_backgrounded false, not in
-	// background_tasks_changed) and the usage of its notification.
-	foreground bool
-	tokens     int64
+	startIn     int   // starts as this workflow group begins; 0 = before the workflow
+	endAfter    int   // ends after this workflow group; 0 = after the workflow
+	foreground  bool  // is_backgrounded false, not in background_tasks_changed (nested.go)
+	tokens      int64 // its notification's usage (nested.go)
 }
 
 // plan scripts one scenario run.
@@ -93,13 +90,8 @@ type plan struct {
 	sides       []sideTask
 	pathName    bool // cbc: workflow_name "path:<basename>.workflow.js"
 	running     bool // cbc: state spelled "running" instead of "start"
-	// childPhase, if set, is the phase (1-based) that is a workflow()
-	// call of the script: the child runs inside this run, its row of
-	// kind "child" listed once one of its agents is (nested scenario).
-	childPhase int
-	// nestAfter, if set, is the group after which the nested scenario's
-	// tasks run (nested.go).
-	nestAfter int
+	childPhase  int  // the phase (1-based) that is a workflow() call: a row of kind child
+	nestAfter   int  // the group after which the nested scenario's tasks run (nested.go)
 }
 
 // newPlan builds the scripted run of a scenario. nAgents only matters for
@@ -179,13 +171,10 @@ func newPlan(scenario string, nAgents int) (*plan, error) {
 	return p, nil
 }
 
-// nestedPlan scripts what Claude Code 2.1.335 nests (PROTOCOL.md "Nested
-// runs", corpus/claude-code-2.1.335-nested): a top-level workflow whose
-// script runs a saved workflow inline with workflow() (a phase row of kind
-// child, no task of its own), and, after its first group, sub-agents that
-// launch sub-agents, a shell and a workflow (nested.go), beside a remote
-// agent task the main conversation launches. No workflow agent launches
-// anything. Each run counts its own agents only.
+// nestedPlan scripts what Claude Code 2.1.335 nests: a top-level workflow
+// whose script runs a saved workflow with workflow() (a phase row of kind
+// child), and after its first group the sub-agents' tasks of nested.go,
+// beside a remote agent task. No workflow agent launches anything.
 func nestedPlan() *plan {
 	return &plan{scenario: ScenarioNested, name: "sim-nested", phases: []string{"Plan", "Inline", "▸ sim-nested-inline"}, concurrency: 2,
 		description: "Simulated workflow that runs a saved workflow inline", childPhase: 3, nestAfter: 1,

@@ -43,10 +43,7 @@ type Entry struct {
 	Phase bool // a workflow_phase; otherwise a workflow_agent
 	Index int
 	Title string // phase title
-	// Child marks a phase of kind "child": a script's workflow() run
-	// inside its parent run, with no task of its own (Claude Code
-	// 2.1.335; PROTOCOL.md "Nested runs").
-	Child bool
+	Child bool   // kind "child": a script's workflow() run inside its parent run
 
 	AgentID    string
 	Label      string
