@@ -76,7 +76,7 @@ func TestPackageGraph(t *testing.T) {
 		"ndjson":     {},
 		"streamjson": {"tap"},
 		"usage":      {},
-		"ingest":     {"tap", "ndjson", "streamjson", "usage"},
+		"ingest":     {"tap", "ndjson", "streamjson", "usage", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
