@@ -379,14 +379,15 @@ func Health(opts Options) (DashboardSpec, error) {
 				},
 				{
 					Title:       "Label cap overflow",
-					Description: "Runs (workflow), tasks (task_type) and model usages (model) whose label was folded into \"other\" because the cardinality cap was reached; and runs whose workflow name --metrics.workflow-allow does not match (workflow not allowed).",
+					Description: "Runs (workflow), tasks (task_type) and model usages (model) whose label was folded into \"other\" because the cardinality cap was reached; runs whose workflow name --metrics.workflow-allow does not match (workflow not allowed); and finished runs forgotten by the bounded store that links a later nested run or resume to them (launchers forgotten).",
 					Unit:        "short",
-					WhenRed:     "More distinct workflow names than --metrics.max-workflows (models than --metrics.max-models): raise the cap if the names are legitimate, or fix whatever generates unique names, or list the real workflows in --metrics.workflow-allow. \"workflow not allowed\" is expected with an allow-list (the model's one-off names); check the list only if a real workflow shows as \"other\".",
+					WhenRed:     "More distinct workflow names than --metrics.max-workflows (models than --metrics.max-models): raise the cap if the names are legitimate, or fix whatever generates unique names, or list the real workflows in --metrics.workflow-allow. \"workflow not allowed\" is expected with an allow-list (the model's one-off names); check the list only if a real workflow shows as \"other\". \"launchers forgotten\": more than 1024 tasks ended between a launcher and a run naming it, which then has no parent_task link.",
 					Queries: []query{
 						{Expr: "sum(increase(cbc_otel_workflow_labels_overflow_total{" + target + "}[$__range]))", Legend: "workflow", Instant: true},
 						{Expr: "sum(increase(cbc_otel_workflow_labels_disallowed_total{" + target + "}[$__range]))", Legend: "workflow not allowed", Instant: true},
 						{Expr: "sum(increase(cbc_otel_task_type_labels_overflow_total{" + target + "}[$__range]))", Legend: "task_type", Instant: true},
 						{Expr: "sum(increase(cbc_otel_model_labels_overflow_total{" + target + "}[$__range]))", Legend: "model", Instant: true},
+						{Expr: "sum(increase(cbc_otel_launchers_evicted_total{" + target + "}[$__range]))", Legend: "launchers forgotten", Instant: true},
 					},
 					kind: kindStat, width: 6, height: 6,
 					steps: []dashboard.Threshold{step("green", nil), step("orange", f64(1))},

@@ -27,6 +27,9 @@ type TrackerState struct {
 	// Tombstones are the (task id, run id) of finalized runs still
 	// remembered, oldest first.
 	Tombstones [][2]string `json:"tombstones,omitempty"`
+	// Launchers are what the last finalized run of each task remembered
+	// left for the runs that name it later, oldest first (nested.go).
+	Launchers []AgentRef `json:"launchers,omitempty"`
 	// Sessions are the cost baselines of the sessions seen, least
 	// recently used first (see Turn). A checkpoint of an older version has
 	// none: each session's next result then counts in full, once.
@@ -76,6 +79,7 @@ func (t *Tracker) Snapshot() TrackerState {
 	for _, k := range t.tombOrder {
 		s.Tombstones = append(s.Tombstones, [2]string{k.task, k.run})
 	}
+	s.Launchers = t.ended.Values()
 	s.Sessions = t.sess.Snapshot()
 	return s
 }
@@ -87,7 +91,7 @@ func (t *Tracker) Snapshot() TrackerState {
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
-	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.now != 0 || t.sess.Len() > 0 {
+	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.ended.Len() > 0 || t.now != 0 || t.sess.Len() > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
 	}
 	loadSessions, err := t.sess.Restore(s.Sessions)
@@ -158,6 +162,9 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 	for len(t.tombOrder) > t.maxTombs {
 		delete(t.tombs, t.tombOrder[0])
 		t.tombOrder = t.tombOrder[1:]
+	}
+	for _, ref := range s.Launchers {
+		t.stats.launchersEvicted.Add(int64(t.ended.Put(ref.TaskID, ref)))
 	}
 	loadSessions()
 	return nil

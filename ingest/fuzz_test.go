@@ -394,6 +394,8 @@ type invariantSink struct {
 	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
 	parentOf   map[[2]string][2]string    // a nested run's launcher, by task and run id
 	events     int                        // lifecycle events observed
+	known      map[[2]string]bool         // every run seen, by task and run id
+	links      map[[2]string][2][2]string // a run's ParentLink and Resumes, by task and run id
 }
 
 func newInvariantSink(t *testing.T) *invariantSink {
@@ -401,7 +403,8 @@ func newInvariantSink(t *testing.T) *invariantSink {
 		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
 		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
 		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{},
-		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}, parentOf: map[[2]string][2]string{}}
+		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}, parentOf: map[[2]string][2]string{},
+		known: map[[2]string]bool{}, links: map[[2]string][2][2]string{}}
 }
 
 // checkParent: a nested run's launcher is set once, is never the run
@@ -411,6 +414,30 @@ func (s *invariantSink) checkParent(r *ingest.Run) {
 	if r.SpawnDepth < 0 || r.SpawnDepth > streamjson.MaxSpawnDepth {
 		t.Fatalf("run %s/%s: spawn depth %d", r.TaskID, r.RunID, r.SpawnDepth)
 	}
+	defer func() { s.known[me] = true }()
+	// Every run named (launcher, linked launcher, resumed run, and their
+	// roots) is one the stream made (seen by the sink, or fed to the
+	// Tracker: see FuzzTracker), and is not this one; a link, once set,
+	// stays.
+	for _, ref := range []ingest.AgentRef{r.Parent, r.ParentLink, r.Resumes} {
+		if ref.TaskID == "" {
+			continue
+		}
+		for _, k := range [][2]string{{ref.TaskID, ref.RunID}, {ref.RootTask, ref.RootRun}} {
+			if k == me || !s.known[k] {
+				t.Fatalf("run %s/%s names run %v, never seen before it (%+v)", r.TaskID, r.RunID, k, ref)
+			}
+		}
+	}
+	links := [2][2]string{{r.ParentLink.TaskID, r.ParentLink.RunID}, {r.Resumes.TaskID, r.Resumes.RunID}}
+	// (An adopted run learns its links from a task_started that comes
+	// after its first snapshot: unset to set is fine, never a change.)
+	for i, prev := range s.links[me] {
+		if prev != ([2]string{}) && prev != links[i] {
+			t.Fatalf("run %s/%s: links %v became %v", r.TaskID, r.RunID, s.links[me], links)
+		}
+	}
+	s.links[me] = links
 	if r.Parent.TaskID == "" {
 		if _, had := s.parentOf[me]; had {
 			t.Fatalf("run %s/%s lost its launcher", r.TaskID, r.RunID)
@@ -854,6 +881,11 @@ func FuzzTracker(f *testing.F) {
 					prev, prevSrc = line, src
 					last = inv.checkCounters(st, last)
 					continue
+				}
+				if ev.Kind == streamjson.KindTaskStarted || ((ev.Kind == streamjson.KindTaskProgress || ev.Kind == streamjson.KindTaskNotification) && ev.HasProgress) {
+					// The runs these can make (an adopted run's RunStarted
+					// is held back: the sink may not have seen it yet).
+					inv.known[[2]string{ev.TaskID, ev.RunID}] = true
 				}
 				tr.Handle(ev, p.now)
 				handled++

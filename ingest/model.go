@@ -102,6 +102,9 @@ func parseAgentState(e *streamjson.Entry) (AgentState, bool) {
 type Phase struct {
 	Index int
 	Title string
+	// Child marks a script's workflow() run inside this run (a phase row
+	// of kind "child"): its agents are this run's agents.
+	Child bool
 	Start int64 // epoch ms, 0 if unknown
 	End   int64
 }
@@ -151,12 +154,16 @@ type Run struct {
 	ToolUseID    string
 	ParentTaskID string // only when that task was seen in the stream
 	// SpawnDepth is task_started's spawn_depth: 1 top level, N+1 when
-	// launched from inside a depth-N run; 0 when the stream did not say.
+	// launched from inside a depth-N run; 0 when the stream did not say
+	// (a workflow's task_started never does).
 	SpawnDepth int
-	// Parent is the agent that launched this nested run, when the stream
-	// said which (parent_agent_id, or a sub-agent task's parent_task_id)
-	// and it was still known; its TaskID is empty otherwise.
-	Parent      AgentRef
+	// Parent is the run (or, by parent_agent_id, the workflow agent) that
+	// launched this run while it ran: the span's parent. ParentLink is the
+	// parent task's run otherwise (it had ended, even finalized): a link.
+	// Resumes is the same task's run this one resumes (a later run_id).
+	// Each has TaskID empty when not known.
+	Parent, ParentLink, Resumes AgentRef
+
 	TaskType    string
 	Workflow    bool
 	Name        string // workflow_name (sanitized)

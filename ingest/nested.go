@@ -2,16 +2,12 @@ package ingest
 
 import "github.com/cbc-otel/cbc-otel/streamjson"
 
-// Nested runs. Claude Code nests workflows: an agent of a workflow (or a
-// plain sub-agent task) launches another workflow, up to spawn_depth 3. The
-// nested run is a run of its own: counted once, under its own workflow
-// name, with its own agents, usage and model calls; nothing of it is added
-// to the run or the agent that launched it (README, "Nested and remote
-// runs"). What the Tracker adds is where it hangs: Run.Parent, the agent
-// that launched it, when the stream says which.
+// Nested runs (PROTOCOL.md "Nested runs"; README, "Nested and remote
+// runs"): a nested run is a run of its own, counted once; the Tracker only
+// says where it hangs: Run.Parent, Run.ParentLink, Run.Resumes.
 
 // AgentRef names the agent that launched a nested run: agent Index of run
-// (TaskID, RunID), or, with Index -1, the plain task (a sub-agent) itself.
+// (TaskID, RunID), or, with Index -1, the run (a sub-agent task) itself.
 // Root is the top-level run of the chain, whose trace the nested run joins.
 type AgentRef struct {
 	TaskID, RunID string
@@ -23,18 +19,59 @@ type AgentRef struct {
 	RootRun       string
 }
 
+// root is the top-level run whose trace r is in: its launcher's when it is
+// nested, its first run's when it resumes one, else r itself.
+func (r *Run) root() (task, run string) {
+	switch {
+	case r.Parent.TaskID != "":
+		return r.Parent.RootTask, r.Parent.RootRun
+	case r.Resumes.TaskID != "":
+		return r.Resumes.RootTask, r.Resumes.RootRun
+	}
+	return r.TaskID, r.RunID
+}
+
+// refOf is what a run that names r (its child, its resume) keeps of it.
+func refOf(r *Run) AgentRef {
+	ref := AgentRef{TaskID: r.TaskID, RunID: r.RunID, Index: -1}
+	if r.Workflow {
+		ref.Workflow = r.Name
+	}
+	ref.RootTask, ref.RootRun = r.root()
+	return ref
+}
+
+// rememberEnded keeps what finalized r leaves for the runs that name it
+// later (a child whose launcher ended first, a resume), as its task's last
+// run; beyond the tombstones' bound the oldest task is forgotten, counted.
+func (t *Tracker) rememberEnded(r *Run) {
+	t.stats.launchersEvicted.Add(int64(t.ended.Put(r.TaskID, refOf(r))))
+}
+
+// seenRun returns the run of task a new run may name: its latest
+// unfinalized run, else what its last finalized one left. ok is false
+// for a task never seen (or forgotten).
+func (t *Tracker) seenRun(task string) (AgentRef, bool) {
+	if runs := t.byTask[task]; len(runs) > 0 {
+		return refOf(runs[len(runs)-1]), true
+	}
+	return t.ended.Get(task)
+}
+
 // maxLauncherScan bounds the agents looked at to find a launching agent
 // that no parent_task_id locates: a hostile stream naming unknown agents on
 // every task_started costs at most this much per line.
 const maxLauncherScan = 4096
 
-// nest sets what a task_started says of a run's nesting: its depth, and the
-// agent that launched it when the stream says which and its run is still
-// running; a launcher that ended already is only linked (traces), as a span
-// does not start under one that is over.
+// nest sets what a task_started says of a run's nesting: its depth; the
+// run (or workflow agent) that launched it, when the stream says which and
+// it is still running (Parent: the span's parent); else that launcher,
+// when it was seen at all, even finalized (ParentLink: a link, as a span
+// does not start under one that is over); and the task's run it resumes.
 func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	r.SpawnDepth = ev.SpawnDepth
-	if r.Parent.TaskID != "" {
+	t.resumes(r)
+	if r.Parent.TaskID != "" || r.ParentLink.TaskID != "" {
 		return // set once: a run re-announced keeps its place (no cycles)
 	}
 	var p *Run
@@ -45,12 +82,11 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 		p = runs[len(runs)-1] // a sub-agent task, still running, launched it
 	}
 	if p == nil || p == r {
+		t.linkParent(r, ev.ParentTaskID)
 		return
 	}
-	ref := AgentRef{TaskID: p.TaskID, RunID: p.RunID, Index: idx, Workflow: p.Name, RootTask: p.TaskID, RootRun: p.RunID}
-	if p.Parent.TaskID != "" {
-		ref.RootTask, ref.RootRun = p.Parent.RootTask, p.Parent.RootRun
-	}
+	ref := AgentRef{TaskID: p.TaskID, RunID: p.RunID, Index: idx, Workflow: p.Name}
+	ref.RootTask, ref.RootRun = p.root()
 	if ref.RootTask == r.TaskID && ref.RootRun == r.RunID {
 		return // the launcher descends from r: a stream that says so lies
 	}
@@ -59,6 +95,47 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	}
 	r.Parent = ref
 	r.ParentTaskID = p.TaskID
+}
+
+// linkParent sets the launcher r is only linked to: the parent task's
+// latest run, open or finalized, when it was seen. A parent never seen is
+// treated as no parent (PROTOCOL.md).
+func (t *Tracker) linkParent(r *Run, task string) {
+	if task == "" || task == r.TaskID {
+		return
+	}
+	ref, ok := t.seenRun(task)
+	if !ok || (ref.RootTask == r.TaskID && ref.RootRun == r.RunID) {
+		return
+	}
+	r.ParentTaskID = task
+	r.ParentLink = ref
+}
+
+// resumes sets the run of r's task that r resumes: the latest one seen
+// whose run_id sorts before r's (run ids of a task sort in the order the
+// runs opened, PROTOCOL.md), open or finalized. Set once.
+func (t *Tracker) resumes(r *Run) {
+	if r.Resumes.TaskID != "" || r.RunID == "" {
+		return
+	}
+	var ref AgentRef
+	runs := t.byTask[r.TaskID]
+	for i := len(runs) - 1; i >= 0; i-- {
+		if x := runs[i]; x != r && x.RunID != "" && x.RunID < r.RunID {
+			ref = refOf(x)
+			break
+		}
+	}
+	if ref.TaskID == "" {
+		if e, ok := t.ended.Get(r.TaskID); ok && e.RunID != "" && e.RunID < r.RunID {
+			ref = e
+		}
+	}
+	if ref.TaskID == "" || (ref.RootTask == r.TaskID && ref.RootRun == r.RunID) {
+		return
+	}
+	r.Resumes = ref
 }
 
 // launcher finds the unfinished workflow run and the index of its agent

@@ -23,7 +23,14 @@ type Stats struct {
 	calls          atomic.Int64 // model calls of the CLI's telemetry
 	lateCalls      atomic.Int64 // ... attributed to a finalized run
 	unmatchedCalls atomic.Int64 // ... whose agent the stream never named
+
+	launchersEvicted atomic.Int64 // finalized runs forgotten by the Tracker's bounded store (nested.go)
 }
+
+// LaunchersEvicted returns how many tasks' last finalized run the Tracker
+// forgot to stay within its bound: a run naming one of them afterwards
+// (parent_task_id, a resume) gets no link to it.
+func (s *Stats) LaunchersEvicted() int64 { return s.launchersEvicted.Load() }
 
 // Calls returns the model calls of the CLI's own telemetry handled, and of
 // those how many came after their run was final (late: they count for the

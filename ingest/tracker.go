@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/internal/fifo"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/usage"
@@ -25,7 +26,9 @@ type TrackerOptions struct {
 	// Stats receives violation counts; nil allocates one.
 	Stats *Stats
 	// Tombstones bounds how many finalized runs are remembered to tell a
-	// late event from an unknown task. 0 means 1024.
+	// late event from an unknown task, and how many tasks' last finalized
+	// run is remembered for the runs that name it later (a nested run
+	// whose launcher ended first, a resume). 0 means 1024.
 	Tombstones int
 	// Caps bounds the state input can make the Tracker hold.
 	Caps Caps
@@ -148,6 +151,7 @@ type Tracker struct {
 	tombs      map[runKey]bool   // finalized runs: whether the run had its notification
 	tombOrder  []runKey
 	maxTombs   int
+	ended      *fifo.Map[string, AgentRef] // finalized runs a later run may name (nested.go)
 	now        int64
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
@@ -181,6 +185,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		byTask:   make(map[string][]*Run),
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
+		ended:    fifo.New[string, AgentRef](mt),
 		sess:     usage.NewSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
@@ -426,13 +431,8 @@ func (t *Tracker) identify(r *Run, ev *streamjson.Event, at int64) {
 	r.StartedAt = at
 	seen(r, at)
 	t.touch(r)
-	if p := ev.ParentTaskID; p != "" {
-		// A parent we never saw is treated as no parent (PROTOCOL.md).
-		if _, ok := t.byTask[p]; ok {
-			r.ParentTaskID = p
-		}
-	}
-	t.nest(r, ev)
+	t.nest(r, ev) // parent_task_id, spawn_depth, a resume
+
 }
 
 func (t *Tracker) newRun(ev *streamjson.Event, workflow bool) *Run {
@@ -569,12 +569,13 @@ func (t *Tracker) mergePhase(r *Run, e *streamjson.Entry) bool {
 		if e.Title != "" {
 			r.Phases[i].Title = e.Title
 		}
+		r.Phases[i].Child = r.Phases[i].Child || e.Child
 		return true
 	}
 	if len(r.Phases) >= t.caps.Phases {
 		return false
 	}
-	r.Phases = slices.Insert(r.Phases, i, Phase{Index: e.Index, Title: e.Title})
+	r.Phases = slices.Insert(r.Phases, i, Phase{Index: e.Index, Title: e.Title, Child: e.Child})
 	return true
 }
 
@@ -995,6 +996,7 @@ func (t *Tracker) forget(r *Run) {
 	} else {
 		t.byTask[r.TaskID] = runs
 	}
+	t.rememberEnded(r)
 	k := runKey{r.TaskID, r.RunID}
 	if _, ok := t.tombs[k]; !ok {
 		// Only a run given up (a cap, the stream's end) is abandoned: any

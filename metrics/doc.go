@@ -34,6 +34,7 @@
 //	cbc_otel_tap_dropped_bytes_total       counter    source            bytes the tap dropped because the pipeline lagged
 //	cbc_otel_spans_dropped_total           counter    —                 spans the traces exporter dropped
 //	cbc_otel_export_errors_total           counter    —                 failed trace exports
+//	cbc_otel_launchers_evicted_total       counter    —                 finalized runs forgotten by the store that links later nested runs and resumes
 //	cbc_otel_workflow_labels_overflow_total   counter  —   runs whose workflow label was folded into "other" by the cap
 //	cbc_otel_workflow_labels_disallowed_total counter  —   runs whose workflow label was folded into "other" by the allow-list
 //	cbc_otel_task_type_labels_overflow_total  counter  —   tasks whose task_type label was folded into "other" by the cap

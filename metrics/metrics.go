@@ -648,6 +648,7 @@ type statsCollector struct {
 	export                          *exportFuncs
 	lines, bytes, dropped, rejected *prometheus.Desc
 	spansDropped, exportErrors      *prometheus.Desc
+	launchersEvicted                *prometheus.Desc
 }
 
 func newStatsCollector(st *ingest.Stats, ex *exportFuncs) *statsCollector {
@@ -666,6 +667,8 @@ func newStatsCollector(st *ingest.Stats, ex *exportFuncs) *statsCollector {
 			"Spans the traces exporter dropped.", nil, nil),
 		exportErrors: prometheus.NewDesc("cbc_otel_export_errors_total",
 			"Trace exports that failed.", nil, nil),
+		launchersEvicted: prometheus.NewDesc("cbc_otel_launchers_evicted_total",
+			"Finalized runs forgotten by the bounded store that links later nested runs and resumes to them.", nil, nil),
 	}
 }
 
@@ -673,7 +676,7 @@ var sources = []tap.Source{tap.SourceStdout, tap.SourceStdin}
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lines, c.bytes, c.dropped, c.rejected, c.spansDropped, c.exportErrors} {
+	for _, d := range []*prometheus.Desc{c.lines, c.bytes, c.dropped, c.rejected, c.spansDropped, c.exportErrors, c.launchersEvicted} {
 		ch <- d
 	}
 }
@@ -691,4 +694,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.spansDropped, prometheus.CounterValue, read(&c.export.spansDropped))
 	ch <- prometheus.MustNewConstMetric(c.exportErrors, prometheus.CounterValue, read(&c.export.exportErrors))
+	ch <- prometheus.MustNewConstMetric(c.launchersEvicted, prometheus.CounterValue, float64(c.stats.LaunchersEvicted()))
 }

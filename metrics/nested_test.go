@@ -9,15 +9,23 @@ import (
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
-// TestNestedRunsCountedOnce: three nested workflow runs and a remote task
-// (the simulator's nested scenario, both dialects): every run is counted
-// once under its own workflow label, with its own agents and its own
-// tokens, so the sums over workflows equal the sums over runs; the remote
-// task is a plain task of its type.
+// TestNestedRunsCountedOnce: the simulator's nested scenario (both
+// dialects): a top-level run with a workflow() child inside it, a fork's
+// workflow, sub-agents three deep, a sub-agent's shell and its resume, and
+// a remote task. Every workflow run is counted once under its own label,
+// with its own agents (the inline child's among its parent's) and its own
+// tokens, so the sums over workflows equal the sums over runs; every task
+// run (a resume is a run of its own) once under its type.
 func TestNestedRunsCountedOnce(t *testing.T) {
 	own := map[string]struct{ agents, tokens float64 }{
-		"sim-nested": {2, 1480}, "sim-nested-child": {2, 1180}, "sim-nested-grandchild": {2, 790},
+		"sim-nested": {2, 1480}, "sim-nested-forked": {2, 790},
 	}
+	// Sub-agents: the chain's 3, the shell's owner and the fork, and with
+	// Claude Code the owner's resumed run.
+	agentTasks := map[string]struct {
+		typ string
+		n   float64
+	}{"../testdata/simulate/nested-claude.ndjson": {"local_agent", 6}, "../testdata/simulate/nested-cbc.ndjson": {"Agent", 5}}
 	for _, file := range []string{"../testdata/simulate/nested-claude.ndjson", "../testdata/simulate/nested-cbc.ndjson"} {
 		t.Run(file, func(t *testing.T) {
 			m := newTest(t, Options{})
@@ -40,8 +48,11 @@ func TestNestedRunsCountedOnce(t *testing.T) {
 				}
 				sumTokens += got
 			}
-			if sumTokens != 1480+1180+790 {
-				t.Errorf("tokens summed over workflows %v, want each run once (3450)", sumTokens)
+			if sumTokens != 1480+790 {
+				t.Errorf("tokens summed over workflows %v, want each run once (2270)", sumTokens)
+			}
+			if at := agentTasks[file]; testutil.ToFloat64(m.tasks.WithLabelValues(at.typ, "completed")) != at.n {
+				t.Errorf("%s tasks completed %v, want %v", at.typ, testutil.ToFloat64(m.tasks.WithLabelValues(at.typ, "completed")), at.n)
 			}
 			for wf := range own {
 				var runs float64

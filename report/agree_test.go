@@ -43,6 +43,7 @@ type obj = map[string]any
 // outputs is what one pipeline with every sink produced.
 type outputs struct {
 	runs  []ingest.Run // finalized workflow runs
+	tasks []ingest.Run // ended plain tasks
 	spans tracetest.SpanStubs
 	reg   prometheus.Gatherer
 }
@@ -68,6 +69,9 @@ func runAll(t *testing.T, caps ingest.Caps, feed func(p *ingest.Pipeline)) outpu
 		if e.Kind == ingest.RunFinalized && e.Run.Workflow {
 			out.runs = append(out.runs, e.Run)
 		}
+		if e.Kind == ingest.TaskEnded {
+			out.tasks = append(out.tasks, e.Run)
+		}
 	}
 	return out
 }
@@ -89,8 +93,23 @@ func checkAgree(t *testing.T, out outputs) {
 			t.Errorf("span %s ends before it starts", s.Name)
 		}
 	}
-	// Every child lies within its parent (exported after it: agents end
-	// first, phases and the run at finalize).
+	// Every child of a span of its own run lies within it (exported after
+	// it: agents end first, phases and the run at finalize). A run nested
+	// under its launcher, or resuming its first run, starts no earlier
+	// than it, and may outlive it (PROTOCOL.md "Nested runs": a
+	// sub-agent's shell, a fork's workflow, a resume).
+	runOf := func(s tracetest.SpanStub) string {
+		var task, run string
+		for _, kv := range s.Attributes {
+			switch kv.Key {
+			case traces.AttrTaskID:
+				task = kv.Value.AsString()
+			case traces.AttrRunID:
+				run = kv.Value.AsString()
+			}
+		}
+		return task + "/" + run
+	}
 	for _, s := range out.spans {
 		if !s.Parent.IsValid() {
 			continue
@@ -98,6 +117,12 @@ func checkAgree(t *testing.T, out outputs) {
 		p, ok := byID[s.Parent.SpanID()]
 		if !ok {
 			t.Errorf("span %s: parent %s not exported", s.Name, s.Parent.SpanID())
+			continue
+		}
+		if runOf(s) != runOf(p) {
+			if s.StartTime.Before(p.StartTime) {
+				t.Errorf("span %s starts at %d, before its launcher %s at %d", s.Name, msOf(s.StartTime), p.Name, msOf(p.StartTime))
+			}
 			continue
 		}
 		if s.StartTime.Before(p.StartTime) || s.EndTime.After(p.EndTime) {
@@ -114,6 +139,10 @@ func checkAgree(t *testing.T, out outputs) {
 			}
 		}
 	}()
+	for i := range out.tasks {
+		tid, _ := traces.IDs(&out.tasks[i])
+		wantPerTrace[tid]++ // one invoke_task span, in its trace
+	}
 	runsTotal, durCount, agents := map[lk]float64{}, map[lk]float64{}, map[lk]float64{}
 	durSum := map[lk]float64{}
 	for i := range out.runs {

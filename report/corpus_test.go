@@ -71,8 +71,8 @@ func TestCorpus(t *testing.T) {
 			golden.Assert(t, strings.TrimSuffix(rec, ".ndjson")+".waterfall.golden", wf.Bytes())
 		})
 	}
-	if n < 7 {
-		t.Fatalf("found %d recordings, want the 7 of the corpus", n)
+	if n < 11 {
+		t.Fatalf("found %d recordings, want the 11 of the corpus", n)
 	}
 }
 

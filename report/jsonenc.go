@@ -87,6 +87,7 @@ func appendWorkflowRun(b []byte, r *ingest.Run) []byte {
 		b = appendJSONString(b, p.Title)
 		b = appendIntField(b, `,"start":`, p.Start)
 		b = appendIntField(b, `,"end":`, p.End)
+		b = appendOptString(b, `,"kind":`, phaseKind(p))
 		b = append(b, '}')
 	}
 	b = append(b, `],"agents":[`...)
@@ -100,10 +101,18 @@ func appendWorkflowRun(b []byte, r *ingest.Run) []byte {
 	if r.Stalls != 0 {
 		b = appendIntField(b, `,"stalls":`, int64(r.Stalls))
 	}
+	b = appendNesting(b, r)
+	b = appendRunCost(b, &r.Cost)
+	return append(b, '}')
+}
+
+// appendNesting appends spawn_depth, launched_by and resumes, each when
+// set (Workflow's and Task's last fields but cost).
+func appendNesting(b []byte, r *ingest.Run) []byte {
 	if r.SpawnDepth != 0 {
 		b = appendIntField(b, `,"spawn_depth":`, int64(r.SpawnDepth))
 	}
-	if p := &r.Parent; p.TaskID != "" {
+	if p := launcher(r); p != nil {
 		b = append(b, `,"launched_by":{"task_id":`...)
 		b = appendJSONString(b, p.TaskID)
 		b = appendOptString(b, `,"run_id":`, p.RunID)
@@ -113,8 +122,7 @@ func appendWorkflowRun(b []byte, r *ingest.Run) []byte {
 		b = appendOptString(b, `,"label":`, p.Label)
 		b = append(b, '}')
 	}
-	b = appendRunCost(b, &r.Cost)
-	return append(b, '}')
+	return appendOptString(b, `,"resumes":`, r.Resumes.RunID)
 }
 
 // appendAgent appends the JSON of the Agent WorkflowOf makes of a.
@@ -181,10 +189,12 @@ func appendRunCost(b []byte, c *ingest.Cost) []byte {
 func appendTaskRun(b []byte, r *ingest.Run) []byte {
 	b = append(b, `{"kind":"task","task_id":`...)
 	b = appendJSONString(b, r.TaskID)
+	b = appendOptString(b, `,"run_id":`, r.RunID)
 	b = append(b, `,"task_type":`...)
 	b = appendJSONString(b, r.TaskType)
 	b = append(b, `,"status":`...)
 	b = appendJSONString(b, r.Status.String())
+	b = appendNesting(b, r)
 	return append(b, '}')
 }
 

@@ -222,9 +222,15 @@ func (g jsonGen) run() ingest.Run {
 	if g.r.IntN(3) == 0 {
 		r.Parent = ingest.AgentRef{TaskID: g.str(), RunID: g.str(), Index: g.int(), AgentID: g.str(), Workflow: g.str(), Label: g.str()}
 	}
+	if g.r.IntN(3) == 0 {
+		r.ParentLink = ingest.AgentRef{TaskID: g.str(), RunID: g.str(), Index: -1, Workflow: g.str()}
+	}
+	if g.r.IntN(3) == 0 {
+		r.Resumes = ingest.AgentRef{TaskID: r.TaskID, RunID: g.str(), Index: -1}
+	}
 	if n := g.r.IntN(5); n > 0 {
 		for range n - 1 { // n == 1: empty, not nil
-			r.Phases = append(r.Phases, ingest.Phase{Index: g.int(), Title: g.str(), Start: g.int64(), End: g.int64()})
+			r.Phases = append(r.Phases, ingest.Phase{Index: g.int(), Title: g.str(), Start: g.int64(), End: g.int64(), Child: g.r.IntN(2) == 0})
 		}
 		if r.Phases == nil {
 			r.Phases = []ingest.Phase{}
@@ -326,14 +332,27 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 		"launched by, all": func(r *ingest.Run) {
 			r.Parent = ingest.AgentRef{TaskID: "w0", RunID: "r0", Index: 3, AgentID: "A3", Label: "planner", Workflow: "outer"}
 		},
-		"launched by, minimal":  func(r *ingest.Run) { r.Parent = ingest.AgentRef{TaskID: "w0", Index: -1} },
+		"launched by, minimal": func(r *ingest.Run) { r.Parent = ingest.AgentRef{TaskID: "w0", Index: -1} },
+		"linked to an ended launcher": func(r *ingest.Run) {
+			r.ParentLink = ingest.AgentRef{TaskID: "t0", RunID: "r0", Index: -1}
+		},
+		"nested and linked": func(r *ingest.Run) {
+			r.Parent, r.ParentLink = ingest.AgentRef{TaskID: "w0", Index: 2}, ingest.AgentRef{TaskID: "t0", Index: -1}
+		},
+		"resumes": func(r *ingest.Run) { r.Resumes = ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1} },
+		"nested task": func(r *ingest.Run) {
+			r.Workflow, r.TaskType, r.SpawnDepth = false, "local_agent", 2
+			r.Parent = ingest.AgentRef{TaskID: "t0", RunID: "r0", Index: -1}
+			r.Resumes = ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1}
+		},
+		"task without run id":   func(r *ingest.Run) { r.Workflow, r.TaskType, r.RunID = false, "Bash", "" },
 		"launched by, no task":  func(r *ingest.Run) { r.Parent = ingest.AgentRef{RunID: "r0", Index: 3} },
 		"phases and agents nil": func(r *ingest.Run) { r.Phases, r.Agents = nil, nil },
 		"phases and agents empty": func(r *ingest.Run) {
 			r.Phases, r.Agents = []ingest.Phase{}, []ingest.Agent{}
 		},
 		"phases and agents": func(r *ingest.Run) {
-			r.Phases = []ingest.Phase{{Index: 1, Title: "Gather", Start: 1, End: 2}, {Index: 2, Title: "Check"}}
+			r.Phases = []ingest.Phase{{Index: 1, Title: "Gather", Start: 1, End: 2}, {Index: 2, Title: "Check"}, {Index: 3, Title: "▸ sub", Child: true}}
 			a2 := agent
 			a2.Index, a2.State, a2.Cached, a2.EndInferred, a2.Error = 2, ingest.AgentCached, true, true, "boom"
 			r.Agents = []ingest.Agent{agent, a2}
@@ -545,9 +564,9 @@ func TestJSONWritesInChunks(t *testing.T) {
 // the comparisons above would not see it.
 func TestJSONEncoderKnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeFor[Workflow](): 18, reflect.TypeFor[Agent](): 12, reflect.TypeFor[Phase](): 4,
+		reflect.TypeFor[Workflow](): 19, reflect.TypeFor[Agent](): 12, reflect.TypeFor[Phase](): 5,
 		reflect.TypeFor[LaunchedBy](): 6, reflect.TypeFor[Cost](): 4, reflect.TypeFor[ModelCost](): 3,
-		reflect.TypeFor[TokensByType](): 4, reflect.TypeFor[Task](): 4, reflect.TypeFor[Session](): 3,
+		reflect.TypeFor[TokensByType](): 4, reflect.TypeFor[Task](): 8, reflect.TypeFor[Session](): 3,
 		reflect.TypeFor[StatsLine](): 5,
 	} {
 		if typ.NumField() != n {
@@ -579,7 +598,8 @@ func FuzzJSONMatchesEncodingJSON(f *testing.F) {
 			},
 			Cost: cost,
 		}
-		task := ingest.Run{TaskID: s2, TaskType: s1, Status: ingest.StatusFailed}
+		task := ingest.Run{TaskID: s2, RunID: s3, TaskType: s1, Status: ingest.StatusFailed, SpawnDepth: int(n % 4),
+			ParentLink: ingest.AgentRef{TaskID: s1, RunID: s2, Index: -1, Workflow: s3}, Resumes: ingest.AgentRef{TaskID: s2, RunID: s1}}
 		sessions := []Session{{Kind: "session", SessionID: s1, Cost: CostOf(&cost)}, {Kind: s2, SessionID: s3}}
 		if isFinite(f2) {
 			sessions = append(sessions, Session{Kind: "session", SessionID: s2, Cost: Cost{CostUSD: &f2, Models: []ModelCost{{Model: s1, CostUSD: &f2}}}})

@@ -173,15 +173,18 @@ type Workflow struct {
 	// Stalls counts the run's silences of --stall-after (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
 	// SpawnDepth is the run's nesting depth when the stream said
-	// (spawn_depth); LaunchedBy the agent that launched a nested run.
+	// (spawn_depth); LaunchedBy what launched a nested run; Resumes the
+	// run of the same task this run resumes.
 	SpawnDepth int         `json:"spawn_depth,omitempty"`
 	LaunchedBy *LaunchedBy `json:"launched_by,omitempty"`
+	Resumes    string      `json:"resumes,omitempty"`
 	Cost                   // what its agents' model calls cost (package doc)
 }
 
-// LaunchedBy is the agent that launched a nested run: agent Index of run
-// (TaskID, RunID) of workflow Workflow, or with Index -1 the sub-agent task
-// itself. Its agents, tokens and cost are counted in the nested run only.
+// LaunchedBy is what launched a nested run: agent Index of run (TaskID,
+// RunID) of workflow Workflow, or with Index -1 the run itself (a
+// sub-agent task, or a workflow whose agent the stream did not name).
+// Its agents, tokens and cost are counted in the nested run only.
 type LaunchedBy struct {
 	TaskID   string `json:"task_id"`
 	RunID    string `json:"run_id,omitempty"`
@@ -197,6 +200,9 @@ type Phase struct {
 	Title string `json:"title"`
 	Start int64  `json:"start"`
 	End   int64  `json:"end"`
+	// Kind is "child" for a script's workflow() run inside this one (its
+	// agents are this run's), omitted for a plain phase.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Agent is the JSON form of a sub-agent. State is done | error | cached |
@@ -219,12 +225,18 @@ type Agent struct {
 	Cost               // what its model calls cost (package doc)
 }
 
-// Task is the JSON form of a non-workflow background task (kind "task").
+// Task is the JSON form of a non-workflow background task (kind "task"):
+// with Claude Code, its run, and for a nested task (a sub-agent's
+// sub-agent or shell) its depth and launcher, like a Workflow's.
 type Task struct {
-	Kind     string `json:"kind"` // "task"
-	TaskID   string `json:"task_id"`
-	TaskType string `json:"task_type"`
-	Status   string `json:"status"`
+	Kind       string      `json:"kind"` // "task"
+	TaskID     string      `json:"task_id"`
+	RunID      string      `json:"run_id,omitempty"`
+	TaskType   string      `json:"task_type"`
+	Status     string      `json:"status"`
+	SpawnDepth int         `json:"spawn_depth,omitempty"`
+	LaunchedBy *LaunchedBy `json:"launched_by,omitempty"`
+	Resumes    string      `json:"resumes,omitempty"`
 }
 
 // StatsLine is the last JSON line (kind "stats"): what the pipeline read.
@@ -243,13 +255,10 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
-		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth,
-	}
-	if p := r.Parent; p.TaskID != "" {
-		w.LaunchedBy = &LaunchedBy{TaskID: p.TaskID, RunID: p.RunID, Workflow: p.Workflow, Index: p.Index, AgentID: p.AgentID, Label: p.Label}
+		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: r.Resumes.RunID,
 	}
 	for _, p := range r.Phases {
-		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End})
+		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End, Kind: phaseKind(&p)})
 	}
 	for _, a := range r.Agents {
 		w.Agents = append(w.Agents, Agent{
@@ -261,9 +270,39 @@ func WorkflowOf(r *ingest.Run) Workflow {
 	return w
 }
 
+// phaseKind is Phase.Kind of p.
+func phaseKind(p *ingest.Phase) string {
+	if p.Child {
+		return "child"
+	}
+	return ""
+}
+
 // TaskOf converts a finalized non-workflow task.
 func TaskOf(r *ingest.Run) Task {
-	return Task{Kind: "task", TaskID: r.TaskID, TaskType: r.TaskType, Status: r.Status.String()}
+	return Task{Kind: "task", TaskID: r.TaskID, RunID: r.RunID, TaskType: r.TaskType, Status: r.Status.String(),
+		SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: r.Resumes.RunID}
+}
+
+// launcher is what launched r, when the stream named it and it was seen:
+// the run (or agent) it hangs under, else the ended run it is linked to.
+func launcher(r *ingest.Run) *ingest.AgentRef {
+	if r.Parent.TaskID != "" {
+		return &r.Parent
+	}
+	if r.ParentLink.TaskID != "" {
+		return &r.ParentLink
+	}
+	return nil
+}
+
+// launchedBy is LaunchedBy of r's launcher, nil without one.
+func launchedBy(r *ingest.Run) *LaunchedBy {
+	p := launcher(r)
+	if p == nil {
+		return nil
+	}
+	return &LaunchedBy{TaskID: p.TaskID, RunID: p.RunID, Workflow: p.Workflow, Index: p.Index, AgentID: p.AgentID, Label: p.Label}
 }
 
 // StatsOf summarizes a pipeline's counters over all sources.

@@ -52,7 +52,14 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 			if r.Workflow {
 				continue
 			}
-			fmt.Fprintf(&b, "  %-*s %-10s %s\n", nameCols, cut(r.TaskType, nameCols), r.Status, cut(r.TaskID, 40))
+			fmt.Fprintf(&b, "  %-*s %-10s %s", nameCols, cut(r.TaskType, nameCols), r.Status, cut(r.TaskID, 40))
+			if r.RunID != "" {
+				fmt.Fprintf(&b, " run %s", cut(r.RunID, 40))
+			}
+			if n := nesting(r); n != "" {
+				b.WriteString("  " + n)
+			}
+			b.WriteString("\n")
 		}
 	}
 	if nw == 0 && nt == 0 {
@@ -96,16 +103,8 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 		fmt.Fprintf(b, " run %s", cut(r.RunID, 40))
 	}
 	b.WriteString("]\n")
-	if p := r.Parent; p.TaskID != "" {
-		by := "task " + cut(p.TaskID, 40)
-		if p.Index >= 0 {
-			by = fmt.Sprintf("agent %d", p.Index)
-			if p.Label != "" {
-				by += " " + cut(p.Label, 40)
-			}
-			by += " of " + cut(p.Workflow, 60)
-		}
-		fmt.Fprintf(b, "  nested (depth %d): launched by %s\n", r.SpawnDepth, by)
+	if n := nesting(r); n != "" {
+		fmt.Fprintf(b, "  %s\n", n)
 	}
 	if r.Error != "" {
 		fmt.Fprintf(b, "  error: %s\n", cut(r.Error, 200))
@@ -117,7 +116,7 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	axis := axis{t0: r.Start, t1: r.End, cols: barCols}
 	printed := map[int]bool{}
 	for _, p := range r.Phases {
-		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(fmt.Sprintf("phase %d %s", p.Index, p.Title), nameCols), axis.bar(p.Start, p.End, '▒'), durtext.Millis(span(p.Start, p.End)))
+		fmt.Fprintf(b, "  %-*s %s %8s\n", nameCols, cut(phaseName(&p), nameCols), axis.bar(p.Start, p.End, '▒'), durtext.Millis(span(p.Start, p.End)))
 		for _, a := range r.Agents {
 			if a.PhaseIndex == p.Index {
 				writeAgent(b, &a, axis)
@@ -130,6 +129,47 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 			writeAgent(b, &a, axis)
 		}
 	}
+}
+
+// phaseName is a phase's line label: a workflow() child run says so.
+func phaseName(p *ingest.Phase) string {
+	if p.Child {
+		return fmt.Sprintf("phase %d child %s", p.Index, p.Title)
+	}
+	return fmt.Sprintf("phase %d %s", p.Index, p.Title)
+}
+
+// nesting says where a run hangs: nested under (or linked to) what
+// launched it, at the depth the stream said (none when it did not: a
+// workflow's task_started has no spawn_depth), and the run it resumes.
+// "" for a top-level run that resumes nothing.
+func nesting(r *ingest.Run) string {
+	var parts []string
+	if p := launcher(r); p != nil {
+		by := "task " + cut(p.TaskID, 40)
+		switch {
+		case p.Index >= 0:
+			by = fmt.Sprintf("agent %d", p.Index)
+			if p.Label != "" {
+				by += " " + cut(p.Label, 40)
+			}
+			by += " of " + cut(p.Workflow, 60)
+		case p.Workflow != "":
+			by = "workflow " + cut(p.Workflow, 60) + " (" + by + ")"
+		}
+		what := "nested"
+		if r.Parent.TaskID == "" {
+			what = "linked" // the launcher had ended: a link, not a parent
+		}
+		if r.SpawnDepth > 0 {
+			what += fmt.Sprintf(" (depth %d)", r.SpawnDepth)
+		}
+		parts = append(parts, what+": launched by "+by)
+	}
+	if r.Resumes.RunID != "" {
+		parts = append(parts, "resumes run "+cut(r.Resumes.RunID, 40))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {

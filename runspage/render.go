@@ -181,16 +181,25 @@ func runOf(e *entry, nowMs int64) runView {
 		rv.Stalled = fmt.Sprintf("stalled ×%d", r.Stalls)
 	}
 	if p := &r.Parent; p.TaskID != "" {
-		rv.Nested = fmt.Sprintf("nested (depth %d), launched by task %s", r.SpawnDepth, clean(p.TaskID, 80))
+		// No depth when the stream gave none (a workflow's task_started).
+		depth := ""
+		if r.SpawnDepth > 0 {
+			depth = fmt.Sprintf(" (depth %d)", r.SpawnDepth)
+		}
+		rv.Nested = fmt.Sprintf("nested%s, launched by task %s", depth, clean(p.TaskID, 80))
 		if p.Index >= 0 {
-			rv.Nested = fmt.Sprintf("nested (depth %d), launched by agent %d %s of %s", r.SpawnDepth, p.Index, clean(p.Label, 80), clean(p.Workflow, 120))
+			rv.Nested = fmt.Sprintf("nested%s, launched by agent %d %s of %s", depth, p.Index, clean(p.Label, 80), clean(p.Workflow, 120))
 		}
 	}
 	rv.Cost = costText(&r.Cost)
 	ax := axis{t0: t0, t1: t1}
 	shown := make([]bool, len(r.Agents))
 	for _, ph := range r.Phases {
-		row := rowView{Phase: true, Label: clean(fmt.Sprintf("phase %d %s", ph.Index, ph.Title), 120), Class: "phase", State: "phase"}
+		label := fmt.Sprintf("phase %d %s", ph.Index, ph.Title)
+		if ph.Child {
+			label = fmt.Sprintf("phase %d child %s", ph.Index, ph.Title) // a script's workflow() run
+		}
+		row := rowView{Phase: true, Label: clean(label, 120), Class: "phase", State: "phase"}
 		row.X, row.W, row.Bar = ax.bar(ph.Start, ph.End, 0)
 		row.Duration = spanText(ph.Start, ph.End)
 		rv.Rows = append(rv.Rows, row)

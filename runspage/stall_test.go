@@ -51,3 +51,17 @@ func TestPageNested(t *testing.T) {
 		t.Errorf("%d nested marks; want the child's, launched by planner of review", n)
 	}
 }
+
+// TestPageNestedNoDepth: a workflow a fork launched has no spawn_depth on
+// the wire (PROTOCOL.md "Nested runs"): the page says it is nested, and no
+// depth it was not told.
+func TestPageNestedNoDepth(t *testing.T) {
+	p := newTestPage(Options{Runs: 5})
+	forked := &ingest.Run{TaskID: "w2", RunID: "r2", Workflow: true, Name: "forked", Status: ingest.StatusRunning, Start: 2_000,
+		Parent: ingest.AgentRef{TaskID: "afork", RunID: "rf", Index: -1, RootTask: "afork", RootRun: "rf"}}
+	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: forked})
+	html := render(t, p)
+	if strings.Contains(html, "depth") || !strings.Contains(html, "nested, launched by task afork") {
+		t.Errorf("want \"nested, launched by task afork\" and no depth:\n%s", html)
+	}
+}

@@ -24,8 +24,10 @@ const (
 //	{"kind","task_id","run_id","session_id","workflow","status","start","end",
 //	 "duration_ms","tokens","tool_uses","phases":[...],"agents":[...]}
 //
-// and any other task as {"kind","task_id","task_type","status"}. All listed
-// keys are always present (zero values included) so the shape is fixed.
+// and any other task as {"kind","task_id","run_id","task_type","status"}
+// (run_id with Claude Code only). All listed keys are always present (zero
+// values included) so the shape is fixed; spawn_depth, launched_by and
+// resumes follow when set, on both.
 type ExpectedRun struct {
 	// Kind is KindWorkflow or KindTask.
 	Kind string `json:"kind"`
@@ -65,18 +67,22 @@ type ExpectedRun struct {
 	// Agents lists every workflow_agent index ever seen, by index, in the
 	// state of its last row (late cbc flips after the notification included).
 	Agents []ExpectedAgent `json:"agents"`
-	// SpawnDepth and LaunchedBy say, for a nested run, its depth and the
-	// agent that launched it (report.LaunchedBy's shape).
+	// SpawnDepth is a sub-agent's spawn_depth (Claude Code writes none on
+	// a workflow); LaunchedBy the task that launched a nested run while it
+	// ran (report.LaunchedBy's shape, agent index -1: no workflow agent
+	// launches anything); Resumes the run id of the task's run a resumed
+	// sub-agent continues.
 	SpawnDepth int             `json:"spawn_depth,omitempty"`
 	LaunchedBy *ExpectedLaunch `json:"launched_by,omitempty"`
+	Resumes    string          `json:"resumes,omitempty"`
 	// ExpectedCost sums the agents' (present only with the simulator's own
 	// log events on: Config.Getenv).
 	ExpectedCost
 }
 
-// ExpectedLaunch is the agent that launched a nested run: agent Index of
-// run (TaskID, RunID) of workflow Workflow, its agentId and label as its
-// rows said.
+// ExpectedLaunch is what launched a nested run: agent Index of run
+// (TaskID, RunID) of workflow Workflow, its agentId and label as its rows
+// said; or, with Index -1, that run itself (a sub-agent task).
 type ExpectedLaunch struct {
 	TaskID   string `json:"task_id"`
 	RunID    string `json:"run_id,omitempty"`
@@ -137,6 +143,8 @@ type ExpectedPhase struct {
 	Start int64 `json:"start"`
 	// End is the maximum non-zero End of the phase's agents, else 0.
 	End int64 `json:"end"`
+	// Kind is "child" for the row of a workflow() call (kind "child").
+	Kind string `json:"kind,omitempty"`
 }
 
 // ExpectedAgent is one sub-agent of an ExpectedRun.
@@ -178,9 +186,11 @@ type ExpectedAgent struct {
 // carry only kind, task_id, task_type and status.
 func (r ExpectedRun) MarshalJSON() ([]byte, error) {
 	if r.Kind == KindTask {
-		return marshalOrdered(obj{
-			{"kind", r.Kind}, {"task_id", r.TaskID}, {"task_type", r.TaskType}, {"status", r.Status},
-		})
+		o := obj{{"kind", r.Kind}, {"task_id", r.TaskID}}
+		if r.RunID != "" {
+			o = append(o, kv{"run_id", r.RunID})
+		}
+		return marshalOrdered(r.nesting(append(o, kv{"task_type", r.TaskType}, kv{"status", r.Status})))
 	}
 	phases, agents := r.Phases, r.Agents
 	if phases == nil {
@@ -197,16 +207,25 @@ func (r ExpectedRun) MarshalJSON() ([]byte, error) {
 		o = append(o, kv{"cli_duration_ms", r.CLIDurationMS})
 	}
 	o = append(o, obj{{"tokens", r.Tokens}, {"tool_uses", r.ToolUses}, {"phases", phases}, {"agents", agents}}...)
+	o = r.nesting(o)
+	if c := r.ExpectedCost; c.CostUSD != nil {
+		o = append(o, obj{{"cost_usd", *c.CostUSD}, {"tokens_by_type", c.TokensByType}, {"model_calls", c.ModelCalls}, {"models", c.Models}}...)
+	}
+	return marshalOrdered(o)
+}
+
+// nesting appends spawn_depth, launched_by and resumes, when set.
+func (r ExpectedRun) nesting(o obj) obj {
 	if r.SpawnDepth != 0 {
 		o = append(o, kv{"spawn_depth", r.SpawnDepth})
 	}
 	if r.LaunchedBy != nil {
 		o = append(o, kv{"launched_by", r.LaunchedBy})
 	}
-	if c := r.ExpectedCost; c.CostUSD != nil {
-		o = append(o, obj{{"cost_usd", *c.CostUSD}, {"tokens_by_type", c.TokensByType}, {"model_calls", c.ModelCalls}, {"models", c.Models}}...)
+	if r.Resumes != "" {
+		o = append(o, kv{"resumes", r.Resumes})
 	}
-	return marshalOrdered(o)
+	return o
 }
 
 func marshalOrdered(o obj) ([]byte, error) {
@@ -258,17 +277,22 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 	if status == "" {
 		status = "abandoned"
 	}
+	var launched *ExpectedLaunch
+	if t.parent != nil {
+		launched = &ExpectedLaunch{TaskID: t.parent.id, RunID: t.parent.runID, Index: -1}
+	}
 	if t.plan == nil {
-		return ExpectedRun{Kind: KindTask, TaskID: t.id, TaskType: t.typ, Status: status}
+		r := ExpectedRun{Kind: KindTask, TaskID: t.id, RunID: t.runID, TaskType: t.typ, Status: status, LaunchedBy: launched}
+		if t.typ == "local_agent" {
+			r.SpawnDepth = t.depth
+		}
+		if t.resumes != nil {
+			r.Resumes = t.resumes.runID
+		}
+		return r
 	}
 	r := ExpectedRun{Kind: KindWorkflow, TaskID: t.id, RunID: t.runID, SessionID: s.sessionID,
-		Workflow: t.name, Status: status, Phases: []ExpectedPhase{}, Agents: []ExpectedAgent{}}
-	if t.parent != nil && t.by != nil {
-		row := s.row(t.parent, t.by)
-		r.SpawnDepth = t.depth
-		r.LaunchedBy = &ExpectedLaunch{TaskID: t.parent.id, RunID: t.parent.runID, Workflow: t.parent.name, Index: t.by.index,
-			AgentID: row.stringOf("agentId"), Label: row.stringOf("label")}
-	}
+		Workflow: t.name, Status: status, Phases: []ExpectedPhase{}, Agents: []ExpectedAgent{}, LaunchedBy: launched}
 	final := t.notifUse
 	if final == nil {
 		final = t.lastUsage
@@ -344,6 +368,12 @@ func (s *session) expectedRun(t *task) ExpectedRun {
 	settleAgents(&r, t, s)
 	for i, title := range t.plan.phases {
 		ph := ExpectedPhase{Index: i + 1, Title: title}
+		if i+1 == t.plan.childPhase {
+			if !t.childShown() {
+				continue // never listed
+			}
+			ph.Kind = "child"
+		}
 		for _, a := range r.Agents {
 			if a.PhaseIndex != i+1 {
 				continue

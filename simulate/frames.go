@@ -124,12 +124,12 @@ func (s *session) emitBackgroundTasks() error {
 	}
 	list := []obj{}
 	for _, t := range s.tasks {
-		if t.status != "" {
-			continue
+		if t.status != "" || (t.side != nil && t.side.foreground) {
+			continue // a foreground sub-agent is not a background task
 		}
 		e := obj{{"task_id", t.id}, {"run_id", t.runID}, {"task_type", t.typ}}
 		if t.typ == "local_agent" {
-			e = append(e, kv{"subagent_type", "general-purpose"})
+			e = append(e, kv{"subagent_type", t.side.subagentType()})
 		}
 		list = append(list, append(e, kv{"description", t.description}))
 	}

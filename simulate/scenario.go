@@ -15,7 +15,7 @@ const (
 	ScenarioManyAgents = "many-agents" // --agents N agents across 3 phases, 8 at a time; snapshots grow
 	ScenarioMixed      = "mixed"       // completed plus a background shell and a background sub-agent task
 	ScenarioSpellings  = "spellings"   // completed with cbc's alternative spellings (state "running", workflow_name "path:...")
-	ScenarioNested     = "nested"      // an agent launches a workflow whose agent launches another (depths 1-3), beside a remote agent task
+	ScenarioNested     = "nested"      // what Claude Code 2.1.335 nests: sub-agents 3 deep, a sub-agent's shell and its resume, a fork's workflow, a workflow() child; beside a remote agent task
 )
 
 // Scenarios lists every scenario name, in documentation order.
@@ -65,26 +65,17 @@ type agentPlan struct {
 	tools  int64  // tool calls; >0 also produces a mid-run usage tick
 	tool   string // the tool's one-line summary
 	slow   bool   // runs for stallTimeout: the window for an interrupt
-	// launches, if set, is the workflow the agent launches with its tool
-	// call (tools must be 1): the agent runs until that run has ended.
-	launches *plan
-}
-
-// toolName is the tool of the agent's tool call as its row names it.
-func (ap agentPlan) toolName() string {
-	if ap.launches != nil {
-		return "Workflow"
-	}
-	return "Bash"
 }
 
 // sideTask scripts a background task that is not a workflow.
 type sideTask struct {
-	kind        string // "bash", "agent" or "remote"
+	kind        string // "bash", "agent", "fork" or "remote"
 	description string
 	prompt      string
-	startIn     int // starts as this workflow group begins; 0 = before the workflow
-	endAfter    int // ends after this workflow group; 0 = after the workflow
+	startIn     int   // starts as this workflow group begins; 0 = before the workflow
+	endAfter    int   // ends after this workflow group; 0 = after the workflow
+	foreground  bool  // is_backgrounded false, not in background_tasks_changed (nested.go)
+	tokens      int64 // its notification's usage (nested.go)
 }
 
 // plan scripts one scenario run.
@@ -99,6 +90,8 @@ type plan struct {
 	sides       []sideTask
 	pathName    bool // cbc: workflow_name "path:<basename>.workflow.js"
 	running     bool // cbc: state spelled "running" instead of "start"
+	childPhase  int  // the phase (1-based) that is a workflow() call: a row of kind child
+	nestAfter   int  // the group after which the nested scenario's tasks run (nested.go)
 }
 
 // newPlan builds the scripted run of a scenario. nAgents only matters for
@@ -178,34 +171,29 @@ func newPlan(scenario string, nAgents int) (*plan, error) {
 	return p, nil
 }
 
-// nestedPlan scripts three workflows, each launched by an agent of the one
-// above it (Claude Code nests at most three deep), and a remote agent task
-// the main conversation launches while the top-level run is in phase 1.
-// Each run has agents of its own only, so its usage counts only those: a
-// launcher's tokens are its own, not those of the run it launched.
+// nestedPlan scripts what Claude Code 2.1.335 nests: a top-level workflow
+// whose script runs a saved workflow with workflow() (a phase row of kind
+// child), and after its first group the sub-agents' tasks of nested.go,
+// beside a remote agent task. No workflow agent launches anything.
 func nestedPlan() *plan {
-	grandchild := &plan{scenario: ScenarioNested, name: "sim-nested-grandchild", phases: []string{"Dig"}, concurrency: 2,
-		description: "Nested workflow launched by the deep agent",
+	return &plan{scenario: ScenarioNested, name: "sim-nested", phases: []string{"Plan", "Inline", "▸ sim-nested-inline"}, concurrency: 2,
+		description: "Simulated workflow that runs a saved workflow inline", childPhase: 3, nestAfter: 1,
+		agents: []agentPlan{
+			{label: "planner", prompt: "[[AGENT:planner]] Plan the work.", phase: 1, group: 1, dur: 400 * time.Millisecond, tokens: 960, tools: 1, tool: "ls"},
+			{label: "leaf", prompt: "[[AGENT:leaf]] Report from inside the inline workflow.", phase: 3, group: 2, dur: 150 * time.Millisecond, tokens: 520},
+		},
+		sides: []sideTask{{kind: "remote", description: "sim remote agent", prompt: "[[AGENT:remote]] Review the plan remotely.",
+			startIn: 1, endAfter: 1}}}
+}
+
+// forkedPlan is the workflow a fork sub-agent launches (nested.go).
+func forkedPlan() *plan {
+	return &plan{scenario: ScenarioNested, name: "sim-nested-forked", phases: []string{"Dig"}, concurrency: 2,
+		description: "Workflow launched by a fork sub-agent",
 		agents: []agentPlan{
 			{label: "leaf:a", prompt: "[[AGENT:leafa]] Dig into part A.", phase: 1, group: 1, dur: 160 * time.Millisecond, tokens: 380},
 			{label: "leaf:b", prompt: "[[AGENT:leafb]] Dig into part B.", phase: 1, group: 1, dur: 200 * time.Millisecond, tokens: 410},
 		}}
-	child := &plan{scenario: ScenarioNested, name: "sim-nested-child", phases: []string{"Explore"}, concurrency: 2,
-		description: "Nested workflow launched by the planner agent",
-		agents: []agentPlan{
-			{label: "deep", prompt: "[[AGENT:deep]] Explore deeply with a workflow of your own.", phase: 1, group: 1, dur: 400 * time.Millisecond,
-				tokens: 730, tools: 1, tool: "sim-nested-grandchild", launches: grandchild},
-			{label: "shallow", prompt: "[[AGENT:shallow]] Skim the surface.", phase: 1, group: 1, dur: 120 * time.Millisecond, tokens: 450},
-		}}
-	return &plan{scenario: ScenarioNested, name: "sim-nested", phases: []string{"Plan", "Report"}, concurrency: 2,
-		description: "Simulated workflow whose agents launch nested workflows",
-		agents: []agentPlan{
-			{label: "planner", prompt: "[[AGENT:planner]] Plan the work with a nested workflow.", phase: 1, group: 1, dur: 400 * time.Millisecond,
-				tokens: 960, tools: 1, tool: "sim-nested-child", launches: child},
-			{label: "report", prompt: "[[AGENT:report]] Report on the plan.", phase: 2, group: 2, dur: 150 * time.Millisecond, tokens: 520},
-		},
-		sides: []sideTask{{kind: "remote", description: "sim remote agent", prompt: "[[AGENT:remote]] Review the plan remotely.",
-			startIn: 1, endAfter: 1}}}
 }
 
 // script renders the fake workflow source that Claude Code puts in
@@ -216,6 +204,9 @@ func (p *plan) script() string {
 	fmt.Fprintf(&sb, "// %s: this source must never leave the machine\n", CanaryPrompt)
 	fmt.Fprintf(&sb, "export const meta = {\n  name: '%s',\n  description: '%s',\n  phases: [", p.name, strings.ReplaceAll(p.description, "'", "\\'"))
 	for i, ph := range p.phases {
+		if i+1 == p.childPhase {
+			continue // workflow()'s row, not a phase of the script's
+		}
 		if i > 0 {
 			sb.WriteString(", ")
 		}
@@ -223,6 +214,10 @@ func (p *plan) script() string {
 	}
 	sb.WriteString("],\n}\n")
 	for i, ph := range p.phases {
+		if i+1 == p.childPhase {
+			fmt.Fprintf(&sb, "await workflow('%s')\n", strings.TrimPrefix(ph, "▸ "))
+			continue
+		}
 		fmt.Fprintf(&sb, "phase('%s')\n", ph)
 		for _, a := range p.agents {
 			if a.phase == i+1 {

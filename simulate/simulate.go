@@ -6,8 +6,10 @@
 // wrapper, replay and demo can be exercised without a model API.
 //
 // Each user message is one turn: system/init, assistant noise, one run of
-// the scenario (a workflow, plus plain background tasks in "mixed", and
-// workflows launched by its agents beside a remote agent in "nested"), and
+// the scenario (a workflow, plus plain background tasks in "mixed", and in
+// "nested" what Claude Code 2.1.335 nests: sub-agents, a sub-agent's shell
+// and its resume, a fork's workflow, a workflow() child, beside a remote
+// agent), and
 // a result line. Identifiers derive from Config.Seed; with Config.Epoch set
 // the timestamps come from a virtual clock, so identical stdin gives
 // byte-identical output (goldens rely on this).

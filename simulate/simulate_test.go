@@ -43,6 +43,15 @@ type event struct {
 	raw       string
 }
 
+// runKey names the run of a task_* line: task_id/run_id (run_id empty
+// for cbc).
+func (e event) runKey() string {
+	if e.RunID == nil {
+		return e.TaskID + "/"
+	}
+	return e.TaskID + "/" + *e.RunID
+}
+
 type row struct {
 	Type       string  `json:"type"`
 	Index      int     `json:"index"`
@@ -156,7 +165,7 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 		t.Errorf("last line must be the result: %s", last.raw)
 	}
 	started := map[string]event{}
-	notified := map[string]int{}
+	notified := map[string]int{} // by run: a resumed sub-agent has one per run
 	lastRows := map[string]map[int]row{}
 	for i, e := range evs {
 		if e.Type != "system" || !strings.HasPrefix(e.Subtype, "task_") {
@@ -168,6 +177,7 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 		switch e.Subtype {
 		case "task_started":
 			started[e.TaskID] = e
+			notified[e.runKey()] += 0
 			if claude && e.TaskType == "local_workflow" && !strings.Contains(e.Prompt, CanaryPrompt) {
 				t.Errorf("claude task_started must carry the prompt canary")
 			}
@@ -215,7 +225,7 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 				t.Errorf("line %d: terminal patch without end_time", i+1)
 			}
 		case "task_notification":
-			notified[e.TaskID]++
+			notified[e.runKey()]++
 			if started[e.TaskID].TaskType != "local_workflow" {
 				continue
 			}
@@ -231,9 +241,9 @@ func checkStream(t *testing.T, dialect string, interrupted bool, evs []event) {
 			}
 		}
 	}
-	for id := range started {
-		if notified[id] != 1 {
-			t.Errorf("task %s has %d notifications, want 1", id, notified[id])
+	for id, n := range notified {
+		if n != 1 {
+			t.Errorf("run %s has %d notifications, want 1", id, n)
 		}
 	}
 	if interrupted {
@@ -326,17 +336,17 @@ func checkExpect(t *testing.T, expect []byte, evs []event) {
 	status := map[string]string{}
 	for _, e := range evs {
 		if e.Subtype == "task_started" {
-			startedIDs = append(startedIDs, e.TaskID)
+			startedIDs = append(startedIDs, e.runKey())
 		}
 		if e.Subtype == "task_notification" {
-			status[e.TaskID] = e.Status
+			status[e.runKey()] = e.Status
 		}
 	}
 	if len(runs) != len(startedIDs) {
 		t.Fatalf("%d expected runs for %d tasks", len(runs), len(startedIDs))
 	}
 	for i, r := range runs {
-		if r.TaskID != startedIDs[i] || r.Status != status[r.TaskID] {
+		if k := r.TaskID + "/" + r.RunID; k != startedIDs[i] || r.Status != status[k] {
 			t.Errorf("run %d = %s/%s, stream says %s/%s", i, r.TaskID, r.Status, startedIDs[i], status[startedIDs[i]])
 		}
 		if r.Kind != KindWorkflow {

@@ -28,11 +28,12 @@ type task struct {
 
 	wf *clitel.Workflow // its Workflow tool call in the CLI's own telemetry, nil without
 
-	// A nested run: the run and the agent that launched it, and its depth
-	// (1 at the top; spawn_depth is written from 2 on).
-	parent *task
-	by     *agent
-	depth  int
+	// A nested task (nested.go): the task that launched it while it ran,
+	// its spawn_depth (a sub-agent's: 1 at the top), and the run of the
+	// same task it resumes.
+	parent  *task
+	depth   int
+	resumes *task
 }
 
 // agent is one sub-agent row. Its fields are what the rows printed so far
@@ -88,10 +89,16 @@ func (s *session) runScenario(p *plan) error {
 		return err
 	}
 	err = s.runWorkflow(wf, func(g int, after bool) error {
-		if after {
-			return s.endSides(sides, g)
+		if !after {
+			return startSides(g)
 		}
-		return startSides(g)
+		if err := s.endSides(sides, g); err != nil {
+			return err
+		}
+		if p.nestAfter == g {
+			return s.runNestedTasks(wf)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -130,35 +137,38 @@ func (s *session) runWorkflow(t *task, around func(g int, after bool) error) err
 	return s.finishWorkflow(t)
 }
 
-// startSide launches a background task that is not a workflow. A remote
-// agent then reports its launch in a task_updated of its own.
-func (s *session) startSide(st *sideTask) (*task, error) {
-	t := &task{side: st, description: st.description}
+// startSide launches a background task that is not a workflow from the
+// main conversation. A remote agent then reports its launch in a
+// task_updated of its own.
+func (s *session) startSide(st *sideTask) (*task, error) { return s.startSub(st, nil) }
+
+// startSub launches a task that is not a workflow: from the main
+// conversation (parent nil), or from inside sub-agent task parent, whose
+// tool call it is (nothing of it in the main conversation). A nested one
+// names its launcher (parent_task_id); a sub-agent says its depth, a
+// shell that a sub-agent owns it (PROTOCOL.md "Nested runs").
+func (s *session) startSub(st *sideTask, parent *task) (*task, error) {
+	t := &task{side: st, description: st.description, parent: parent, depth: 1}
+	if parent != nil {
+		t.depth = parent.depth + 1
+	}
 	t.id, t.runID, t.toolUseID = s.newTaskIDs(st.kind)
 	typ, tool, input := s.sideLaunch(st)
 	t.typ = typ
-	if err := s.emitToolUse(t.toolUseID, tool, input); err != nil {
-		return nil, err
+	if parent == nil {
+		if err := s.emitToolUse(t.toolUseID, tool, input); err != nil {
+			return nil, err
+		}
 	}
 	s.tasks = append(s.tasks, t)
 	if err := s.emitBackgroundTasks(); err != nil {
 		return nil, err
 	}
-	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description})
-	if t.typ == "local_agent" || t.typ == "Agent" {
-		o = append(o, kv{"subagent_type", "general-purpose"})
-	}
-	o = append(o, kv{"is_backgrounded", true})
-	if t.typ == "local_agent" {
-		o = append(o, kv{"spawn_depth", 1})
-	}
-	o = append(o, kv{"task_type", t.typ})
-	if t.typ == "local_agent" {
-		o = append(o, kv{"prompt", st.prompt})
-	}
-	t.start = s.clk.Now()
-	if err := s.emit(s.taskTail(o)); err != nil {
+	if err := s.emitSubStarted(t, true); err != nil {
 		return nil, err
+	}
+	if parent != nil {
+		return t, nil
 	}
 	msg := "Command running in background with ID: " + t.id + "."
 	switch st.kind {
@@ -177,6 +187,42 @@ func (s *session) startSide(st *sideTask) (*task, error) {
 		return t, s.emitTaskPatch(t, obj{{"status", "remote_launched"}})
 	}
 	return t, nil
+}
+
+// emitSubStarted writes the task_started of a task that is not a
+// workflow: a resumed sub-agent's (first false) has no prompt and no
+// parent_task_id.
+func (s *session) emitSubStarted(t *task, first bool) error {
+	st := t.side
+	o := s.taskHead("task_started", t)
+	if t.parent != nil && s.claude() && t.typ == "local_bash" {
+		o = append(o, kv{"owned_by_subagent", true})
+	}
+	o = append(o, kv{"tool_use_id", t.toolUseID}, kv{"description", t.description})
+	if t.typ == "local_agent" || t.typ == "Agent" {
+		o = append(o, kv{"subagent_type", st.subagentType()})
+	}
+	o = append(o, kv{"is_backgrounded", !st.foreground})
+	if t.typ == "local_agent" {
+		o = append(o, kv{"spawn_depth", t.depth})
+	}
+	if t.parent != nil && first {
+		o = append(o, kv{"parent_task_id", t.parent.id})
+	}
+	o = append(o, kv{"task_type", t.typ})
+	if t.typ == "local_agent" && first {
+		o = append(o, kv{"prompt", st.prompt})
+	}
+	t.start = s.clk.Now()
+	return s.emit(s.taskTail(o))
+}
+
+// subagentType is a sub-agent's subagent_type.
+func (st *sideTask) subagentType() string {
+	if st.kind == "fork" {
+		return "fork"
+	}
+	return "general-purpose"
 }
 
 // sideLaunch is a side task's task_type in the dialect, and the tool call
@@ -199,7 +245,7 @@ func (s *session) sideLaunch(st *sideTask) (typ, tool string, input obj) {
 	if s.claude() {
 		typ = "local_agent"
 	}
-	return typ, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", "general-purpose"}}
+	return typ, "Agent", obj{{"description", st.description}, {"prompt", st.prompt}, {"subagent_type", st.subagentType()}}
 }
 
 // endSides ends the still-running side tasks due after group g (0 = after
@@ -294,7 +340,7 @@ func (s *session) newWorkflow(p *plan) *task {
 
 // announce adds a workflow to the turn's tasks and writes its
 // task_started; the run starts when that line is written. A nested run's
-// names the task and the agent that launched it, and its depth.
+// (a fork's workflow) names the task that launched it, and no depth.
 func (s *session) announce(t *task) error {
 	s.tasks = append(s.tasks, t)
 	if err := s.emitBackgroundTasks(); err != nil {
@@ -302,7 +348,7 @@ func (s *session) announce(t *task) error {
 	}
 	o := append(s.taskHead("task_started", t), kv{"tool_use_id", t.toolUseID}, kv{"description", t.description})
 	if t.parent != nil {
-		o = append(o, kv{"parent_task_id", t.parent.id}, kv{"parent_agent_id", t.by.id}, kv{"spawn_depth", t.depth})
+		o = append(o, kv{"parent_task_id", t.parent.id})
 	}
 	o = append(o, kv{"task_type", t.typ}, kv{"workflow_name", t.name})
 	if s.claude() {
@@ -310,25 +356,6 @@ func (s *session) announce(t *task) error {
 	}
 	t.start = s.clk.Now()
 	return s.emit(s.taskTail(o))
-}
-
-// runNested runs the workflow that agent by of run parent launches, to its
-// end, and returns the scripted time it took. Nothing of it is in the main
-// conversation: the Workflow tool call is the agent's. The parent's
-// schedule waits meanwhile (the simulator runs one run's agents at a
-// time); a stop of the parent stops it too.
-func (s *session) runNested(parent *task, by *agent) (time.Duration, error) {
-	from := s.scripted
-	t := s.newWorkflow(by.ap.launches)
-	t.parent, t.by, t.depth = parent, by, parent.depth+1
-	if err := s.announce(t); err != nil {
-		return 0, err
-	}
-	t.wf = s.tel.WorkflowLaunchedBy(parent.wf, by.id, t.id, t.toolUseID, t.start)
-	if err := s.runWorkflow(t, nil); err != nil {
-		return 0, err
-	}
-	return s.scripted - from, nil
 }
 
 // runGroup runs the agents of group g, at most plan.concurrency at a time.
@@ -369,17 +396,8 @@ func (s *session) runGroup(t *task, g int) (bool, error) {
 			}
 			continue
 		}
-		waited, err := s.toolCall(t, next, now)
-		if err != nil {
+		if err := s.toolCall(t, next, now); err != nil {
 			return false, err
-		}
-		// The running agents' schedules move by the time a nested run took.
-		local += waited
-		for _, a := range running {
-			a.endAt += waited
-			if !a.toolFired {
-				a.toolAt += waited
-			}
 		}
 	}
 	return false, nil
@@ -459,21 +477,12 @@ func nextEvent(running []*agent) (next *agent, at time.Duration, isTool bool) {
 }
 
 // toolCall is agent a's tool call at now: its first model call ends, and
-// a usage tick shows the call. A Workflow call runs the nested run to its
-// end, as the agent waits for its result, and returns the scripted time
-// that took; any other tool returns 0.
-func (s *session) toolCall(t *task, a *agent, now int64) (time.Duration, error) {
+// a usage tick shows the call. A workflow agent has neither the Agent nor
+// the Workflow tool: it launches nothing (PROTOCOL.md "Nested runs").
+func (s *session) toolCall(t *task, a *agent, now int64) error {
 	a.toolFired = true
 	s.agentCall(t, a, now, false)
-	if err := s.emitProgressTick(t, a); err != nil {
-		return 0, err
-	}
-	if a.ap.launches == nil {
-		return 0, nil
-	}
-	waited, err := s.runNested(t, a)
-	a.callFrom = s.clk.Now() // its next model call reads the run's result
-	return waited, err
+	return s.emitProgressTick(t, a)
 }
 
 // endAgent ends agent a at now: done, or error if it is scripted to fail.
@@ -504,11 +513,32 @@ func (t *task) currentUsage(now int64) usage {
 	return u
 }
 
+// childShown reports whether the run's workflow() child row is listed:
+// one of its agents is.
+func (t *task) childShown() bool {
+	if t.plan.childPhase == 0 {
+		return false
+	}
+	for _, a := range t.agents {
+		if a.visible && a.ap.phase == t.plan.childPhase {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshot renders the full workflow_progress timeline.
 func (s *session) snapshot(t *task) []obj {
 	var out []obj
 	for i, ph := range t.plan.phases {
-		out = append(out, obj{{"type", "workflow_phase"}, {"index", i + 1}, {"title", ph}})
+		if i+1 != t.plan.childPhase {
+			out = append(out, obj{{"type", "workflow_phase"}, {"index", i + 1}, {"title", ph}})
+		}
+	}
+	if t.childShown() {
+		// workflow()'s row, listed once the child runs, after the rows
+		// before it (as Claude Code 2.1.335 writes it).
+		out = append(out, obj{{"type", "workflow_phase"}, {"index", t.plan.childPhase}, {"title", t.plan.phases[t.plan.childPhase-1]}, {"kind", "child"}})
 	}
 	for _, a := range t.agents {
 		if a.visible {
@@ -563,7 +593,7 @@ func (s *session) row(t *task, a *agent) obj {
 		o = append(o, kv{"attempt", 1})
 	}
 	if a.toolFired && a.terminal() {
-		o = append(o, kv{"lastToolName", a.ap.toolName()}, kv{"lastToolSummary", a.ap.tool})
+		o = append(o, kv{"lastToolName", "Bash"}, kv{"lastToolSummary", a.ap.tool})
 	}
 	o = append(o, kv{"promptPreview", a.ap.prompt})
 	if a.started || cached {

@@ -298,12 +298,13 @@ const (
 	eResultPreview
 	ePromptPreview
 	eEndedWithRun
+	eKind
 	numEntryFields
 )
 
 var entryFields = [numEntryFields]string{"type", "index", "title", "agentId", "label", "state", "cached", "phaseIndex",
 	"phaseTitle", "queuedAt", "startedAt", "endedAt", "lastProgressAt", "durationMs", "tokens", "toolCalls", "error",
-	"resultPreview", "promptPreview", "endedWithRun"}
+	"resultPreview", "promptPreview", "endedWithRun", "kind"}
 
 const (
 	// entryNumbers are the element fields that are JSON numbers; cached
@@ -316,7 +317,7 @@ const (
 	agentReads = 1<<eAgentID | 1<<eLabel | 1<<eState | 1<<eCached | 1<<ePhaseIndex | 1<<ePhaseTitle | 1<<eQueuedAt |
 		1<<eStartedAt | 1<<eEndedAt | 1<<eLastProgressAt | 1<<eDurationMs | 1<<eTokens | 1<<eToolCalls | 1<<eError |
 		1<<eResultPreview | 1<<ePromptPreview | 1<<eEndedWithRun
-	phaseReads = 1 << eTitle
+	phaseReads = 1<<eTitle | 1<<eKind
 )
 
 // readFields is the set of top-level fields an event of kind k reads,
@@ -890,7 +891,7 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 	}
 	badFields = bits.OnesCount32(w.bad & reads)
 	if reads == phaseReads {
-		return Entry{Phase: true, Index: index, Title: Clean(w.str[eTitle], maxNameLen)}, entryApplied, badFields
+		return Entry{Phase: true, Index: index, Title: Clean(w.str[eTitle], maxNameLen), Child: w.str[eKind] == "child"}, entryApplied, badFields
 	}
 	phase, ok := entryIndex(w.num[ePhaseIndex])
 	if !ok {

@@ -21,7 +21,7 @@ import (
 
 // refEntry is what the comparison checks of an Entry.
 type refEntry struct {
-	Phase              bool
+	Phase, Child       bool
 	Index, PhaseIndex  int
 	AgentID, State     string
 	Cached             bool
@@ -71,7 +71,7 @@ func fromEvent(ev *Event, r Reason) refEvent {
 		TotalCostUSD: ev.TotalCostUSD, Models: slices.Clone(ev.Models), SpawnDepth: ev.SpawnDepth, ParentAgentID: ev.ParentAgentID,
 		Resent: ev.Resent, StopReason: ev.Reason}
 	for _, e := range ev.Entries {
-		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
+		out.Entries = append(out.Entries, refEntry{Phase: e.Phase, Child: e.Child, Index: e.Index, PhaseIndex: e.PhaseIndex, AgentID: e.AgentID,
 			State: e.State, Cached: e.Cached, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Tokens: e.Tokens,
 			QueuedAt: e.QueuedAt, LastProgressAt: e.LastProgressAt, DurationMs: e.DurationMs, ToolCalls: e.ToolCalls,
 			EndedWithRun: e.EndedWithRun, Error: e.Error})
@@ -375,7 +375,7 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 	}
 	if typ == "workflow_phase" {
 		r.str(o, "title")
-		return &refEntry{Phase: true, Index: idx}, true
+		return &refEntry{Phase: true, Index: idx, Child: r.str(o, "kind") == "child"}, true
 	}
 	e = &refEntry{Index: idx}
 	e.AgentID = Clean(r.str(o, "agentId"), maxIDLen)

@@ -46,6 +46,15 @@ func TestDecode(t *testing.T) {
 					t.Errorf("spawn_depth %d, want 2", ev.SpawnDepth)
 				}
 			}},
+		{name: "task_progress with a workflow() child phase", line: `{"type":"system","subtype":"task_progress","task_id":"t","workflow_progress":[{"type":"workflow_phase","index":1,"title":"Outer"},{"type":"workflow_phase","index":3,"title":"\u25b8 nestwf","kind":"child"},{"type":"workflow_phase","index":4,"title":"x","kind":"future"},{"type":"workflow_phase","index":5,"title":"y","kind":7}]}`, kind: KindTaskProgress,
+			check: func(t *testing.T, ev *Event) {
+				if len(ev.Entries) != 4 || ev.Entries[0].Child || !ev.Entries[1].Child || ev.Entries[1].Title != "▸ nestwf" || ev.Entries[2].Child || ev.Entries[3].Child {
+					t.Errorf("entries: %+v", ev.Entries)
+				}
+				if ev.BadFields != 1 {
+					t.Errorf("bad fields %d, want 1 (kind 7)", ev.BadFields)
+				}
+			}},
 		{name: "task_started remote", line: `{"type":"system","subtype":"task_started","task_id":"t9","task_type":"remote_agent","description":"remote","session_id":"s"}`, kind: KindTaskStarted,
 			check: func(t *testing.T, ev *Event) { eq(t, ev.TaskType, "remote_agent") }},
 		{name: "task_progress with entries", line: `{"type":"system","subtype":"task_progress","task_id":"t","usage":{"total_tokens":5,"tool_uses":1,"duration_ms":9},"workflow_progress":[{"type":"workflow_phase","index":1,"title":"G"},{"type":"future_entry","index":9},{"type":"workflow_agent","index":2,"agentId":"v2:ab","state":"done","cached":true,"startedAt":1000,"endedAt":2000,"phaseIndex":1,"tokens":7,"resultPreview":"PREVIEW"}]}`, kind: KindTaskProgress,

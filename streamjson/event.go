@@ -43,6 +43,7 @@ type Entry struct {
 	Phase bool // a workflow_phase; otherwise a workflow_agent
 	Index int
 	Title string // phase title
+	Child bool   // kind "child": a script's workflow() run inside its parent run
 
 	AgentID    string
 	Label      string

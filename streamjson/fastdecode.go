@@ -431,6 +431,8 @@ func entryField(key []byte) int {
 		return ePromptPreview
 	case "endedWithRun":
 		return eEndedWithRun
+	case "kind":
+		return eKind
 	}
 	return -1
 }

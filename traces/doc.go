@@ -141,10 +141,13 @@ const (
 	AttrAgentEndInferred = "cbc.agent.end_inferred"
 	AttrPhaseIndex       = "cbc.phase.index"
 	AttrPhaseTitle       = "cbc.phase.title"
-	AttrLinkType         = "cbc.link.type"
-	AttrPromptPreview    = "cbc.agent.prompt_preview"
-	AttrResultPreview    = "cbc.agent.result_preview"
-	AttrSummary          = "cbc.summary"
+	// AttrPhaseKind is "child" on the phase of a script's workflow() run
+	// inside its parent (PROTOCOL.md "Nested runs"); absent otherwise.
+	AttrPhaseKind     = "cbc.phase.kind"
+	AttrLinkType      = "cbc.link.type"
+	AttrPromptPreview = "cbc.agent.prompt_preview"
+	AttrResultPreview = "cbc.agent.result_preview"
+	AttrSummary       = "cbc.summary"
 
 	// GenAI attributes from the CLI's own telemetry (run
 	// --join-cli-telemetry), on agent and workflow spans.

@@ -67,12 +67,15 @@ func SpanID(taskID, runID, kind string, index int) trace.SpanID {
 }
 
 // IDs returns the trace id and the workflow span id of r as exported when
-// no TRACEPARENT is in effect: a nested run's trace is its chain's root's.
+// no TRACEPARENT is in effect: a nested run's trace is its chain's root's,
+// a resumed run's its first run's.
 // Use (*Sink).IDs when the sink may have a parent: then the trace id is the
 // parent's.
 func IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
 	tid := TraceID(r.TaskID, r.RunID)
 	if p := &r.Parent; p.TaskID != "" {
+		tid = TraceID(p.RootTask, p.RootRun)
+	} else if p := &r.Resumes; p.TaskID != "" {
 		tid = TraceID(p.RootTask, p.RootRun)
 	}
 	return tid, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)

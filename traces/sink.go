@@ -165,10 +165,14 @@ func (s *Sink) traceID(task, run string) trace.TraceID {
 }
 
 // nested records that r joins the trace of its chain's root: a nested
-// run's spans hang under the agent that launched it. Every event of r says
-// so again, so a sink restored from a checkpoint learns it too.
+// run's spans hang under the agent that launched it, a resumed run's under
+// its first run. Every event of r says so again, so a sink restored from a
+// checkpoint learns it too.
 func (s *Sink) nested(r *ingest.Run) {
 	p := &r.Parent
+	if p.TaskID == "" {
+		p = &r.Resumes
+	}
 	if p.TaskID == "" {
 		return // not nested: no map lookup on every event of every run
 	}
@@ -286,6 +290,11 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 		}
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
 			TraceID: tid, SpanID: psid, TraceFlags: s.flags(), TraceState: s.parent.TraceState()}))
+	} else if p := &r.Resumes; p.TaskID != "" {
+		// A resumed run continues its task: in its first run's trace,
+		// under its first run's span, where Jaeger shows the two together.
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: tid, SpanID: SpanID(p.TaskID, p.RunID, kindWorkflow, 0), TraceFlags: s.flags(), TraceState: s.parent.TraceState()}))
 	}
 	return withIDs(ctx, tid, sid)
 }
@@ -407,22 +416,37 @@ func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
 	if p.Title != "" {
 		kv = append(kv, attribute.String(AttrPhaseTitle, p.Title))
 	}
+	if p.Child {
+		kv = append(kv, attribute.String(AttrPhaseKind, "child"))
+	}
 	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
 	sp.End(trace.WithTimestamp(ms(end)))
 }
 
 // link returns a link to the root span of r's parent task, when that task
-// was seen in this stream.
+// was seen in this stream: the run the Tracker kept of it (even finalized
+// long ago), else (a run restored from an older checkpoint) the task's last
+// run this sink saw.
 func (s *Sink) link(r *ingest.Run) []trace.Link {
 	if r.ParentTaskID == "" || r.Parent.TaskID != "" {
 		return nil // no parent task, or its agent is the span's parent
 	}
-	run, ok := s.lastRun[r.ParentTaskID]
-	if !ok {
-		return nil
+	var tid trace.TraceID
+	run := r.ParentLink.RunID
+	if r.ParentLink.TaskID == r.ParentTaskID {
+		tid = TraceID(r.ParentLink.RootTask, r.ParentLink.RootRun)
+		if s.parent.IsValid() {
+			tid = s.parent.TraceID()
+		}
+	} else {
+		var ok bool
+		if run, ok = s.lastRun[r.ParentTaskID]; !ok {
+			return nil
+		}
+		tid = s.traceID(r.ParentTaskID, run)
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID:    s.traceID(r.ParentTaskID, run),
+		TraceID:    tid,
 		SpanID:     SpanID(r.ParentTaskID, run, kindWorkflow, 0),
 		TraceFlags: s.flags(),
 	})
@@ -499,6 +523,9 @@ func (s *Sink) task(r *ingest.Run) {
 	)
 	if r.Reason != "" {
 		kv = append(kv, attribute.String(AttrStopReason, r.Reason))
+	}
+	if r.SpawnDepth > 0 {
+		kv = append(kv, attribute.Int(AttrSpawnDepth, r.SpawnDepth))
 	}
 	s.root(r, name, start, end, kv, "task failed")
 }

@@ -54,8 +54,8 @@ func TestE2EReplayCorpus(t *testing.T) {
 			}
 		}
 	}
-	if n != 7 {
-		t.Fatalf("%d recordings, want 7", n)
+	if n != 11 { // 5 Claude Code 2.1.328, 2 CodeBuddy, 4 Claude Code 2.1.335 nested
+		t.Fatalf("%d recordings, want 11", n)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
+	"github.com/cbc-otel/cbc-otel/simulate/drive"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -141,7 +142,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		started: func(tel *telemetry) {
 			announceDemo(sio.err, &cfg, tel)
 			go func() {
-				err := simulate.Drive(ctx, simulate.DriveOptions{Scenarios: cfg.scenarios, Live: cfg.live, Pace: cfg.pace}, drvOut, drvIn)
+				err := drive.Run(ctx, drive.Options{Scenarios: cfg.scenarios, Live: cfg.live, Pace: cfg.pace}, drvOut, drvIn)
 				drvOut.Close()
 				io.Copy(io.Discard, drvIn) // keep the child unblocked until it exits
 				drvErr <- err

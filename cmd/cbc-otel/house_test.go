@@ -76,7 +76,7 @@ func TestPackageGraph(t *testing.T) {
 		"ndjson":     {},
 		"streamjson": {"tap"},
 		"usage":      {},
-		"ingest":     {"tap", "ndjson", "streamjson", "usage"},
+		"ingest":     {"tap", "ndjson", "streamjson", "usage", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
@@ -121,8 +121,11 @@ const maxPackageLines = 2600
 // functions short, and what is not wiring lives in the packages.
 const maxCommandLines = 3000
 
-// TestPackageSize keeps every package under maxPackageLines lines of
-// non-test Go.
+// TestPackageSize is an alarm, not a gate: a package past maxPackageLines
+// lines of non-test Go is named in the log (go test -v), as a question
+// whether it does more than one job. A count must not steer the structure:
+// squeezing code under it, or splitting along lines rather than jobs, hurt
+// more than the size did (issue 30), so it never fails the build.
 func TestPackageSize(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.Dir}}{{range .GoFiles}} {{.}}{{end}}`, "github.com/cbc-otel/cbc-otel/...").Output()
 	if err != nil {
@@ -143,7 +146,7 @@ func TestPackageSize(t *testing.T) {
 			limit = maxCommandLines
 		}
 		if n > limit {
-			t.Errorf("%s: %d lines of non-test Go, more than %d", f[0], n, limit)
+			t.Logf("size alarm: %s: %d lines of non-test Go, more than %d: does it do more than one job?", f[0], n, limit)
 		}
 	}
 }

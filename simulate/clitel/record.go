@@ -227,28 +227,14 @@ func (c *Recorder) WorkflowLaunched(taskID, toolUseID string, now int64) *Workfl
 	if c == nil {
 		return nil
 	}
-	return c.launch(taskID, toolUseID, now, c.interaction, "")
+	return c.launch(taskID, toolUseID, now, c.interaction)
 }
 
-// WorkflowLaunchedBy records a Workflow tool call that agent agentID of
-// run parent made, as WorkflowLaunched does for the main conversation's.
-// It is that agent's tool call: its tool span carries the agent_id and
-// hangs under the parent run's tool.execution, flat beside the agent's
-// model calls; the spans below it name the agent only as
-// gen_ai.conversation.id. Nil without a Recorder.
-func (c *Recorder) WorkflowLaunchedBy(parent *Workflow, agentID, taskID, toolUseID string, now int64) *Workflow {
-	if c == nil {
-		return nil
-	}
-	if parent == nil {
-		return c.launch(taskID, toolUseID, now, c.interaction, "")
-	}
-	return c.launch(taskID, toolUseID, now, parent.execSpan, agentID)
-}
-
-// launch records a Workflow tool call under span under, made by agentID
-// ("" for the main conversation).
-func (c *Recorder) launch(taskID, toolUseID string, now int64, under []byte, agentID string) *Workflow {
+// launch records a Workflow tool call of the main conversation under span
+// under. (Claude Code 2.1.335 nests a workflow only under a fork sub-agent,
+// PROTOCOL.md "Nested runs"; the simulator records that call as the main
+// conversation's too.)
+func (c *Recorder) launch(taskID, toolUseID string, now int64, under []byte) *Workflow {
 	// Derived, not drawn: a resumed run keeps its wf_ id.
 	h := sha256.Sum256([]byte(c.sessionID + "\x00" + taskID))
 	x := hex.EncodeToString(h[:])
@@ -257,10 +243,6 @@ func (c *Recorder) launch(taskID, toolUseID string, now int64, under []byte, age
 		return w
 	}
 	conv := c.sessionID
-	var who []*commonpb.KeyValue
-	if agentID != "" {
-		conv, who = agentID, []*commonpb.KeyValue{str("agent_id", agentID)}
-	}
 	tool := c.spanID()
 	w.execSpan = c.spanID()
 	ids := func() []*commonpb.KeyValue {
@@ -269,8 +251,8 @@ func (c *Recorder) launch(taskID, toolUseID string, now int64, under []byte, age
 	c.spans.add(c.span("claude_code.tool.execution", w.execSpan, tool, flagsLocal, now+1, now+11, "tool.execution", conv,
 		append(ids(), num("duration_ms", 10), flag("success", true))...))
 	c.spans.add(c.span("claude_code.tool", tool, under, flagsLocal, now, now+14, "tool", conv,
-		append(append([]*commonpb.KeyValue{str("tool_name", "Workflow"), str("tool_name_safe", "Workflow"), str("gen_ai.operation.name", "execute_tool"),
-			str("gen_ai.tool.name", "Workflow")}, who...), append(ids(), num("duration_ms", 14))...)...))
+		append([]*commonpb.KeyValue{str("tool_name", "Workflow"), str("tool_name_safe", "Workflow"), str("gen_ai.operation.name", "execute_tool"),
+			str("gen_ai.tool.name", "Workflow")}, append(ids(), num("duration_ms", 14))...)...))
 	return w
 }
 

@@ -1,4 +1,7 @@
-package simulate
+// Package drive plays an agent SDK against a CLI in headless stream-json
+// mode (cbc-otel demo drives the simulator with it): the client side of
+// the protocol, apart from package simulate, which plays the CLI.
+package drive
 
 import (
 	"bufio"
@@ -23,8 +26,8 @@ type driveMsg struct {
 	ParentTaskID string `json:"parent_task_id"`
 }
 
-// DriveOptions says what Drive asks of the simulator.
-type DriveOptions struct {
+// Options says what Run asks of the simulator.
+type Options struct {
 	// Scenarios run in order, one workflow each.
 	Scenarios []string
 	// Live goes round the scenarios until the context ends, pausing Pace
@@ -33,16 +36,16 @@ type DriveOptions struct {
 	Pace time.Duration
 }
 
-// Drive plays an SDK against a simulator whose stdin is w and stdout r:
+// Run plays an SDK against a simulator whose stdin is w and stdout r:
 // initialize, then per scenario a user message and a wait for that turn's
 // workflow notification. For "stopped" it sends an interrupt once the
 // workflow shows progress. Live, it goes round the scenarios until ctx
 // ends: then it interrupts the workflow running, waits for its
 // notification and returns nil. The caller closes w afterwards, which
 // ends the simulator.
-func Drive(ctx context.Context, cfg DriveOptions, w io.Writer, r io.Reader) error {
+func Run(ctx context.Context, cfg Options, w io.Writer, r io.Reader) error {
 	if len(cfg.Scenarios) == 0 {
-		return errors.New("simulate: Drive needs a scenario")
+		return errors.New("drive: a scenario is needed")
 	}
 	d := &driver{w: w, r: bufio.NewReaderSize(r, 64<<10), done: ctx.Done()}
 	if err := d.send(jmap{"type": "control_request", "request_id": "init", "request": jmap{"subtype": "initialize", "hooks": jmap{}, "capabilities": jmap{}, "hasPrompt": true}}); err != nil {
