@@ -197,6 +197,18 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 		}
 		nums = append(nums, m.Tokens[:]...)
 		costs = append(costs, m.CostUSD)
+		// An unknown value reads 0: it can never pass for a known one.
+		for k, v := range m.Tokens {
+			if m.Known&(streamjson.KnownTokens<<k) == 0 && v != 0 {
+				t.Errorf("%s: unknown token count %d reads %d", m.Model, k, v)
+			}
+		}
+		if m.Known&^streamjson.KnownAll != 0 || m.Known&streamjson.KnownCost == 0 && m.CostUSD != 0 {
+			t.Errorf("%s: Known %#x, cost %v", m.Model, m.Known, m.CostUSD)
+		}
+	}
+	if !ev.HasCost && ev.TotalCostUSD != 0 {
+		t.Errorf("unknown total_cost_usd reads %v", ev.TotalCostUSD)
 	}
 	for _, c := range costs {
 		if !(c >= 0 && c <= 1e6) {
@@ -266,6 +278,8 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
 		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
 		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
+		// Absent, null and bad values are unknown, each apart (issue 28).
+		`{"type":"result","session_id":"s","total_cost_usd":"0.7","modelUsage":{"m":{"inputTokens":null,"outputTokens":[2],"cacheReadInputTokens":3,"costUSD":{"v":1}},"n":"x"}}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}

@@ -331,9 +331,19 @@ func refResult(m map[string]any, ev *refEvent, r *refReader) {
 			r.bad++
 			continue
 		}
-		rm := ResultModel{Model: model, Tokens: [4]int64{r.num(o, "inputTokens"), r.num(o, "outputTokens"),
-			r.num(o, "cacheReadInputTokens"), r.num(o, "cacheCreationInputTokens")}}
-		rm.CostUSD, _ = r.cost(o, "costUSD")
+		// Known: each value a usable number; absent, null, bad or out of
+		// range is unknown (and reads 0).
+		rm := ResultModel{Model: model}
+		for k, name := range []string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"} {
+			bad := r.bad
+			if rm.Tokens[k] = r.num(o, name); o[name] != nil && r.bad == bad {
+				rm.Known |= 1 << k
+			}
+		}
+		var ok bool
+		if rm.CostUSD, ok = r.cost(o, "costUSD"); ok {
+			rm.Known |= 1 << 4
+		}
 		ev.Models = append(ev.Models, rm)
 	}
 }

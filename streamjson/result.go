@@ -14,17 +14,28 @@ const MaxResultModels = 16
 // maxCostUSD is the largest cost taken as a session's: more is garbage.
 const maxCostUSD = 1e6
 
-// modelFields are a modelUsage entry's counts, in ResultModel.Tokens order.
-var modelFields = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"}
+// modelNums are a modelUsage entry's numbers: the counts, in
+// ResultModel.Tokens order, then the cost (mCost).
+var modelNums = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "costUSD"}
+
+// mCost is costUSD's place in modelNums (and KnownCost's bit).
+const mCost = len(modelNums) - 1
+
+// Bits of ResultModel.Known: KnownTokens<<k for Tokens[k], KnownCost for
+// CostUSD (the same bits as usage.Known).
+const (
+	KnownTokens uint8 = 1
+	KnownCost   uint8 = 1 << mCost
+	KnownAll          = KnownCost<<1 - 1
+)
 
 // wireModel is one modelUsage entry as read, before it is checked.
 type wireModel struct {
-	name    string // the key, unescaped
-	notObj  bool   // the entry is not an object
-	num     [len(modelFields)]float64
-	numBad  uint8 // 1<<k: modelFields[k] of another type
-	cost    float64
-	costBad bool // costUSD of another type
+	name   string // the key, unescaped
+	notObj bool   // the entry is not an object
+	num    [len(modelNums)]float64
+	set    uint8 // 1<<k: modelNums[k] was a number
+	bad    uint8 // 1<<k: modelNums[k] of another type
 }
 
 // plainModels reads modelUsage on the plain path into d.w.models; false
@@ -39,15 +50,18 @@ func (d *Decoder) plainModels(raw []byte) bool {
 		if plainObject(entry, &d.sub) != nil {
 			m.notObj = true
 		} else {
-			for k, field := range modelFields {
-				if f, ok := memberNum(d.sub, field); ok {
-					m.num[k] = f
+			for k, field := range modelNums {
+				v, found := d.sub[field]
+				if !found || isNull(v) {
+					continue
+				}
+				var ok bool
+				if m.num[k], ok = plainNumber(v); ok {
+					m.set |= 1 << k
 				} else {
-					m.numBad |= 1 << k
+					m.bad |= 1 << k
 				}
 			}
-			m.cost, m.costBad = memberNum(d.sub, "costUSD")
-			m.costBad = !m.costBad
 		}
 		d.w.models = append(d.w.models, m)
 	}
@@ -74,14 +88,24 @@ func (d *Decoder) result(ev *Event) {
 			ev.BadFields++
 			continue
 		}
-		ev.BadFields += bits.OnesCount8(wm.numBad)
-		for k := range modelFields {
-			m.Tokens[k] = count(wm.num[k], &ev.BadFields)
+		// A value absent, null, bad or out of range is unknown (Known),
+		// never 0: a 0 would read as a cumulative value gone down, a
+		// session reset (see usage.Sessions).
+		ev.BadFields += bits.OnesCount8(wm.bad)
+		for k := range mCost {
+			if wm.set&(1<<k) == 0 {
+				continue
+			}
+			before := ev.BadFields
+			if m.Tokens[k] = count(wm.num[k], &ev.BadFields); ev.BadFields == before {
+				m.Known |= KnownTokens << k
+			}
 		}
-		if wm.costBad {
-			ev.BadFields++
-		} else {
-			m.CostUSD, _ = costOf(wm.cost, &ev.BadFields)
+		if wm.set&KnownCost != 0 {
+			var ok bool
+			if m.CostUSD, ok = costOf(wm.num[mCost], &ev.BadFields); ok {
+				m.Known |= KnownCost
+			}
 		}
 		ev.Models = append(ev.Models, m)
 	}
