@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,9 @@ func refIndex(v any) (int, bool) {
 	return int(f), true
 }
 
+// refEscapedASCII finds a \u escape of a printable ASCII character.
+var refEscapedASCII = regexp.MustCompile(`\\u00[2-7]`)
+
 // refDecode decodes one line by the rules, from scratch.
 func refDecode(line []byte) refEvent {
 	none := refEvent{}
@@ -184,8 +188,9 @@ func refDecode(line []byte) refEvent {
 			}
 		}
 	}
+	// Or an escaped printable ASCII character, which may hide them.
 	if !bytes.Contains(line, []byte(`"task_`)) && !bytes.Contains(line, []byte(`"control_`)) && !bytes.Contains(line, []byte(`"init"`)) &&
-		!bytes.Contains(line, []byte(`"result"`)) {
+		!bytes.Contains(line, []byte(`"result"`)) && !refEscapedASCII.Match(line) {
 		return none
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
