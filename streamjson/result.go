@@ -14,16 +14,14 @@ const MaxResultModels = 16
 // maxCostUSD is the largest cost taken as a session's: more is garbage.
 const maxCostUSD = 1e6
 
-// modelNums are a modelUsage entry's numbers: the counts, in
-// ResultModel.Tokens order, then the cost (mCost).
+// modelNums are a modelUsage entry's numbers: the counts in Tokens order,
+// then the cost (mCost).
 var modelNums = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "costUSD"}
 
-// mCost is costUSD's place in modelNums (and KnownCost's bit).
-const mCost = len(modelNums) - 1
-
-// Bits of ResultModel.Known: KnownTokens<<k for Tokens[k], KnownCost for
-// CostUSD (the same bits as usage.Known).
+// Bits of ResultModel.Known, those of usage.Known: KnownTokens<<k for
+// Tokens[k], KnownCost for CostUSD.
 const (
+	mCost             = len(modelNums) - 1
 	KnownTokens uint8 = 1
 	KnownCost   uint8 = 1 << mCost
 	KnownAll          = KnownCost<<1 - 1
@@ -52,14 +50,10 @@ func (d *Decoder) plainModels(raw []byte) bool {
 		} else {
 			for k, field := range modelNums {
 				v, found := d.sub[field]
-				if !found || isNull(v) {
-					continue
-				}
-				var ok bool
-				if m.num[k], ok = plainNumber(v); ok {
-					m.set |= 1 << k
-				} else {
+				if f, ok := memberNum(d.sub, field); !ok {
 					m.bad |= 1 << k
+				} else if found && !isNull(v) {
+					m.num[k], m.set = f, m.set|1<<k
 				}
 			}
 		}
@@ -88,23 +82,21 @@ func (d *Decoder) result(ev *Event) {
 			ev.BadFields++
 			continue
 		}
-		// A value absent, null, bad or out of range is unknown (Known),
-		// never 0: a 0 would read as a cumulative value gone down, a
-		// session reset (see usage.Sessions).
+		// A value absent or bad is unknown, not 0: a 0 would read as a
+		// cumulative value gone down, a session reset (usage.Sessions).
 		ev.BadFields += bits.OnesCount8(wm.bad)
-		for k := range mCost {
-			if wm.set&(1<<k) == 0 {
-				continue
-			}
+		for k := range modelNums {
 			before := ev.BadFields
-			if m.Tokens[k] = count(wm.num[k], &ev.BadFields); ev.BadFields == before {
-				m.Known |= KnownTokens << k
+			switch {
+			case wm.set&(1<<k) == 0:
+				continue
+			case k == mCost:
+				m.CostUSD, _ = costOf(wm.num[k], &ev.BadFields)
+			default:
+				m.Tokens[k] = count(wm.num[k], &ev.BadFields)
 			}
-		}
-		if wm.set&KnownCost != 0 {
-			var ok bool
-			if m.CostUSD, ok = costOf(wm.num[mCost], &ev.BadFields); ok {
-				m.Known |= KnownCost
+			if ev.BadFields == before {
+				m.Known |= 1 << k
 			}
 		}
 		ev.Models = append(ev.Models, m)
