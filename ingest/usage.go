@@ -90,9 +90,9 @@ type Turn struct {
 	Subtype    string // result.subtype: success, error_max_turns, ...
 	IsError    bool
 	DurationMs int64
-	// Reset is set when a cumulative value went down since the session's
-	// previous result (a new session under the same id, or a reset): the
-	// delta is then the whole cumulative value.
+	// Reset is set when a cumulative value known in this line and before
+	// went down (a new session under the same id, or a reset): the delta
+	// is then the whole of each value the line knows.
 	Reset bool
 	// Delta is what the session's cumulative total_cost_usd and modelUsage
 	// grew by since its previous result line, per model.
