@@ -365,14 +365,20 @@ var costCorruptions = []struct {
 	{"out of range", 1e300, 1},
 }
 
+// allModels, as a costField's model, stands for modelUsage itself.
+const allModels = "*"
+
 // corruptField returns a copy of the result line l with value f replaced
-// as c says; f.k < 0 replaces the whole modelUsage entry of f.model.
+// by v, or left out; f.k < 0 replaces the whole modelUsage entry of
+// f.model, or modelUsage itself (allModels).
 func corruptField(l jobj, f costField, v any, absent bool) jobj {
 	out := jobj{}
 	maps.Copy(out, l)
 	target := out
 	key := "total_cost_usd"
-	if f.model != "" {
+	if f.model == allModels {
+		key = "modelUsage"
+	} else if f.model != "" {
 		mu := jobj{}
 		maps.Copy(mu, l["modelUsage"].(jobj))
 		out["modelUsage"] = mu
@@ -447,7 +453,8 @@ func TestTurnBadCostField(t *testing.T) {
 // TestTurnCorruptOneFieldProperty (issue 28): over generated sessions of
 // cumulative result lines (growing values, models that join late, resets
 // where every value goes down), corrupting one value of one line (left
-// out, null, the wrong type, out of range; or a whole modelUsage entry)
+// out, null, the wrong type, out of range; or a whole modelUsage entry, or
+// modelUsage itself)
 // never moves the session's totals by more than that line's own delta of
 // that value, and never upwards; every other total, and every Reset, is
 // as in the uncorrupted stream.
@@ -508,15 +515,19 @@ func TestTurnCorruptOneFieldProperty(t *testing.T) {
 		at := rng.IntN(len(lines))
 		id := lines[at]["session_id"].(string)
 		var f costField
-		if rng.IntN(4) != 0 {
+		switch rng.IntN(8) {
+		case 0, 1: // total_cost_usd
+		case 2: // modelUsage itself
+			f = costField{allModels, -1}
+		default:
 			order := sessions[id].order
 			f = costField{order[rng.IntN(len(order))], rng.IntN(costK+2) - 1} // -1: the whole entry
 		}
 		var c = costCorruptions[rng.IntN(len(costCorruptions))]
-		if f.model != "" && f.k < 0 && c.v != nil {
+		if f.model != "" && f.model != allModels && f.k < 0 && c.v != nil {
 			c.v, c.bad = "not a model", 1 // an entry that is no object (null included) is one bad_field
 		}
-		if _, ok := lines[at]["modelUsage"].(jobj)[f.model]; f.model != "" && !ok {
+		if _, ok := lines[at]["modelUsage"].(jobj)[f.model]; f.model != "" && f.model != allModels && !ok {
 			continue // the model had not joined yet at that line
 		}
 		run := func(ls []jobj) ([]ingest.Turn, int64) {
@@ -543,7 +554,7 @@ func TestTurnCorruptOneFieldProperty(t *testing.T) {
 			fail("%d bad_field more, want %d", gotBad-cleanBad, c.bad)
 		}
 		hit := func(g costField) bool {
-			return g.model == f.model && (f.k < 0 || g.k == f.k)
+			return f.model == allModels && g.model != "" || g.model == f.model && (f.k < 0 || g.k == f.k)
 		}
 		ct, gt := fieldTotals(clean), fieldTotals(got)
 		for sid, fields := range ct {
