@@ -198,6 +198,18 @@ func checkEvent(t *testing.T, ev *streamjson.Event, keep bool) {
 		}
 		nums = append(nums, m.Tokens[:]...)
 		costs = append(costs, m.CostUSD)
+		// An unknown value reads 0: it can never pass for a known one.
+		for k, v := range m.Tokens {
+			if m.Known&(streamjson.KnownTokens<<k) == 0 && v != 0 {
+				t.Errorf("%s: unknown token count %d reads %d", m.Model, k, v)
+			}
+		}
+		if m.Known&^streamjson.KnownAll != 0 || m.Known&streamjson.KnownCost == 0 && m.CostUSD != 0 {
+			t.Errorf("%s: Known %#x, cost %v", m.Model, m.Known, m.CostUSD)
+		}
+	}
+	if !ev.HasCost && ev.TotalCostUSD != 0 {
+		t.Errorf("unknown total_cost_usd reads %v", ev.TotalCostUSD)
 	}
 	for _, c := range costs {
 		if !(c >= 0 && c <= 1e6) {
@@ -276,6 +288,8 @@ func decoderSeeds(f *testing.F) [][]byte {
 		// Result lines: cumulative cost, a reset (a value going down), refused numbers.
 		`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"m":{"inputTokens":10,"costUSD":0.5}},"duration_ms":9}`,
 		`{"type":"result","session_id":"s","total_cost_usd":0.1,"modelUsage":{"m":{"inputTokens":-1,"outputTokens":1e300,"costUSD":-2},"":{}},"duration_ms":-1,"is_error":"x"}`,
+		// Absent, null and bad values are unknown, each apart (issue 28).
+		`{"type":"result","session_id":"s","total_cost_usd":"0.7","modelUsage":{"m":{"inputTokens":null,"outputTokens":[2],"cacheReadInputTokens":3,"costUSD":{"v":1}},"n":"x"}}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}
@@ -478,6 +492,9 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		case c.Scope == ingest.CallWorkflow && !c.Late:
 			s.heldBack[[2]string{c.TaskID, c.RunID}]++
 		}
+	}
+	if l.Turn != nil {
+		s.checkTurn(l.Turn)
 	}
 	r := l.Run
 	if r == nil {
@@ -754,7 +771,15 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		runField = `,"run_id":"` + run + `"`
 	}
 	head := fmt.Sprintf(`{"type":"system","task_id":"%s"%s,"session_id":"%s"`, task, runField, fzSessions[int(a/3)%len(fzSessions)])
-	switch op % 13 {
+	switch op % 14 {
+	case 13:
+		// A result line: cumulative values that grow with the clock, at
+		// times bad, absent or lower (a reset).
+		v := func(k int64) string {
+			return [...]string{`"x"`, "null", "1", "[]", fmt.Sprint((p.now-T0)/1000 + k)}[min(p.next()%8, 4)]
+		}
+		return fmt.Sprintf(`{"type":"result","session_id":"%s","total_cost_usd":%s,"modelUsage":{"m":{"inputTokens":%s,"outputTokens":%s,"costUSD":%s},"n":{"cacheReadInputTokens":%s}}}`,
+			fzSessions[int(a/3)%len(fzSessions)], v(0), v(1), v(2), v(3), v(4)), 0
 	case 12:
 		// A model call of the CLI's own telemetry: an agent's (of some
 		// run, or named by no run), or the main conversation's.
@@ -835,11 +860,28 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 	}
 }
 
+// checkTurn: what a result line adds is never negative, whatever its
+// values (bad, absent, lower: issue 28), and lists a model once.
+func (s *invariantSink) checkTurn(tr *ingest.Turn) {
+	if !(tr.CostUSD >= 0) {
+		s.t.Fatalf("turn of %s: cost grew by %v", tr.SessionID, tr.CostUSD)
+	}
+	for i, d := range tr.Delta {
+		if !(d.CostUSD >= 0) || slices.ContainsFunc(d.Tokens[:], func(v int64) bool { return v < 0 }) ||
+			slices.ContainsFunc(tr.Delta[:i], func(o ingest.ModelUsage) bool { return o.Model == d.Model }) {
+			s.t.Fatalf("turn of %s: delta %+v of %+v", tr.SessionID, d, tr.Delta)
+		}
+	}
+}
+
 func FuzzTracker(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 2, 0, 0, 1, 2, 0, 0, 6, 0, 1, 3, 8, 0, 0, 2, 11, 2, 0, 0, 5, 5, 5, 5, 9, 0, 0, 100})
 	f.Add([]byte{0, 1, 1, 0, 3, 1, 1, 2, 3, 4, 5, 10, 1, 4, 7, 1, 1, 3, 11, 9, 0, 0, 30, 2, 1, 1, 5, 5, 5, 5})
 	f.Add([]byte{0, 2, 0, 3, 0, 0, 1, 0, 7, 0, 0, 0, 7, 0, 0, 0, 9, 0, 0, 127, 7, 0, 0, 0})
 	f.Add(bytes.Repeat([]byte{0, 1, 2, 2, 1, 2, 4, 9, 9, 7, 1, 2, 3, 6, 2, 5, 1, 11, 9, 1, 2, 40}, 4))
+	// Result lines (op 13): good values, then bad, absent and lower ones,
+	// the clock moving between them.
+	f.Add([]byte{13, 0, 0, 4, 4, 4, 4, 4, 9, 0, 0, 50, 13, 0, 0, 4, 0, 1, 4, 4, 9, 0, 0, 50, 13, 0, 0, 4, 4, 4, 4, 4, 13, 0, 0, 2, 2, 2, 2, 3})
 	for _, l := range corpusLines(f) {
 		f.Add(l)
 	}

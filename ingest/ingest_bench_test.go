@@ -88,9 +88,17 @@ func BenchmarkDecode(b *testing.B) {
 	cases := []tc{
 		{"ignored-assistant-8KiB", [][]byte{[]byte(`{"type":"assistant","message":{"content":"` + strings.Repeat("z", 8192) + `"}}`)}},
 		{"ignored-system-status", [][]byte{[]byte(`{"type":"system","subtype":"status","status":null,"uuid":"7b1905dd-bd34-4c07-ba31-55b2bff7037b","session_id":"3f64b20e-40b6-4a84-a6f2-da9ae05c11f3"}`)}},
+		// A system line of no interest: the whole line is searched for
+		// markers (and, since issue 28, for escaped ASCII).
+		{"ignored-system-8KiB", [][]byte{[]byte(`{"type":"system","subtype":"hook_response","hook_name":"SessionStart","stdout":"` + strings.Repeat("z", 8192) + `"}`)}},
 		{"task_started", [][]byte{mustJSON(lnWorkflow("t1"))}},
+		// Names written with escapes (RFC 8259 §7): decoded by encoding/json.
+		{"task_started-escaped", [][]byte{[]byte(`{"type":"sys\u0074em","subtype":"task\u005fstarted","task\u005fid":"t1","task\u005ftype":"local_workflow","workflow_name":"wf-t1"}`)}},
 		{"task_notification", [][]byte{mustJSON(lnNotify("t1", "completed"))}},
 	}
+	// Every line of testdata/corpus in turn (the CLIs' stdout and stdin,
+	// and replay's expected output): a mix of real lines.
+	cases = append(cases, tc{"recorded-mix", corpusLines(b)})
 	for _, n := range []int{10, 100, 1000} {
 		cases = append(cases,
 			tc{fmt.Sprintf("progress-repeat/agents=%d", n), [][]byte{snapshotLine(n, 0)}},

@@ -14,16 +14,17 @@ const DefaultMaxSessions = usage.DefaultMaxSessions
 type SessionSnapshot = usage.SessionSnapshot
 
 // result emits the TurnEnded of a result line: what the session's
-// cumulative values grew by since its previous one (see Turn).
+// cumulative values grew by since its previous one (see Turn). A value the
+// line does not know (absent or bad: its bad_field was counted) keeps its
+// baseline.
 func (t *Tracker) result(ev *streamjson.Event) {
-	cur := make([]ModelUsage, len(ev.Models))
+	cur := make([]usage.ModelReading, len(ev.Models))
 	for i, m := range ev.Models {
-		cur[i] = ModelUsage{Model: m.Model, CostUSD: m.CostUSD, Tokens: Tokens(m.Tokens)}
+		cur[i] = usage.ModelReading{ModelUsage: ModelUsage{Model: m.Model, CostUSD: m.CostUSD, Tokens: Tokens(m.Tokens)},
+			Known: usage.Known(m.Known)}
 	}
 	g, evicted := t.sess.Add(ev.SessionID, ev.TotalCostUSD, ev.HasCost, cur)
-	if evicted {
-		t.violation(ViolationOverCapacity, nil)
-	}
+	t.violations(ViolationOverCapacity, nil, evicted)
 	t.emit(Lifecycle{Kind: TurnEnded, Turn: &Turn{SessionID: ev.SessionID, Subtype: ev.ResultSubtype, IsError: ev.IsError,
 		DurationMs: ev.DurationMs, Reset: g.Reset, Delta: g.Delta, CostUSD: g.CostUSD}})
 }

@@ -75,21 +75,24 @@ type ModelCall struct {
 // summed. The Tracker keeps each session's last values (its baseline) and
 // emits delta = current - previous, per model (cost and each token type)
 // and for total_cost_usd. The first result of a session, or of one whose
-// baseline was forgotten (the bound on sessions), counts in full. If any
-// cumulative value went DOWN (beyond float noise) or a model of the
-// baseline is missing, it is a new session under the same id or a reset:
-// Reset is set and the delta is the whole current value. A total_cost_usd
-// that is absent or bad leaves its baseline as it was (CostUSD 0). A
-// result line lost (too long, dropped) costs nothing in the end: the next
-// one's delta includes its share. Delta lists only the models that grew.
+// baseline was forgotten (the bound on sessions), counts in full. If a
+// cumulative value known in both went DOWN (beyond float noise), it is a
+// new session under the same id or a reset: Reset is set and the delta is
+// the whole current value. Each value is known on its own: one that is
+// absent or bad (total_cost_usd, a model's costUSD or a token count, or a
+// model left out) is unknown, not 0, so it is no decrease and leaves its
+// baseline as it was; the next line that gives it counts its growth since
+// the last one that did. A result line lost (too long, dropped) costs
+// nothing in the end either: the next one's delta includes its share.
+// Delta lists only the models that grew.
 type Turn struct {
 	SessionID  string
 	Subtype    string // result.subtype: success, error_max_turns, ...
 	IsError    bool
 	DurationMs int64
-	// Reset is set when a cumulative value went down since the session's
-	// previous result (a new session under the same id, or a reset): the
-	// delta is then the whole cumulative value.
+	// Reset is set when a cumulative value known in this line and before
+	// went down (a new session under the same id, or a reset): the delta
+	// is then the whole of each value the line knows.
 	Reset bool
 	// Delta is what the session's cumulative total_cost_usd and modelUsage
 	// grew by since its previous result line, per model.

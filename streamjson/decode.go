@@ -101,10 +101,23 @@ var (
 )
 
 // Interesting reports whether line may be a message the Tracker consumes.
-// It is the cheap prefilter in front of Decode.
+// It is the cheap prefilter in front of Decode. "task\u005fid" is
+// "task_id" (RFC 8259 §7) but hides the markers: see escapedASCII.
 func Interesting(line []byte) bool {
 	return markedAtStart(line) || bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
-		bytes.Contains(line, markerResult)
+		bytes.Contains(line, markerResult) || escapedASCII(line)
+}
+
+// escapedASCII reports whether line holds a \u escape of printable ASCII
+// (\u0020-\u007f), the only way to write a marker's bytes otherwise. No
+// common encoder writes one; a false positive costs a decode only.
+func escapedASCII(line []byte) bool {
+	for i := bytes.Index(line, []byte(`\u00`)); i >= 0 && i+4 < len(line); i = bytes.Index(line, []byte(`\u00`)) {
+		if line = line[i+4:]; '2' <= line[0] && line[0] <= '7' {
+			return true
+		}
+	}
+	return false
 }
 
 // LongLineOfInterest reports whether the prefix of an over-long line is a

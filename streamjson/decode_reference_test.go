@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,6 +177,9 @@ func refIndex(v any) (int, bool) {
 	return int(f), true
 }
 
+// refEscapedASCII finds a \u escape of a printable ASCII character.
+var refEscapedASCII = regexp.MustCompile(`\\u00[2-7]`)
+
 // refDecode decodes one line by the rules, from scratch.
 func refDecode(line []byte, opts DecodeOptions) refEvent {
 	none := refEvent{}
@@ -196,8 +200,9 @@ func refDecode(line []byte, opts DecodeOptions) refEvent {
 			}
 		}
 	}
+	// Or an escaped printable ASCII character, which may hide them.
 	if !bytes.Contains(line, []byte(`"task_`)) && !bytes.Contains(line, []byte(`"control_`)) && !bytes.Contains(line, []byte(`"init"`)) &&
-		!bytes.Contains(line, []byte(`"result"`)) {
+		!bytes.Contains(line, []byte(`"result"`)) && !refEscapedASCII.Match(line) {
 		return none
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
@@ -348,9 +353,19 @@ func refResult(m map[string]any, ev *refEvent, r *refReader) {
 			r.bad++
 			continue
 		}
-		rm := ResultModel{Model: model, Tokens: [4]int64{r.num(o, "inputTokens"), r.num(o, "outputTokens"),
-			r.num(o, "cacheReadInputTokens"), r.num(o, "cacheCreationInputTokens")}}
-		rm.CostUSD, _ = r.cost(o, "costUSD")
+		// Known: each value a usable number; absent, null, bad or out of
+		// range is unknown (and reads 0).
+		rm := ResultModel{Model: model}
+		for k, name := range []string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"} {
+			bad := r.bad
+			if rm.Tokens[k] = r.num(o, name); o[name] != nil && r.bad == bad {
+				rm.Known |= 1 << k
+			}
+		}
+		var ok bool
+		if rm.CostUSD, ok = r.cost(o, "costUSD"); ok {
+			rm.Known |= 1 << 4
+		}
 		ev.Models = append(ev.Models, rm)
 	}
 }

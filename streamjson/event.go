@@ -148,6 +148,9 @@ type ResultModel struct {
 	Model   string
 	CostUSD float64
 	Tokens  [4]int64 // input, output, cache read, cache creation: ingest.TokenType's order
+	// Known: which of Tokens (KnownTokens<<k) and CostUSD (KnownCost) the
+	// line gave usably. The others (absent or bad) read 0, not their value.
+	Known uint8
 }
 
 // Times returns the largest plausible epoch-ms timestamp the event carries,

@@ -530,25 +530,20 @@ func (d *Decoder) scanModel(i int, m *wireModel) (int, scanStatus) {
 	s := &d.scan
 	var seen uint8
 	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
-		k := slices.Index(modelFields[:], string(key))
-		dst := &m.cost
-		if k >= 0 {
-			dst = &m.num[k]
-		} else if string(key) != "costUSD" {
+		k := slices.Index(modelNums[:], string(key))
+		if k < 0 {
 			return 0, false, scanOK
-		} else {
-			k = len(modelFields)
 		}
 		if seen&(1<<k) != 0 {
 			return 0, false, scanUnsure
 		}
 		seen |= 1 << k
-		end, st, bad := s.floatField(i, dst)
+		end, st, bad := s.floatField(i, &m.num[k])
 		switch {
-		case bad && k == len(modelFields):
-			m.costBad = true
 		case bad:
-			m.numBad |= 1 << k
+			m.bad |= 1 << k
+		case s.b[i] != 'n':
+			m.set |= 1 << k
 		}
 		return end, true, st
 	})

@@ -54,6 +54,9 @@ var trickyLines = []string{
 	`{"type":"result","session_id":"s","modelUsage":{"m":{"inputTokens":1,"inputTokens":2}}}`,
 	`{"type":"result","session_id":"s","modelUsage":{"m":{"costUSD":1,"costUSD":2}}}`,
 	`{"type":"result","session_id":"s","modelUsage":{"m":{"inputTokens":1},"M":{"inputTokens":2}," m":{"inputTokens":3}}}`,
+	// Known per value (issue 28): absent, null, bad and out of range are
+	// unknown, each apart.
+	`{"type":"result","session_id":"s","total_cost_usd":0.5,"modelUsage":{"a":{"inputTokens":null,"outputTokens":2,"costUSD":null},"b":{"cacheReadInputTokens":"x","cacheCreationInputTokens":4,"costUSD":0.1},"c":{},"d":{"inputTokens":1,"outputTokens":1e400,"cacheReadInputTokens":-0,"cacheCreationInputTokens":9007199254740993,"costUSD":1e6}}}`,
 	`{"type":"result","session_id":"s","is_error":true,"is_error":false}`,
 	`{"type":"result","session_id":"s","duration_ms":1,"duration_ms":2}`,
 	`{"type":"system","subtype":"task_notification","task_id":"t","status":"completed","duration_ms":"long","modelUsage":{"m":1}}`,

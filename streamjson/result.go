@@ -14,17 +14,26 @@ const MaxResultModels = 16
 // maxCostUSD is the largest cost taken as a session's: more is garbage.
 const maxCostUSD = 1e6
 
-// modelFields are a modelUsage entry's counts, in ResultModel.Tokens order.
-var modelFields = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"}
+// modelNums are a modelUsage entry's numbers: the counts in Tokens order,
+// then the cost (mCost).
+var modelNums = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "costUSD"}
+
+// Bits of ResultModel.Known, those of usage.Known: KnownTokens<<k for
+// Tokens[k], KnownCost for CostUSD.
+const (
+	mCost             = len(modelNums) - 1
+	KnownTokens uint8 = 1
+	KnownCost   uint8 = 1 << mCost
+	KnownAll          = KnownCost<<1 - 1
+)
 
 // wireModel is one modelUsage entry as read, before it is checked.
 type wireModel struct {
-	name    string // the key, unescaped
-	notObj  bool   // the entry is not an object
-	num     [len(modelFields)]float64
-	numBad  uint8 // 1<<k: modelFields[k] of another type
-	cost    float64
-	costBad bool // costUSD of another type
+	name   string // the key, unescaped
+	notObj bool   // the entry is not an object
+	num    [len(modelNums)]float64
+	set    uint8 // 1<<k: modelNums[k] was a number
+	bad    uint8 // 1<<k: modelNums[k] of another type
 }
 
 // plainModels reads modelUsage on the plain path into d.w.models; false
@@ -39,15 +48,14 @@ func (d *Decoder) plainModels(raw []byte) bool {
 		if plainObject(entry, &d.sub) != nil {
 			m.notObj = true
 		} else {
-			for k, field := range modelFields {
-				if f, ok := memberNum(d.sub, field); ok {
-					m.num[k] = f
-				} else {
-					m.numBad |= 1 << k
+			for k, field := range modelNums {
+				v, found := d.sub[field]
+				if f, ok := memberNum(d.sub, field); !ok {
+					m.bad |= 1 << k
+				} else if found && !isNull(v) {
+					m.num[k], m.set = f, m.set|1<<k
 				}
 			}
-			m.cost, m.costBad = memberNum(d.sub, "costUSD")
-			m.costBad = !m.costBad
 		}
 		d.w.models = append(d.w.models, m)
 	}
@@ -74,14 +82,22 @@ func (d *Decoder) result(ev *Event) {
 			ev.BadFields++
 			continue
 		}
-		ev.BadFields += bits.OnesCount8(wm.numBad)
-		for k := range modelFields {
-			m.Tokens[k] = count(wm.num[k], &ev.BadFields)
-		}
-		if wm.costBad {
-			ev.BadFields++
-		} else {
-			m.CostUSD, _ = costOf(wm.cost, &ev.BadFields)
+		// A value absent or bad is unknown, not 0: a 0 would read as a
+		// cumulative value gone down, a session reset (usage.Sessions).
+		ev.BadFields += bits.OnesCount8(wm.bad)
+		for k := range modelNums {
+			before := ev.BadFields
+			switch {
+			case wm.set&(1<<k) == 0:
+				continue
+			case k == mCost:
+				m.CostUSD, _ = costOf(wm.num[k], &ev.BadFields)
+			default:
+				m.Tokens[k] = count(wm.num[k], &ev.BadFields)
+			}
+			if ev.BadFields == before {
+				m.Known |= 1 << k
+			}
 		}
 		ev.Models = append(ev.Models, m)
 	}

@@ -5,6 +5,7 @@ package streamjson
 
 import (
 	"bytes"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,8 +40,13 @@ func decodeOne(t *testing.T, line string) (*Event, Reason) {
 }
 
 func TestDecodeResult(t *testing.T) {
+	// model is a model whose values are all known; partial one whose
+	// values are known as known says.
+	partial := func(name string, known uint8, cost float64, tok ...int64) ResultModel {
+		return ResultModel{Model: name, CostUSD: cost, Tokens: [4]int64(tok), Known: known}
+	}
 	model := func(name string, cost float64, tok ...int64) ResultModel {
-		return ResultModel{Model: name, CostUSD: cost, Tokens: [4]int64(tok)}
+		return partial(name, KnownAll, cost, tok...)
 	}
 	tests := []struct {
 		name   string
@@ -59,11 +65,11 @@ func TestDecodeResult(t *testing.T) {
 		{name: "models in name order, names cleaned",
 			line: resultLine(`"b\u001b[31m":{"inputTokens":1,"costUSD":1},"a":{"outputTokens":2}`, ""),
 			want: &Event{SessionID: "s1", ResultSubtype: "success", DurationMs: 477, HasCost: true, TotalCostUSD: 0.5,
-				Models: []ResultModel{model("a", 0, 0, 2, 0, 0), model("b[31m", 1, 1, 0, 0, 0)}}},
+				Models: []ResultModel{partial("a", KnownTokens<<1, 0, 0, 2, 0, 0), partial("b[31m", KnownTokens|KnownCost, 1, 1, 0, 0, 0)}}},
 		{name: "refused numbers: negative, above 2^53, absurd cost, wrong types",
 			line: resultLine(`"m":{"inputTokens":-1,"outputTokens":1e300,"cacheReadInputTokens":"7","cacheCreationInputTokens":1e400,"costUSD":-0.1}`,
 				`,"total_cost_usd":2e6,"duration_ms":-5,"is_error":"no","session_id":7,"subtype":[]`),
-			want: &Event{Models: []ResultModel{model("m", 0, 0, 0, 0, 0)}, BadFields: 10}},
+			want: &Event{Models: []ResultModel{partial("m", 0, 0, 0, 0, 0, 0)}, BadFields: 10}},
 		{name: "duplicate members: the last wins",
 			line: resultLine(sonnet, `,"total_cost_usd":0.75`),
 			want: &Event{SessionID: "s1", ResultSubtype: "success", DurationMs: 477, HasCost: true, TotalCostUSD: 0.75,
@@ -71,7 +77,7 @@ func TestDecodeResult(t *testing.T) {
 		{name: "bad model entries: not an object, empty name, same name once cleaned",
 			line: resultLine(`"x":5,"":{},"y\u0007":{},"y":{"inputTokens":1}`, ""),
 			want: &Event{SessionID: "s1", ResultSubtype: "success", DurationMs: 477, HasCost: true, TotalCostUSD: 0.5,
-				Models: []ResultModel{model("y", 0, 1, 0, 0, 0)}, BadFields: 3}},
+				Models: []ResultModel{partial("y", KnownTokens, 0, 1, 0, 0, 0)}, BadFields: 3}},
 		{name: "modelUsage not an object, nulls absent",
 			line: `{"type":"result","modelUsage":[1],"total_cost_usd":null,"duration_ms":null,"is_error":null}`,
 			want: &Event{BadFields: 1}},
@@ -100,6 +106,79 @@ func TestDecodeResult(t *testing.T) {
 			if !reflect.DeepEqual(got, *tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, *tc.want)
 			}
+		})
+	}
+}
+
+// TestDecodeResultUnknownFields (issue 28): a cost or a count that is
+// absent, null, of the wrong type or out of range is unknown (its Known bit
+// or HasCost clear), never a 0 that reads as known; it costs that field
+// alone (one bad_field unless absent or null), and the other fields of the
+// line keep their values. Both decoding paths and the reference agree.
+func TestDecodeResultUnknownFields(t *testing.T) {
+	good := map[string]string{"inputTokens": "200", "outputTokens": "40", "cacheReadInputTokens": "7",
+		"cacheCreationInputTokens": "3", "costUSD": "0.0012"}
+	wantModel := ResultModel{Model: "m", CostUSD: 0.0012, Tokens: [4]int64{200, 40, 7, 3}, Known: KnownAll}
+	bit := map[string]uint8{"inputTokens": KnownTokens, "outputTokens": KnownTokens << 1, "cacheReadInputTokens": KnownTokens << 2,
+		"cacheCreationInputTokens": KnownTokens << 3, "costUSD": KnownCost}
+	corrupt := []struct {
+		name, value string // value "" leaves the field out
+		bad         int
+	}{
+		{"absent", "", 0}, {"null", "null", 0}, {"string", `"200"`, 1}, {"bool", "true", 1}, {"object", `{"v":1}`, 1},
+		{"array", "[200]", 1}, {"negative", "-1", 1}, {"overflow", "1e400", 1}, {"out of range", "1e300", 1},
+	}
+	entry := func(field, value string) string {
+		var parts []string
+		for _, f := range modelNums {
+			v := good[f]
+			if f == field {
+				v = value
+			}
+			if v != "" {
+				parts = append(parts, `"`+f+`":`+v)
+			}
+		}
+		return `"m":{` + strings.Join(parts, ",") + `}`
+	}
+	check := func(t *testing.T, line string, wantCost bool, wantM ResultModel, wantBad int) {
+		t.Helper()
+		compareReference(t, [][]byte{[]byte(line)})
+		ev, r := decodeOne(t, line)
+		if r != ReasonNone || ev == nil || ev.Kind != KindResult {
+			t.Fatalf("%v %+v", r, ev)
+		}
+		if ev.HasCost != wantCost || ev.HasCost && ev.TotalCostUSD != 0.5 || !ev.HasCost && ev.TotalCostUSD != 0 {
+			t.Errorf("total: HasCost %v %v, want %v", ev.HasCost, ev.TotalCostUSD, wantCost)
+		}
+		if len(ev.Models) != 1 || ev.Models[0] != wantM {
+			t.Errorf("models %+v, want %+v", ev.Models, wantM)
+		}
+		if ev.BadFields != wantBad {
+			t.Errorf("%d bad fields, want %d", ev.BadFields, wantBad)
+		}
+	}
+	for _, field := range modelNums {
+		for _, c := range corrupt {
+			t.Run(field+"/"+c.name, func(t *testing.T) {
+				want := wantModel
+				want.Known &^= bit[field]
+				if field == "costUSD" {
+					want.CostUSD = 0
+				} else {
+					want.Tokens[bits.TrailingZeros8(bit[field])] = 0
+				}
+				check(t, resultLine(entry(field, c.value), ""), true, want, c.bad)
+			})
+		}
+	}
+	for _, c := range corrupt {
+		t.Run("total_cost_usd/"+c.name, func(t *testing.T) {
+			line := strings.Replace(resultLine(entry("", ""), ""), `"total_cost_usd":0.5,`, "", 1)
+			if c.value != "" {
+				line = strings.Replace(line, `"session_id"`, `"total_cost_usd":`+c.value+`,"session_id"`, 1)
+			}
+			check(t, line, false, wantModel, c.bad)
 		})
 	}
 }

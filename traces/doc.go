@@ -151,13 +151,13 @@ const (
 
 	// GenAI attributes from the CLI's own telemetry (run
 	// --join-cli-telemetry), on agent and workflow spans.
-	AttrProviderName       = "gen_ai.provider.name"
-	AttrUsageInputTokens   = "gen_ai.usage.input_tokens"
-	AttrUsageOutputTokens  = "gen_ai.usage.output_tokens"
-	AttrUsageCacheRead     = "gen_ai.usage.cache_read.input_tokens"
-	AttrUsageCacheCreation = "gen_ai.usage.cache_creation.input_tokens"
-	AttrUsageCostUSD       = "cbc.usage.cost_usd"
-	AttrUsageModelCalls    = "cbc.usage.model_calls"
+	AttrProviderName      = "gen_ai.provider.name"
+	AttrUsageInputTokens  = "gen_ai.usage.input_tokens"
+	AttrUsageOutputTokens = "gen_ai.usage.output_tokens"
+	AttrUsageCacheRead    = "gen_ai.usage.cache_read.input_tokens"
+	AttrUsageCacheWrite   = "gen_ai.usage.cache_write.input_tokens"
+	AttrUsageCostUSD      = "cbc.usage.cost_usd"
+	AttrUsageModelCalls   = "cbc.usage.model_calls"
 )
 
 // gen_ai.provider.name values. Claude Code calls Anthropic's API;

@@ -1,6 +1,12 @@
 package traces
 
 import (
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +85,7 @@ func TestJoinedSpans(t *testing.T) {
 		t.Errorf("AgentSpanContext = %v, exported %v", got, agent.SpanContext)
 	}
 	for key, want := range map[string]string{
-		AttrUsageInputTokens: "335", AttrUsageOutputTokens: "60", AttrUsageCacheRead: "30", AttrUsageCacheCreation: "5",
+		AttrUsageInputTokens: "335", AttrUsageOutputTokens: "60", AttrUsageCacheRead: "30", AttrUsageCacheWrite: "5",
 		AttrUsageCostUSD: "0.75", AttrUsageModelCalls: "2", AttrProviderName: ProviderAnthropic,
 	} {
 		for _, sp := range []*tracetest.SpanStub{agent, root} {
@@ -134,5 +140,45 @@ func TestExportParent(t *testing.T) {
 	none.ExportParent("run claude", time.Unix(10, 0), time.Unix(20, 0))
 	if n := len(exp2.GetSpans()); n != 0 {
 		t.Errorf("exported %d spans without a parent to export", n)
+	}
+}
+
+// TestGenAIUsageNames: the gen_ai.usage.* attributes a joined span carries
+// are the names the real Claude Code writes on its own model-call spans
+// (recorded, corpus claude-code-2.1.334-otel), which follow the GenAI
+// conventions as they stand (cache_creation became cache_write), and the
+// README's conventions table names each of them.
+func TestGenAIUsageNames(t *testing.T) {
+	ours := map[string]bool{AttrUsageInputTokens: true, AttrUsageOutputTokens: true, AttrUsageCacheRead: true, AttrUsageCacheWrite: true}
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "corpus", "claude-code-2.1.334-otel", "*", "traces.jsonl"))
+	if len(files) == 0 {
+		t.Fatal("no recorded CLI traces")
+	}
+	key := regexp.MustCompile(`"key": *"(gen_ai\.usage\.[a-z_.]+)"`)
+	cli := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range key.FindAllSubmatch(b, -1) {
+			cli[string(m[1])] = true
+		}
+	}
+	if !maps.Equal(cli, ours) {
+		t.Errorf("the CLI writes %v, we write %v", slices.Sorted(maps.Keys(cli)), slices.Sorted(maps.Keys(ours)))
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range ours {
+		if !strings.Contains(string(readme), "| `"+name+"`") && !strings.Contains(string(readme), ", `"+name+"`") {
+			t.Errorf("the README's conventions table does not name %s", name)
+		}
+	}
+	// The names an attribute had before are only mentioned as renamed.
+	if strings.Count(string(readme), "gen_ai.usage.cache_creation.input_tokens") > 1 {
+		t.Error("the README still uses gen_ai.usage.cache_creation.input_tokens")
 	}
 }

@@ -569,7 +569,7 @@ func costAttrs(kv []attribute.KeyValue, c *ingest.Cost) []attribute.KeyValue {
 		attribute.Int64(AttrUsageInputTokens, t[ingest.TokensInput]+t[ingest.TokensCacheRead]+t[ingest.TokensCacheCreation]),
 		attribute.Int64(AttrUsageOutputTokens, t[ingest.TokensOutput]),
 		attribute.Int64(AttrUsageCacheRead, t[ingest.TokensCacheRead]),
-		attribute.Int64(AttrUsageCacheCreation, t[ingest.TokensCacheCreation]),
+		attribute.Int64(AttrUsageCacheWrite, t[ingest.TokensCacheCreation]),
 		attribute.Float64(AttrUsageCostUSD, c.CostUSD),
 		attribute.Int64(AttrUsageModelCalls, c.Calls),
 	)

@@ -12,19 +12,61 @@ import (
 // sub-agents'. Summing them would count every turn again at each later
 // one, so Sessions remembers the last values of each session (its
 // baseline) and returns what grew.
+//
+// Each value is known or not on its own (issue 28): a line whose
+// total_cost_usd, a model's costUSD or one of its token counts is absent or
+// bad says nothing of that value, so it neither moves the value's baseline
+// nor counts as a decrease. Read as 0, it would have been a decrease, taken
+// as a reset, and the next turn's cumulative values would have counted
+// whole again. The next line that gives the value counts its growth since
+// the last one that did: a bad field costs only that field, and not even
+// that once a later line gives it.
 
 // DefaultMaxSessions is how many sessions' baselines Sessions remembers
 // when NewSessions is given 0. A stream has one session at a time (a new
 // one per resume); a serve pipeline follows one stream.
 const DefaultMaxSessions = 1024
 
+// MaxSessionModels bounds the models a session's baseline remembers (a
+// session uses one to three). Beyond, the models the latest lines did not
+// give are forgotten first (counted as evicted); a forgotten model's next
+// values count in full.
+const MaxSessionModels = 32
+
+// Known marks which of a model's cumulative values a result line gave as
+// usable numbers: bit k for Tokens[k], KnownCost for CostUSD.
+type Known uint8
+
+// Bits of Known.
+const (
+	KnownCost Known = 1 << NumTokenTypes
+	KnownAll        = KnownCost<<1 - 1
+)
+
+// Tokens reports whether the count of token type k is known.
+func (k Known) Tokens(t TokenType) bool { return k&(1<<t) != 0 }
+
+// ModelReading is one model's cumulative values in a result line (or a
+// baseline): only those Known says are values; the others are unknown.
+type ModelReading struct {
+	ModelUsage
+	Known Known
+}
+
 // sessionBase is the last cumulative values of a session.
 type sessionBase struct {
 	id      string
 	costUSD float64 // total_cost_usd, when hasCost
 	hasCost bool
-	models  []ModelUsage
-	used    uint64 // the sessions' clock at its last result: least recently used goes first
+	// models are the last known values of each model, each value from
+	// the latest line that gave it; those given by the latest line first.
+	models []ModelReading
+	used   uint64 // the sessions' clock at its last result: least recently used goes first
+}
+
+// model returns the index of name's baseline, or -1.
+func (b *sessionBase) model(name string) int {
+	return slices.IndexFunc(b.models, func(p ModelReading) bool { return p.Model == name })
 }
 
 // Sessions are the baselines, bounded: beyond the maximum the least
@@ -50,9 +92,9 @@ func (s *Sessions) Len() int { return len(s.byID) }
 
 // Growth is what one result line added to its session's cumulative values.
 type Growth struct {
-	// Reset is set when a cumulative value went down since the session's
-	// previous result (a new session under the same id, or a reset): the
-	// growth is then the whole cumulative value.
+	// Reset is set when a known cumulative value went down since the
+	// session's previous known one (a new session under the same id, or
+	// a reset): the growth is then the whole of each known value.
 	Reset bool
 	// Delta lists, per model, what cost and tokens grew by; only the
 	// models that grew.
@@ -65,48 +107,98 @@ type Growth struct {
 // CLI sums costs in float64, so the same total can differ in its last bits.
 func below(cur, prev float64) bool { return cur < prev-1e-9*max(1, prev) }
 
-// Add makes a result line's cumulative values (totalCostUSD when hasCost,
-// and cur per model) the session's baseline and returns what grew since the
-// previous one. evicted reports that another session's baseline was
-// forgotten to make room.
-func (s *Sessions) Add(id string, totalCostUSD float64, hasCost bool, cur []ModelUsage) (g Growth, evicted bool) {
+// wentDown reports whether a value known in both cur and its baseline p
+// went down.
+func wentDown(cur, p ModelReading) bool {
+	both := cur.Known & p.Known
+	if both&KnownCost != 0 && below(cur.CostUSD, p.CostUSD) {
+		return true
+	}
+	return slices.ContainsFunc(TokenTypes(), func(k TokenType) bool { return both.Tokens(k) && cur.Tokens[k] < p.Tokens[k] })
+}
+
+// Add makes what a result line knows of the session's cumulative values
+// (totalCostUSD when hasCost, and cur per model) the session's baseline and
+// returns what grew since the previous line that knew each. A value the
+// line does not know, and a model it does not list, keep their baseline.
+// evicted counts the baselines forgotten to make room: another session's,
+// or models of this one.
+func (s *Sessions) Add(id string, totalCostUSD float64, hasCost bool, cur []ModelReading) (g Growth, evicted int) {
 	b := s.byID[id]
 	if b == nil {
-		b, evicted = &sessionBase{id: id}, len(s.byID) >= s.max
-		if evicted {
+		b = &sessionBase{id: id}
+		if len(s.byID) >= s.max {
 			s.evict()
+			evicted++
 		}
 		s.byID[b.id] = b
 	}
 	s.clock++
 	b.used = s.clock
 	g.Reset = hasCost && b.hasCost && below(totalCostUSD, b.costUSD)
-	for _, p := range b.models {
-		i := slices.IndexFunc(cur, func(m ModelUsage) bool { return m.Model == p.Model })
-		if i < 0 || below(cur[i].CostUSD, p.CostUSD) || slices.ContainsFunc(TokenTypes(), func(k TokenType) bool { return cur[i].Tokens[k] < p.Tokens[k] }) {
+	for _, m := range cur {
+		if i := b.model(m.Model); i >= 0 && wentDown(m, b.models[i]) {
 			g.Reset = true
 		}
 	}
-	for _, m := range cur {
-		d := m
-		if i := slices.IndexFunc(b.models, func(p ModelUsage) bool { return p.Model == m.Model }); i >= 0 && !g.Reset {
-			d.CostUSD = max(0, m.CostUSD-b.models[i].CostUSD) // noise clamped
-			for k := range d.Tokens {
-				d.Tokens[k] -= b.models[i].Tokens[k]
-			}
+	if g.Reset {
+		// A new session under the same id: what the old one's lines
+		// said, the values this line does not know included, is no
+		// baseline of it.
+		b.costUSD, b.hasCost, b.models = 0, false, nil
+	}
+	if hasCost {
+		g.CostUSD = totalCostUSD
+		if b.hasCost {
+			g.CostUSD = max(0, totalCostUSD-b.costUSD) // noise clamped
 		}
+		b.costUSD, b.hasCost = totalCostUSD, true
+	}
+	// The line's models go first, in its order; the others keep theirs.
+	models := make([]ModelReading, 0, len(cur)+len(b.models))
+	for _, m := range cur {
+		j := slices.IndexFunc(models, func(o ModelReading) bool { return o.Model == m.Model })
+		if j < 0 {
+			p := ModelReading{ModelUsage: ModelUsage{Model: m.Model}}
+			if i := b.model(m.Model); i >= 0 {
+				p = b.models[i]
+			}
+			models, j = append(models, p), len(models)
+		}
+		p := &models[j]
+		d := ModelUsage{Model: m.Model}
+		if m.Known&KnownCost != 0 {
+			d.CostUSD = m.CostUSD
+			if p.Known&KnownCost != 0 {
+				d.CostUSD = max(0, m.CostUSD-p.CostUSD) // noise clamped
+			}
+			p.CostUSD = m.CostUSD
+		}
+		for _, k := range TokenTypes() {
+			if !m.Known.Tokens(k) {
+				continue
+			}
+			d.Tokens[k] = m.Tokens[k]
+			if p.Known.Tokens(k) {
+				d.Tokens[k] -= p.Tokens[k]
+			}
+			p.Tokens[k] = m.Tokens[k]
+		}
+		p.Known |= m.Known & KnownAll
 		if d.CostUSD != 0 || d.Tokens.Total() != 0 {
 			g.Delta = append(g.Delta, d)
 		}
 	}
-	if hasCost {
-		g.CostUSD = totalCostUSD
-		if b.hasCost && !g.Reset {
-			g.CostUSD = max(0, totalCostUSD-b.costUSD)
+	for _, p := range b.models {
+		if !slices.ContainsFunc(models, func(o ModelReading) bool { return o.Model == p.Model }) {
+			models = append(models, p)
 		}
-		b.costUSD, b.hasCost = totalCostUSD, true
 	}
-	b.models = slices.Clone(cur)
+	if len(models) > MaxSessionModels {
+		evicted += len(models) - MaxSessionModels
+		models = models[:MaxSessionModels]
+	}
+	b.models = models
 	return g, evicted
 }
 
@@ -123,13 +215,21 @@ func (s *Sessions) evict() {
 }
 
 // SessionSnapshot is one session's baseline in a checkpoint: the
-// cumulative values of its last result line. Without it a restarted serve
+// cumulative values of its last result lines. Without it a restarted serve
 // would count the session's whole cost again at its next result.
 type SessionSnapshot struct {
-	ID      string       `json:"id"`
-	CostUSD float64      `json:"cost_usd,omitempty"`
-	HasCost bool         `json:"has_cost,omitempty"`
-	Models  []ModelUsage `json:"models,omitempty"`
+	ID      string         `json:"id"`
+	CostUSD float64        `json:"cost_usd,omitempty"`
+	HasCost bool           `json:"has_cost,omitempty"`
+	Models  []SessionModel `json:"models,omitempty"`
+}
+
+// SessionModel is a model's baseline in a SessionSnapshot. Unknown marks
+// the values no line has given yet (Known's bits); a checkpoint written
+// before values were known apart has none, as all of its were known.
+type SessionModel struct {
+	ModelUsage
+	Unknown Known `json:"unknown,omitempty"`
 }
 
 // Snapshot returns the baselines, least recently used first.
@@ -141,12 +241,19 @@ func (s *Sessions) Snapshot() []SessionSnapshot {
 	slices.SortFunc(bs, func(a, b *sessionBase) int { return cmp.Compare(a.used, b.used) })
 	var out []SessionSnapshot
 	for _, b := range bs {
-		out = append(out, SessionSnapshot{ID: b.id, CostUSD: b.costUSD, HasCost: b.hasCost, Models: slices.Clone(b.models)})
+		ss := SessionSnapshot{ID: b.id, CostUSD: b.costUSD, HasCost: b.hasCost}
+		for _, m := range b.models {
+			ss.Models = append(ss.Models, SessionModel{ModelUsage: m.ModelUsage, Unknown: KnownAll &^ m.Known})
+		}
+		out = append(out, ss)
 	}
 	return out
 }
 
-var errSecondBaseline = errors.New("a second baseline of the session")
+var (
+	errSecondBaseline = errors.New("a second baseline of the session")
+	errBadBaseline    = errors.New("a negative, unnamed, repeated or unknown-flagged cumulative value")
+)
 
 // Restore checks saved baselines and returns the function that loads them
 // (in the order saved, so least recently used first); beyond the maximum,
@@ -157,13 +264,15 @@ func (s *Sessions) Restore(saved []SessionSnapshot) (func(), error) {
 		if _, dup := byID[ss.ID]; dup {
 			return nil, fmt.Errorf("session %d: %w", i, errSecondBaseline)
 		}
-		b := &sessionBase{id: ss.ID, costUSD: ss.CostUSD, hasCost: ss.HasCost, models: slices.Clone(ss.Models), used: uint64(i + 1)}
-		ok := ss.CostUSD >= 0
+		b := &sessionBase{id: ss.ID, costUSD: ss.CostUSD, hasCost: ss.HasCost, used: uint64(i + 1)}
+		ok := ss.CostUSD >= 0 && len(ss.Models) <= MaxSessionModels
 		for _, m := range ss.Models {
-			ok = ok && m.Model != "" && m.CostUSD >= 0 && !slices.ContainsFunc(m.Tokens[:], func(v int64) bool { return v < 0 })
+			ok = ok && m.Model != "" && m.CostUSD >= 0 && m.Unknown&^KnownAll == 0 && b.model(m.Model) < 0 &&
+				!slices.ContainsFunc(m.Tokens[:], func(v int64) bool { return v < 0 })
+			b.models = append(b.models, ModelReading{ModelUsage: m.ModelUsage, Known: KnownAll &^ m.Unknown})
 		}
 		if !ok {
-			return nil, fmt.Errorf("session %d: a negative or unnamed cumulative value", i)
+			return nil, fmt.Errorf("session %d: %w", i, errBadBaseline)
 		}
 		byID[ss.ID] = b
 	}
