@@ -312,6 +312,25 @@ func TestImageIndex(t *testing.T) {
 		}
 	})
 
+	// What was checked above is what `make image-index` builds: the same
+	// tool, both architectures, the chart's tag (no -tag of its own).
+	t.Run("make image-index", func(t *testing.T) {
+		if _, err := exec.LookPath("make"); err != nil {
+			t.Skip("no make: the Makefile's image-index recipe is not checked")
+		}
+		dry := exec.Command("make", "-n", "image-index")
+		dry.Dir = repoRoot(t)
+		recipe, err := dry.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n image-index: %v\n%s", err, recipe)
+		}
+		r := string(recipe)
+		if !strings.Contains(r, "cd tools/image") || !strings.Contains(r, " -arch=amd64,arm64 ") ||
+			!strings.Contains(r, "/bin/cbc-otel-image-index.tar ") || strings.Contains(r, "-tag") {
+			t.Errorf("make image-index does not run tools/image -arch=amd64,arm64 into bin/cbc-otel-image-index.tar with the chart's tag:\n%s", r)
+		}
+	})
+
 	t.Run("podman load", func(t *testing.T) { podmanLoadIndex(t, built, ref) })
 }
 
