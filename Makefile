@@ -21,7 +21,7 @@ STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHEC
 # (the memory tests make 100,000) to write it.
 unexport GITHUB_STEP_SUMMARY
 
-.PHONY: all build image demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos screenshot
+.PHONY: all build image image-index demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos screenshot
 
 all: build
 
@@ -44,6 +44,19 @@ IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 image:
 	cd tools/image && SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run . -src=$(CURDIR) \
 		-o=$(abspath $(IMAGE_TAR)) -arch=$(IMAGE_ARCH) -version=$(VERSION) -revision=$(IMAGE_REVISION) $(IMAGE_FLAGS)
+
+# Both architectures under the one tag: the same image built for each of
+# IMAGE_ARCHES (each with the digest `make image IMAGE_ARCH=…` gives), tied
+# by a multi-arch index, written to IMAGE_INDEX_TAR as an OCI image layout
+# tarball (oci-archive): a docker-archive cannot hold an index, so this is
+# a target and a file of its own, and `make image` stays what `kind load
+# image-archive` and any docker load read. podman load and docker load
+# take the platform of the host; deploy/helm/README.md says how to push it.
+IMAGE_INDEX_TAR ?= bin/cbc-otel-image-index.tar
+IMAGE_ARCHES    ?= amd64,arm64
+image-index:
+	cd tools/image && SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run . -src=$(CURDIR) \
+		-o=$(abspath $(IMAGE_INDEX_TAR)) -arch=$(IMAGE_ARCHES) -version=$(VERSION) -revision=$(IMAGE_REVISION) $(IMAGE_FLAGS)
 
 demo:
 	$(GO) run ./cmd/cbc-otel demo

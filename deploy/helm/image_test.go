@@ -70,6 +70,18 @@ func TestImageTool(t *testing.T) {
 	}
 }
 
+// buildImageTool builds tools/image into dir and returns the binary.
+func buildImageTool(t *testing.T, dir string) string {
+	t.Helper()
+	tool := filepath.Join(dir, "image-tool")
+	build := exec.Command("go", "build", "-o", tool, ".")
+	build.Dir = imageTool(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building tools/image: %v\n%s", err, out)
+	}
+	return tool
+}
+
 // builtImage is one run of the tool: the digest it printed and the tarball.
 type builtImage struct {
 	digest string
@@ -109,27 +121,36 @@ type dockerArchive struct {
 	files map[string][]byte
 }
 
-func readArchive(t *testing.T, file string) dockerArchive {
+// readTarFiles returns the regular files of a tar archive by name.
+func readTarFiles(t *testing.T, file string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	a := dockerArchive{files: map[string][]byte{}}
+	files := map[string][]byte{}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return files
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		if a.files[h.Name], err = io.ReadAll(tr); err != nil {
+		if h.Typeflag == tar.TypeDir {
+			continue
+		}
+		if files[h.Name], err = io.ReadAll(tr); err != nil {
 			t.Fatalf("%s: %s: %v", file, h.Name, err)
 		}
 	}
+}
+
+func readArchive(t *testing.T, file string) dockerArchive {
+	t.Helper()
+	a := dockerArchive{files: readTarFiles(t, file)}
 	if err := json.Unmarshal(a.files["manifest.json"], &a.manifest); err != nil {
 		t.Fatalf("%s: manifest.json: %v", file, err)
 	}
@@ -197,14 +218,8 @@ func TestImage(t *testing.T) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skipf("the image is built for amd64 and arm64, and this test runs its binary: not on %s", runtime.GOARCH)
 	}
-	dir := imageTool(t)
 	work := t.TempDir()
-	tool := filepath.Join(work, "image-tool")
-	build := exec.Command("go", "build", "-o", tool, ".")
-	build.Dir = dir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building tools/image: %v\n%s", err, out)
-	}
+	tool := buildImageTool(t, work)
 	var runs []builtImage
 	for _, n := range []string{"a", "b"} {
 		tmp := filepath.Join(work, "tmp-"+n)

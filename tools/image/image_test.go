@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -174,12 +175,7 @@ func TestPushedDigest(t *testing.T) {
 		t.Fatalf("tarball read back: digest %s (%v), want %s", got, err, want)
 	}
 
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	pushed, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://")+"/cbc-otel:v1.2.3", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pushed := testRegistryTag(t)
 	if err := remote.Write(pushed, loaded); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +186,19 @@ func TestPushedDigest(t *testing.T) {
 	if desc.Digest != want {
 		t.Errorf("registry: digest %s, want %s", desc.Digest, want)
 	}
+}
+
+// testRegistryTag starts an in-memory registry for the test and returns a
+// tag in it.
+func testRegistryTag(t *testing.T) name.Tag {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	tag, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://")+"/cbc-otel:v1.2.3", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
 }
 
 // TestPinnedCACerts: every root NSS trusts without a constraint, as
@@ -300,11 +309,18 @@ func TestParse(t *testing.T) {
 		check func(options) bool
 	}{
 		{"defaults", nil, "", true, func(o options) bool {
-			return o.arch == "amd64" && o.version == "dev" && o.created.Equal(time.Unix(0, 0)) &&
+			return slices.Equal(o.arches, []string{"amd64"}) && o.version == "dev" && o.created.Equal(time.Unix(0, 0)) &&
 				o.out == filepath.Join("../..", "bin", "cbc-otel-image.tar")
 		}},
 		{"epoch", nil, "1700000000", true, func(o options) bool { return o.created.Equal(time.Unix(1700000000, 0)) }},
-		{"arm64", []string{"-arch", "arm64", "-o", "x.tar"}, "", true, func(o options) bool { return o.arch == "arm64" && o.out == "x.tar" }},
+		{"arm64", []string{"-arch", "arm64", "-o", "x.tar"}, "", true, func(o options) bool { return slices.Equal(o.arches, []string{"arm64"}) && o.out == "x.tar" }},
+		{"index", []string{"-arch", "arm64,amd64"}, "", true, func(o options) bool {
+			return slices.Equal(o.arches, []string{"amd64", "arm64"}) && o.out == filepath.Join("../..", "bin", "cbc-otel-image-index.tar")
+		}},
+		{"index out", []string{"-arch", "amd64,arm64", "-o", "i.tar"}, "", true, func(o options) bool { return o.out == "i.tar" }},
+		{"arch twice", []string{"-arch", "amd64,amd64"}, "", false, nil},
+		{"empty arch in list", []string{"-arch", "amd64,"}, "", false, nil},
+		{"bad arch in list", []string{"-arch", "amd64,386"}, "", false, nil},
 		{"bad epoch", nil, "yesterday", false, nil},
 		{"negative epoch", nil, "-1", false, nil},
 		{"bad arch", []string{"-arch", "386"}, "", false, nil},

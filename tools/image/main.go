@@ -6,6 +6,9 @@
 // labels), and writes it as a tarball that `docker load`, `podman load` and
 // `kind load image-archive` accept, tagged with the reference the Helm
 // chart defaults to. It prints that reference with the image's digest.
+// Given several architectures (-arch amd64,arm64) it builds one image per
+// architecture, ties them in a multi-arch index and writes that as an OCI
+// image layout tarball instead (a docker-archive cannot hold an index).
 //
 // Reproducible: the same source, Go toolchain, flags and SOURCE_DATE_EPOCH
 // give the same digest (and the same tarball bytes). Every timestamp is
@@ -29,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,8 +57,9 @@ func main() {
 
 // options are the command line, parsed.
 type options struct {
-	src, out, arch, version, revision, tag, caFile string
-	created                                        time.Time
+	src, out, version, revision, tag, caFile string
+	arches                                   []string // one: an image; more: an index
+	created                                  time.Time
 }
 
 // parse reads args and SOURCE_DATE_EPOCH (through getenv).
@@ -63,8 +68,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.src, "src", "../..", "the cbc-otel repository (its root: go.mod, cmd/cbc-otel, deploy/helm/cbc-otel)")
-	fs.StringVar(&o.out, "o", "", "the tarball to write (default SRC/bin/cbc-otel-image.tar)")
-	fs.StringVar(&o.arch, "arch", "amd64", "the image's architecture (GOARCH): amd64 or arm64")
+	fs.StringVar(&o.out, "o", "", "the tarball to write (default SRC/bin/cbc-otel-image.tar, SRC/bin/cbc-otel-image-index.tar for an index)")
+	arch := fs.String("arch", "amd64", "the image's architecture (GOARCH): amd64 or arm64; a comma-separated list (amd64,arm64) builds one image each and writes their index as an OCI archive")
 	fs.StringVar(&o.version, "version", "dev", "the version stamped in the binary (-X main.version) and the version label")
 	fs.StringVar(&o.revision, "revision", "", "the source commit, for the revision label")
 	fs.StringVar(&o.tag, "tag", "", "the image reference to tag (default: the chart's, values.yaml image.repository : Chart.yaml appVersion)")
@@ -75,17 +80,27 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	switch o.arch {
-	case "amd64", "arm64":
-	default:
-		return o, fmt.Errorf("-arch %q: amd64 or arm64", o.arch)
+	for _, a := range strings.Split(*arch, ",") {
+		switch {
+		case a != "amd64" && a != "arm64":
+			return o, fmt.Errorf("-arch %q: amd64, arm64, or both separated by a comma", *arch)
+		case slices.Contains(o.arches, a):
+			return o, fmt.Errorf("-arch %q: %s twice", *arch, a)
+		}
+		o.arches = append(o.arches, a)
 	}
+	// One order whatever the flag's: the index's digest and the image
+	// manifest.json names (the first) do not depend on it.
+	slices.Sort(o.arches)
 	// The version goes into -ldflags, which splits at spaces and quotes.
 	if o.version == "" || strings.ContainsAny(o.version, " \t\n'\"\\") {
 		return o, fmt.Errorf("-version %q: want a non-empty word", o.version)
 	}
 	if o.out == "" {
 		o.out = filepath.Join(o.src, "bin", "cbc-otel-image.tar")
+		if len(o.arches) > 1 {
+			o.out = filepath.Join(o.src, "bin", "cbc-otel-image-index.tar")
+		}
 	}
 	created, err := sourceDate(getenv("SOURCE_DATE_EPOCH"))
 	if err != nil {
@@ -108,7 +123,8 @@ func sourceDate(v string) (time.Time, error) {
 	return time.Unix(sec, 0).UTC(), nil
 }
 
-// run builds the binary and the image and writes the tarball.
+// run builds the binary and the image for each architecture and writes
+// the image's tarball, or with several the index's OCI archive.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	o, err := parse(args, getenv, stderr)
 	if err != nil {
@@ -133,22 +149,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	bin, err := buildBinary(ctx, o.src, o.arch, o.version, stderr)
+	var imgs []v1.Image
+	for _, arch := range o.arches {
+		bin, err := buildBinary(ctx, o.src, arch, o.version, stderr)
+		if err != nil {
+			return err
+		}
+		img, err := Build(Spec{Binary: bin, CACerts: ca, Arch: arch, Version: o.version, Revision: o.revision, Created: o.created})
+		if err != nil {
+			return err
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			return fmt.Errorf("image digest: %w", err)
+		}
+		imgs = append(imgs, img)
+		if len(o.arches) == 1 {
+			if err := writeTarball(o.out, tag, img); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s@%s linux/%s -> %s\n", tag.Name(), digest, arch, o.out)
+			return nil
+		}
+		fmt.Fprintf(stdout, "%s@%s linux/%s\n", tag.Name(), digest, arch)
+	}
+	idx, err := Index(imgs)
 	if err != nil {
 		return err
 	}
-	img, err := Build(Spec{Binary: bin, CACerts: ca, Arch: o.arch, Version: o.version, Revision: o.revision, Created: o.created})
+	digest, err := idx.Digest()
 	if err != nil {
+		return fmt.Errorf("index digest: %w", err)
+	}
+	if err := writeIndexArchive(o.out, tag, idx, o.created); err != nil {
 		return err
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return fmt.Errorf("image digest: %w", err)
-	}
-	if err := writeTarball(o.out, tag, img); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%s@%s linux/%s -> %s\n", tag.Name(), digest, o.arch, o.out)
+	fmt.Fprintf(stdout, "%s@%s index -> %s\n", tag.Name(), digest, o.out)
 	return nil
 }
 
