@@ -63,6 +63,7 @@ func forever() {
 //	epipe          like yes with SIGPIPE ignored; exit 3 on EPIPE
 //	pingpong       write "line i", wait for "ack i" on stdin, three times
 //	write:N        write N bytes of a pattern to stdout, print "done" to stderr, exit
+//	writehang:N    like write, then hang (default signal dispositions)
 //	stdio          write "out" to stdout and "err" to stderr
 //	closestdin     close stdin, print "closed", then hang
 //	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
@@ -159,6 +160,13 @@ func RunChild(mode string, args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "done")
 		return 0
+	case "writehang":
+		n, _ := strconv.Atoi(arg)
+		if _, err := os.Stdout.Write(Pattern(n)); err != nil {
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "done")
+		forever()
 	case "closestdin":
 		os.Stdin.Close()
 		fmt.Println("closed")
