@@ -17,6 +17,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
 	"github.com/cbc-otel/cbc-otel/tap"
+	"golang.org/x/sys/unix"
 )
 
 // defaultConsumerWait bounds how long the wrapper waits, after the child is
@@ -227,6 +228,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
 	})
+	sio.endStdout(log)
 	c.join.childDone(ctx)
 	out := c.finish(ctx, r.consumerWait, log)
 	out.code, out.err = res.ExitCode, err
@@ -249,6 +251,27 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
 	}
 	return out
+}
+
+// endStdout gives whoever reads our stdout its EOF as soon as the child's
+// stdout is drained, not when the telemetry is done (a collector that
+// takes its flush timeout to fail used to hold an SDK's reader that long):
+// our end of the pipe is swapped for /dev/null, which keeps the
+// descriptor valid (nothing later opened can land on it). Only for the
+// process's own stdout; an in-process writer is its owner's to close.
+func (s stdio) endStdout(log *slog.Logger) {
+	if s.outFile == nil {
+		return
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		log.Debug("cannot open /dev/null to end stdout", "err", err)
+		return
+	}
+	defer null.Close()
+	if err := unix.Dup3(int(null.Fd()), int(s.outFile.Fd()), 0); err != nil {
+		log.Debug("cannot end stdout", "err", err)
+	}
 }
 
 // consumers are what reads the taps of one run: the pipeline feeding the
@@ -359,11 +382,39 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 		if c.tel != nil {
 			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
 		}
+		return outcome{}
 	case <-wctx.Done():
-		log.Warn("telemetry consumer did not finish; exiting without it", "waited", wait)
+	}
+	// The consumer is still behind: what it has not read is given up, and
+	// counted as dropped before anything is written out (the metrics file,
+	// the summaries), so that every tapped byte is either in the counts or
+	// in the drops; the consumer then only finalizes.
+	before := c.droppedBytes()
+	c.pipe.Abandon()
+	c.pipeIn.Abandon()
+	t := time.NewTimer(abandonWait)
+	defer t.Stop()
+	select {
+	case <-c.consumed:
+		c.tel.traces.lossLogger.Warn("telemetry fell behind: tapped bytes not read when the wrapper exited were given up and counted as dropped (cbc_otel_tap_dropped_bytes_total)",
+			"waited", wait, "given_up_bytes", c.droppedBytes()-before)
+		return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
+	case <-t.C:
+		c.tel.traces.lossLogger.Warn("telemetry consumer did not finish; exiting without it (its counts are incomplete)", "waited", wait+abandonWait)
 		c.collect = false // what was collected is incomplete and still being written
 	}
 	return outcome{}
+}
+
+// abandonWait bounds the wait for the consumer to finalize once the
+// wrapper has given up what it had not read (see consumers.finish).
+const abandonWait = time.Second
+
+// droppedBytes is what the pipeline's taps dropped so far.
+func (c *consumers) droppedBytes() int64 {
+	_, a, _ := c.pipe.Stats()
+	_, b, _ := c.pipeIn.Stats()
+	return a + b
 }
 
 // shutdown ends the join (its minted parent span, the CLI's logs and
