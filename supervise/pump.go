@@ -157,6 +157,17 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	for {
 		n, err := r.Read(buf)
 		if n > 0 && !emit(buf[:n]) {
+			st.mu.Lock()
+			broken := st.broken && !st.detached
+			st.mu.Unlock()
+			if broken {
+				// What the child had already written when the consumer
+				// went is still the child's output: tapped, not passed
+				// on (an SDK that closes the pipe at the result it
+				// wanted must not cost the telemetry the lines after).
+				// Its next write gets EPIPE.
+				s.sweep(r, buf, func(b []byte) bool { return st.tapOnly(tap, b) })
+			}
 			return
 		}
 		switch {

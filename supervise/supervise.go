@@ -173,9 +173,10 @@ type Result struct {
 	// written to a consumer that did not read: what was not written out
 	// was dropped.
 	StdoutAbandoned bool
-	// StdoutUndelivered counts what, Run having given up on the consumer
-	// (StdoutAbandoned), was read from the child's stdout and tapped but
-	// not written out.
+	// StdoutUndelivered counts what was read from the child's stdout and
+	// tapped but not written out: Run gave up on the consumer
+	// (StdoutAbandoned), or the consumer went away (StdoutBroken) with the
+	// child's output still in the pipe.
 	StdoutUndelivered int64
 	// StdoutBytes counts what was read from the child's stdout (and
 	// tapped); StdinBytes what was written to the child's stdin.

@@ -797,3 +797,45 @@ func TestAbandonedStdoutIsStillTapped(t *testing.T) {
 		})
 	}
 }
+
+// goneWriter is a consumer whose first Write blocks until gone is closed,
+// then fails as a closed pipe does.
+type goneWriter struct {
+	once    sync.Once
+	entered chan struct{}
+	gone    chan struct{}
+}
+
+func (w *goneWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.gone
+	return 0, syscall.EPIPE
+}
+
+// The consumer goes away (EPIPE) after the child wrote everything: the
+// child's next write fails as it would without us, but what it had
+// already written is tapped, not lost with the pipe.
+func TestGoneConsumerStdoutIsStillTapped(t *testing.T) {
+	const n = 700 << 10
+	cfg := helper(t, fmt.Sprintf("write:%d", n))
+	errR, errW := pipe(t)
+	tp := new(lockedBuffer)
+	out := &goneWriter{entered: make(chan struct{}), gone: make(chan struct{})}
+	cfg.Stdout, cfg.Stderr, cfg.StdoutTap = out, errW, tp
+	done := runAsync(context.Background(), cfg)
+	waitClosed(t, out.entered, "the stdout write")
+	if got := newLineReader(t, errR).next(); got != "done" {
+		t.Fatalf("child said %q", got)
+	}
+	close(out.gone)
+	res := <-done
+	if !res.StdoutBroken {
+		t.Fatalf("Run = %+v; want stdout broken", res)
+	}
+	if got := tp.Bytes(); !bytes.Equal(got, supervisetest.Pattern(n)) {
+		t.Fatalf("tapped %d of the %d bytes the child wrote (Run = %+v)", len(got), n, res)
+	}
+	if res.StdoutBytes != n || res.StdoutUndelivered != n-DefaultBufSize {
+		t.Fatalf("Run = %+v; want StdoutBytes %d, all but the first read undelivered", res, n)
+	}
+}
