@@ -445,7 +445,7 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 		}
 	}
 	if cfg.stepSummary != "" {
-		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions()); err != nil {
+		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
 			log.Error("writing the step summary", "err", err)
 		}
 	}
@@ -454,13 +454,13 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 // appendStepSummary appends the Markdown section of the runs to path
 // (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
 // file holds the job's other steps' summaries too, never truncated.
-func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session) error {
+func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer // one write: a half section is less likely on a full disk
-	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{}); err != nil {
+	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats}); err != nil {
 		f.Close()
 		return err
 	}
@@ -481,7 +481,7 @@ func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
 		if dropped > 0 {
 			level, msg = slog.LevelWarn, "tap totals: telemetry fell behind and dropped bytes (the passthrough did not wait)"
 		}
-		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
+		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src), "incomplete_bytes", st.Incomplete(t.src),
 			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
 	}
 }
