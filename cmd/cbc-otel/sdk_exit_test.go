@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +17,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // twoRunRecording is a stream of two completed workflow runs as a CLI
@@ -195,5 +198,54 @@ func TestE2ESDKEndingsLoseNoTappedByte(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Issue 28.8: a consumer still behind when the wait at exit ends is given
+// up on: what it had not read is counted as dropped (the tap's counts, which
+// the metrics export), before the outputs are written, and the exit says
+// so at the default log level; every tapped byte is consumed or dropped.
+func TestRunGivesUpSlowConsumerCounted(t *testing.T) {
+	t.Setenv(supervisetest.EnvMode, "cat")
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	var in bytes.Buffer
+	for in.Len() < 2<<20 {
+		in.WriteString(`{"type":"assistant","message":{"content":"` + strings.Repeat("z", 1000) + "\"}}\n")
+	}
+	type result struct{ consumed, tapped, dropped int64 }
+	got := make(chan result, 1)
+	r := testRunner(nil)
+	r.consumerWait = 50 * time.Millisecond
+	r.consume = func(stdout, stdin *tap.Tap, _ *slog.Logger) {
+		var consumed int64
+		taps := [tap.NumSources]*tap.Tap{stdout, stdin}
+		tap.Merge(context.Background(), stdout, stdin, tap.MergeOptions{
+			Chunk: func(s tap.Source, c tap.Chunk) {
+				// A consumer far behind the pipe: time passes, nothing waits on it.
+				time.Sleep(5 * time.Millisecond)
+				consumed += int64(len(c.Data))
+				taps[s].Release(c)
+			},
+		})
+		var res result
+		res.consumed = consumed
+		for _, tp := range taps {
+			n, d, _ := tp.Stats()
+			res.tapped += n
+			res.dropped += d
+		}
+		got <- res
+	}
+	var out, errb bytes.Buffer
+	code := r.run(context.Background(), childArgs("--tap-queue=4194304"), stdio{in: bytes.NewReader(in.Bytes()), out: &out, err: &errb})
+	if code != 0 || !bytes.Equal(out.Bytes(), in.Bytes()) {
+		t.Fatalf("run = %d, %d of %d bytes out; stderr:\n%s", code, out.Len(), in.Len(), errb.String())
+	}
+	res := <-got
+	if res.tapped != 2*int64(in.Len()) || res.consumed+res.dropped != res.tapped || res.dropped == 0 {
+		t.Fatalf("tapped %d (want %d), consumed %d + dropped %d", res.tapped, 2*in.Len(), res.consumed, res.dropped)
+	}
+	if !strings.Contains(errb.String(), "telemetry fell behind") || !strings.Contains(errb.String(), "given_up_bytes=") {
+		t.Errorf("the exit does not say what it gave up:\n%s", errb.String())
 	}
 }
