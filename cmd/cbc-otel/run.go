@@ -379,11 +379,15 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	}
 	select {
 	case <-c.consumed:
+	case <-wctx.Done():
+	}
+	select {
+	case <-c.consumed: // also when both were ready
 		if c.tel != nil {
 			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
 		}
 		return outcome{}
-	case <-wctx.Done():
+	default:
 	}
 	// The consumer is still behind: what it has not read is given up, and
 	// counted as dropped before anything is written out (the metrics file,
