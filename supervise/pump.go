@@ -173,6 +173,9 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
+			if stdout && s.cfg.StdoutEOF != nil {
+				s.cfg.StdoutEOF()
+			}
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// Either the consumer was slow and the rest is buffered in the

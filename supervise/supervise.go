@@ -115,6 +115,13 @@ type Config struct {
 	// as is (no copy); another writer is pumped. Nil gives /dev/null.
 	Stderr io.Writer
 
+	// StdoutEOF, when set, is called once the child's stdout reached EOF
+	// (every writer closed it) and all of it was written to Stdout, on the
+	// pumping goroutine, before Run returns: the moment to give Stdout's
+	// own reader its EOF, whatever the supervisor does next. Not called
+	// when the pump ends otherwise (a broken Stdout, a drain timeout).
+	StdoutEOF func()
+
 	// StdoutTap and StdinTap, when set, receive every byte of the child's
 	// stdout and of Stdin before it is passed on: each side's bytes are
 	// stamped before the other side can react to them (the child to a

@@ -163,3 +163,44 @@ func TestE2ECollectorNeverDelaysEOF(t *testing.T) {
 		}
 	}
 }
+
+// Issue 29.2: the reader sees EOF when the child closes its stdout, not
+// when the wrapper exits: here the child lives on (until its stdin ends)
+// after closing it.
+func TestE2EStdoutEOFWhenChildClosesIt(t *testing.T) {
+	cmd := wrapper("closestdout")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, cmd)
+	stderr := readLines(t, errR)
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		got <- b
+	}()
+	select {
+	case b := <-got:
+		if string(b) != "bye\n" {
+			t.Fatalf("stdout %q", b)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no EOF on stdout 20s after the child closed it (the wrapper still runs, its child too)")
+	}
+	if l := stderr.next(); l != "closed" {
+		t.Fatalf("child said %q", l)
+	}
+	stdin.Close() // now the child exits
+	if code := exitCode(t, cmd); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -222,6 +222,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		Stderr:       sio.err,
 		StdoutTap:    c.stdoutTap(),
 		StdinTap:     c.stdinTap(),
+		StdoutEOF:    func() { sio.endStdout(log) }, // the reader's EOF, even if the child lives on
 		Env:          c.join.env(),
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,

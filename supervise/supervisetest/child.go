@@ -64,6 +64,8 @@ func forever() {
 //	pingpong       write "line i", wait for "ack i" on stdin, three times
 //	write:N        write N bytes of a pattern to stdout, print "done" to stderr, exit
 //	writehang:N    like write, then hang (default signal dispositions)
+//	closestdout    print "bye", close stdout, print "closed" to stderr, exit 0
+//	               at stdin EOF
 //	replay:END:F   print "pid N" to stderr, write file F to stdout, print
 //	               "done" to stderr, then END: exit (exit 0), stdin (exit 0
 //	               at stdin EOF) or hang
@@ -189,6 +191,12 @@ func RunChild(mode string, args []string) int {
 		case "hang":
 			forever()
 		}
+		return 0
+	case "closestdout":
+		fmt.Println("bye")
+		os.Stdout.Close()
+		fmt.Fprintln(os.Stderr, "closed")
+		io.Copy(io.Discard, os.Stdin)
 		return 0
 	case "closestdin":
 		os.Stdin.Close()
