@@ -62,8 +62,8 @@ type outcome struct {
 	n        int64
 	broken   bool
 	timedOut bool
-	// undelivered is what was tapped but not passed on, the consumer
-	// having been given up on.
+	// undelivered is what was tapped but not passed on: the consumer was
+	// given up on, or had gone with the child's output still in the pipe.
 	undelivered int64
 }
 
@@ -165,8 +165,13 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 				// went is still the child's output: tapped, not passed
 				// on (an SDK that closes the pipe at the result it
 				// wanted must not cost the telemetry the lines after).
-				// Its next write gets EPIPE.
-				s.sweep(r, buf, func(b []byte) bool { return st.tapOnly(tap, b) })
+				// Its next write gets EPIPE. At most a pipe's worth:
+				// a child still writing would otherwise keep refilling it.
+				left := int64(PipeSize)
+				s.sweep(r, buf, func(b []byte) bool {
+					left -= int64(len(b))
+					return st.tapOnly(tap, b) && left > 0
+				})
 			}
 			return
 		}
