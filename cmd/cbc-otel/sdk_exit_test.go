@@ -89,8 +89,8 @@ func promValues(t *testing.T, path string) map[string]float64 {
 
 // Issue 28.8: whichever way an SDK ends the CLI once it has the result it
 // wanted, the wrapper's exit accounts for every byte the child wrote: the
-// metrics file counts both completed runs, and stdout's framed bytes plus
-// its dropped bytes are all the child wrote. The endings: stdin closed (the
+// metrics file counts both completed runs, and stdout's framed, incomplete
+// and dropped bytes are all the child wrote. The endings: stdin closed (the
 // Claude Agent SDK; the CLI exits at EOF), SIGTERM to the wrapper with
 // stdout no longer read (the CodeBuddy SDK, whose CLI has exited or not),
 // stdin and stdout closed then SIGTERM, and SIGKILL of the CLI's process
@@ -189,9 +189,10 @@ func TestE2ESDKEndingsLoseNoTappedByte(t *testing.T) {
 				}
 				m := promValues(t, metrics)
 				framed, dropped := m[`cbc_otel_bytes_total{source="stdout"}`], m[`cbc_otel_tap_dropped_bytes_total{source="stdout"}`]
+				incomplete := m[`cbc_otel_incomplete_bytes_total{source="stdout"}`]
 				completed := m[`cbc_workflow_runs_total{status="completed",workflow="mock-review"}`]
-				if framed+dropped != float64(len(rec)) {
-					t.Errorf("try %d: stdout framed %v + dropped %v bytes, the CLI wrote %d; stderr:\n%s", try, framed, dropped, len(rec), strings.Join(rest, "\n"))
+				if framed+incomplete+dropped != float64(len(rec)) {
+					t.Errorf("try %d: stdout framed %v + incomplete %v + dropped %v bytes, the CLI wrote %d; stderr:\n%s", try, framed, incomplete, dropped, len(rec), strings.Join(rest, "\n"))
 				}
 				if dropped == 0 && completed != 2 {
 					t.Errorf("try %d: %v completed runs, want 2 (nothing dropped); stderr:\n%s", try, completed, strings.Join(rest, "\n"))
