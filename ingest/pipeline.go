@@ -99,11 +99,17 @@ func (p *Pipeline) Write(src tap.Source, b []byte) {
 }
 
 // Gap tells the pipeline that bytes of src were lost before the next Write.
-func (p *Pipeline) Gap(src tap.Source) { p.framers[src%numSources].Gap() }
+func (p *Pipeline) Gap(src tap.Source) {
+	p.cur = src // the framer emits what the gap cut
+	p.framers[src%numSources].Gap()
+}
 
 // GapAtLineEnd tells the pipeline that bytes of src were lost before the next
 // Write, and that they ended with a newline: the next Write starts a line.
-func (p *Pipeline) GapAtLineEnd(src tap.Source) { p.framers[src%numSources].GapAtLineEnd() }
+func (p *Pipeline) GapAtLineEnd(src tap.Source) {
+	p.cur = src
+	p.framers[src%numSources].GapAtLineEnd()
+}
 
 // EndOfStream flushes an unterminated last line of src.
 func (p *Pipeline) EndOfStream(src tap.Source) {
@@ -149,18 +155,29 @@ func (p *Pipeline) clock(ev *streamjson.Event) int64 {
 }
 
 func (p *Pipeline) line(l ndjson.Line) {
+	if l.Cut {
+		// A piece of a line a tap drop cut: no line to decode, but its
+		// bytes are counted (so that every tapped byte is), and the head
+		// of a line of interest over the cap is what it would have been
+		// whole, too_long.
+		p.stats.incomplete[p.cur%numSources].Add(l.Len)
+		if l.Truncated && streamjson.LongLineOfInterest(l.Data) {
+			p.stats.reject(streamjson.ReasonTooLong, l.Len)
+		}
+		return
+	}
 	p.stats.countLine(p.cur, l.Len)
 	if l.Truncated {
 		// Only lines we would have decoded count as rejected: a long
 		// assistant message is ordinary traffic.
 		if streamjson.LongLineOfInterest(l.Data) {
-			p.stats.rejected[streamjson.ReasonTooLong].Add(1)
+			p.stats.reject(streamjson.ReasonTooLong, l.Len)
 		}
 		return
 	}
 	ev, reason := p.dec.Decode(p.cur, l.Data)
 	if reason != streamjson.ReasonNone {
-		p.stats.rejected[reason].Add(1)
+		p.stats.reject(reason, l.Len)
 		return
 	}
 	if ev == nil {

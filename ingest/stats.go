@@ -19,6 +19,10 @@ type Stats struct {
 	violations [numViolations]atomic.Int64
 	events     atomic.Int64
 	dropped    [numSources]atomic.Int64
+	// incomplete: bytes read of lines a tap drop cut (no whole line to
+	// frame); rejectedBytes: bytes of the rejected lines, by reason.
+	incomplete    [numSources]atomic.Int64
+	rejectedBytes [streamjson.NumReasons]atomic.Int64
 
 	calls          atomic.Int64 // model calls of the CLI's telemetry
 	lateCalls      atomic.Int64 // ... attributed to a finalized run
@@ -45,6 +49,21 @@ func (s *Stats) Lines(src tap.Source) int64 { return s.lines[src%numSources].Loa
 
 // Bytes returns the bytes framed from src.
 func (s *Stats) Bytes(src tap.Source) int64 { return s.bytes[src%numSources].Load() }
+
+// Incomplete returns the bytes of src the pipeline read but could not frame
+// into whole lines: the pieces of lines a tap drop cut. Per source, what
+// passed through is Bytes + Incomplete + Dropped.
+func (s *Stats) Incomplete(src tap.Source) int64 { return s.incomplete[src%numSources].Load() }
+
+// RejectedBytes returns the bytes of the lines rejected for r, as far as
+// they were read (a cut line's, only what was read of it).
+func (s *Stats) RejectedBytes(r streamjson.Reason) int64 { return s.rejectedBytes[r].Load() }
+
+// reject counts a line of n bytes rejected for r.
+func (s *Stats) reject(r streamjson.Reason, n int64) {
+	s.rejected[r].Add(1)
+	s.rejectedBytes[r].Add(n)
+}
 
 // Rejected returns the lines rejected for r.
 func (s *Stats) Rejected(r streamjson.Reason) int64 { return s.rejected[r].Load() }

@@ -647,6 +647,7 @@ type statsCollector struct {
 	stats                           *ingest.Stats
 	export                          *exportFuncs
 	lines, bytes, dropped, rejected *prometheus.Desc
+	incomplete, rejectedBytes       *prometheus.Desc
 	spansDropped, exportErrors      *prometheus.Desc
 	launchersEvicted                *prometheus.Desc
 }
@@ -663,6 +664,10 @@ func newStatsCollector(st *ingest.Stats, ex *exportFuncs) *statsCollector {
 			"Bytes of each tapped stream dropped because the telemetry pipeline could not keep up (the child is never slowed).", []string{"source"}, nil),
 		rejected: prometheus.NewDesc("cbc_otel_lines_rejected_total",
 			"Lines that could not be decoded, by reason.", []string{"reason"}, nil),
+		incomplete: prometheus.NewDesc("cbc_otel_incomplete_bytes_total",
+			"Bytes of each tapped stream read as pieces of lines a tap drop cut (no whole line framed): framed + incomplete + dropped bytes are all that passed.", []string{"source"}, nil),
+		rejectedBytes: prometheus.NewDesc("cbc_otel_lines_rejected_bytes_total",
+			"Bytes of the rejected lines (as far as read), by reason.", []string{"reason"}, nil),
 		spansDropped: prometheus.NewDesc("cbc_otel_spans_dropped_total",
 			"Spans the traces exporter dropped.", nil, nil),
 		exportErrors: prometheus.NewDesc("cbc_otel_export_errors_total",
@@ -676,7 +681,7 @@ var sources = []tap.Source{tap.SourceStdout, tap.SourceStdin}
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lines, c.bytes, c.dropped, c.rejected, c.spansDropped, c.exportErrors, c.launchersEvicted} {
+	for _, d := range []*prometheus.Desc{c.lines, c.bytes, c.dropped, c.rejected, c.incomplete, c.rejectedBytes, c.spansDropped, c.exportErrors, c.launchersEvicted} {
 		ch <- d
 	}
 }
@@ -688,9 +693,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lines, prometheus.CounterValue, float64(c.stats.Lines(src)), s)
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(c.stats.Bytes(src)), s)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(c.stats.Dropped(src)), s)
+		ch <- prometheus.MustNewConstMetric(c.incomplete, prometheus.CounterValue, float64(c.stats.Incomplete(src)), s)
 	}
 	for _, r := range streamjson.Reasons() {
 		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(c.stats.Rejected(r)), r.String())
+		ch <- prometheus.MustNewConstMetric(c.rejectedBytes, prometheus.CounterValue, float64(c.stats.RejectedBytes(r)), r.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.spansDropped, prometheus.CounterValue, read(&c.export.spansDropped))
 	ch <- prometheus.MustNewConstMetric(c.exportErrors, prometheus.CounterValue, read(&c.export.exportErrors))

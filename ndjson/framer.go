@@ -12,6 +12,12 @@ type Line struct {
 	Len int64
 	// Truncated reports that the line was longer than the framer's cap.
 	Truncated bool
+	// Cut reports a piece of a line that a gap (Gap, GapAtLineEnd) cut:
+	// the part read before the gap (Data is its kept prefix) or the rest
+	// read after it up to the next newline (Data is empty). Len is the
+	// bytes read of it. It is no whole line: every byte the framer is
+	// given comes out in the Len of exactly one Line, whole or cut.
+	Cut bool
 }
 
 // Framer splits a byte stream into lines the way a tailer must: it carries a
@@ -29,7 +35,8 @@ type Framer struct {
 	buf       []byte
 	lineLen   int64 // bytes of the current partial line seen so far
 	truncated bool
-	skipping  bool // after a gap: discard up to the next newline
+	skipping  bool  // after a gap: discard up to the next newline
+	skipped   int64 // bytes discarded so far while skipping
 	emit      func(Line)
 }
 
@@ -62,8 +69,8 @@ func (f *Framer) Write(p []byte) {
 		seg := p[:i]
 		p = p[i+1:]
 		if f.skipping {
-			f.skipping = false
-			f.reset()
+			f.skipped += int64(len(seg)) + 1
+			f.endSkip()
 			continue
 		}
 		if f.lineLen == 0 {
@@ -86,6 +93,7 @@ func (f *Framer) Write(p []byte) {
 // partial appends p to the current line, keeping at most max bytes.
 func (f *Framer) partial(p []byte) {
 	if f.skipping {
+		f.skipped += int64(len(p))
 		return
 	}
 	f.lineLen += int64(len(p))
@@ -133,7 +141,7 @@ func (f *Framer) grow(need int) int {
 // dropped them): the partial line is discarded and so is everything up to
 // the next newline, because neither is a whole line.
 func (f *Framer) Gap() {
-	f.reset()
+	f.cut()
 	f.skipping = true
 }
 
@@ -141,16 +149,37 @@ func (f *Framer) Gap() {
 // that the missing bytes ended with a newline: the partial line is
 // discarded, but the next byte starts a whole line, which is kept.
 func (f *Framer) GapAtLineEnd() {
-	f.reset()
+	f.cut()
 	f.skipping = false
 }
 
-// Flush ends the stream: an unterminated last line is emitted as a line.
+// cut emits what was read of the lines a gap cuts (the partial line, or
+// what was skipped after an earlier gap) as Cut lines, and resets.
+func (f *Framer) cut() {
+	if f.lineLen > 0 { // never while skipping: partial keeps nothing then
+		f.emit(Line{Data: f.buf, Len: f.lineLen, Truncated: f.truncated, Cut: true})
+	}
+	f.endSkip() // resets
+}
+
+// endSkip ends skipping: what it discarded comes out as a Cut line.
+func (f *Framer) endSkip() {
+	if f.skipping && f.skipped > 0 {
+		f.emit(Line{Len: f.skipped, Cut: true})
+	}
+	f.skipping, f.skipped = false, 0
+	f.reset()
+}
+
+// Flush ends the stream: an unterminated last line is emitted as a line
+// (what is left of one cut by a gap, as a Cut line).
 func (f *Framer) Flush() {
-	if !f.skipping && f.lineLen > 0 {
+	if f.skipping {
+		f.endSkip()
+	}
+	if f.lineLen > 0 {
 		f.emit(Line{Data: f.buf, Len: f.lineLen, Truncated: f.truncated})
 	}
-	f.skipping = false
 	f.reset()
 }
 

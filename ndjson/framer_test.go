@@ -4,6 +4,7 @@ package ndjson
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -12,11 +13,12 @@ type framed struct {
 	data      string
 	len       int64
 	truncated bool
+	cut       bool
 }
 
 func frameAll(max int, writes ...string) []framed {
 	var out []framed
-	f := NewFramer(max, func(l Line) { out = append(out, framed{string(l.Data), l.Len, l.Truncated}) })
+	f := NewFramer(max, func(l Line) { out = append(out, framed{string(l.Data), l.Len, l.Truncated, l.Cut}) })
 	for _, w := range writes {
 		switch w {
 		case "<gap>":
@@ -39,22 +41,25 @@ func TestFramer(t *testing.T) {
 		writes []string
 		want   []framed
 	}{
-		{"one line", 100, []string{"abc\n"}, []framed{{"abc", 4, false}}},
-		{"crlf", 100, []string{"abc\r\nde\r\n"}, []framed{{"abc", 5, false}, {"de", 4, false}}},
-		{"crlf split between writes", 100, []string{"abc\r", "\n"}, []framed{{"abc", 5, false}}},
-		{"bare cr kept inside a line", 100, []string{"a\rb\n"}, []framed{{"a\rb", 4, false}}},
-		{"empty lines", 100, []string{"\n\n"}, []framed{{"", 1, false}, {"", 1, false}}},
-		{"partial across writes", 100, []string{"ab", "cd", "e\nf"}, []framed{{"abcde", 6, false}, {"f", 1, false}}},
-		{"no final newline", 100, []string{"abc\ndef"}, []framed{{"abc", 4, false}, {"def", 3, false}}},
-		{"cap in one write", 4, []string{"abcdefgh\nxy\n"}, []framed{{"abcd", 9, true}, {"xy", 3, false}}},
-		{"cap across writes", 4, []string{"ab", "cdef", "gh\n"}, []framed{{"abcd", 9, true}}},
-		{"cap unterminated", 4, []string{"abcdefgh"}, []framed{{"abcd", 8, true}}},
-		{"gap drops partial and the rest of its line", 100, []string{"abc", "<gap>", "def\nghi\n"}, []framed{{"ghi", 4, false}}},
-		{"gap at the end drops the partial", 100, []string{"abc\nde", "<gap>"}, []framed{{"abc", 4, false}}},
-		{"gap at a line end keeps the next line", 100, []string{"abc", "<gap-eol>", "def\nghi\n"}, []framed{{"def", 4, false}, {"ghi", 4, false}}},
-		{"gap at a line end ends a skip", 100, []string{"abc", "<gap>", "<gap-eol>", "def\n"}, []framed{{"def", 4, false}}},
-		{"gap at a line end at the end drops the partial", 100, []string{"abc\nde", "<gap-eol>"}, []framed{{"abc", 4, false}}},
-		{"nul and invalid utf-8 pass", 100, []string{"a\x00\xff\n"}, []framed{{"a\x00\xff", 4, false}}},
+		{"one line", 100, []string{"abc\n"}, []framed{{"abc", 4, false, false}}},
+		{"crlf", 100, []string{"abc\r\nde\r\n"}, []framed{{"abc", 5, false, false}, {"de", 4, false, false}}},
+		{"crlf split between writes", 100, []string{"abc\r", "\n"}, []framed{{"abc", 5, false, false}}},
+		{"bare cr kept inside a line", 100, []string{"a\rb\n"}, []framed{{"a\rb", 4, false, false}}},
+		{"empty lines", 100, []string{"\n\n"}, []framed{{"", 1, false, false}, {"", 1, false, false}}},
+		{"partial across writes", 100, []string{"ab", "cd", "e\nf"}, []framed{{"abcde", 6, false, false}, {"f", 1, false, false}}},
+		{"no final newline", 100, []string{"abc\ndef"}, []framed{{"abc", 4, false, false}, {"def", 3, false, false}}},
+		{"cap in one write", 4, []string{"abcdefgh\nxy\n"}, []framed{{"abcd", 9, true, false}, {"xy", 3, false, false}}},
+		{"cap across writes", 4, []string{"ab", "cdef", "gh\n"}, []framed{{"abcd", 9, true, false}}},
+		{"cap unterminated", 4, []string{"abcdefgh"}, []framed{{"abcd", 8, true, false}}},
+		{"gap drops partial and the rest of its line", 100, []string{"abc", "<gap>", "def\nghi\n"}, []framed{{"abc", 3, false, true}, {"", 4, false, true}, {"ghi", 4, false, false}}},
+		{"gap at the end drops the partial", 100, []string{"abc\nde", "<gap>"}, []framed{{"abc", 4, false, false}, {"de", 2, false, true}}},
+		{"gap at a line end keeps the next line", 100, []string{"abc", "<gap-eol>", "def\nghi\n"}, []framed{{"abc", 3, false, true}, {"def", 4, false, false}, {"ghi", 4, false, false}}},
+		{"gap at a line end ends a skip", 100, []string{"abc", "<gap>", "x", "<gap-eol>", "def\n"}, []framed{{"abc", 3, false, true}, {"", 1, false, true}, {"def", 4, false, false}}},
+		{"gap in a skip cuts what was skipped", 100, []string{"abc", "<gap>", "xy", "<gap>", "z\nd\n"}, []framed{{"abc", 3, false, true}, {"", 2, false, true}, {"", 2, false, true}, {"d", 2, false, false}}},
+		{"skip unterminated at the end", 100, []string{"a", "<gap>", "bc"}, []framed{{"a", 1, false, true}, {"", 2, false, true}}},
+		{"cut line over the cap keeps its prefix", 4, []string{"abcdefg", "<gap>", "h\n"}, []framed{{"abcd", 7, true, true}, {"", 2, false, true}}},
+		{"gap at a line end at the end drops the partial", 100, []string{"abc\nde", "<gap-eol>"}, []framed{{"abc", 4, false, false}, {"de", 2, false, true}}},
+		{"nul and invalid utf-8 pass", 100, []string{"a\x00\xff\n"}, []framed{{"a\x00\xff", 4, false, false}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,7 +81,7 @@ func TestFramer(t *testing.T) {
 func TestFramerBoundedMemory(t *testing.T) {
 	const max = 1 << 16
 	var lines []framed
-	f := NewFramer(max, func(l Line) { lines = append(lines, framed{"", l.Len, l.Truncated}) })
+	f := NewFramer(max, func(l Line) { lines = append(lines, framed{"", l.Len, l.Truncated, l.Cut}) })
 	chunk := bytes.Repeat([]byte("x"), 64<<10)
 	for range 1024 {
 		f.Write(chunk)
@@ -176,5 +181,59 @@ func TestFramerProbe(t *testing.T) {
 				t.Errorf("line not delivered whole")
 			}
 		})
+	}
+}
+
+// TestFramerAccountsEveryByte (issue 29.3), a property over generated
+// streams: lines of random lengths (empty, short, over the cap, CRLF, an
+// unterminated last one) written in random pieces with gaps of both kinds
+// between them; every byte written comes out in the Len of exactly one
+// line, whole or Cut, and no Cut line comes out when there was no gap.
+func TestFramerAccountsEveryByte(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 3))
+	for i := range 2000 {
+		var stream []byte
+		for n := rng.IntN(20); n > 0; n-- {
+			k := []int{0, 1, 10, 100, 5000}[rng.IntN(5)] + rng.IntN(50)
+			stream = append(stream, bytes.Repeat([]byte{'a' + byte(rng.IntN(26))}, k)...)
+			if rng.IntN(5) == 0 {
+				stream = append(stream, '\r')
+			}
+			stream = append(stream, '\n')
+		}
+		if rng.IntN(2) == 0 {
+			stream = append(stream, "tail"...)
+		}
+		var total, cutLines int64
+		f := NewFramer(64+rng.IntN(2000), func(l Line) {
+			total += l.Len
+			if l.Cut {
+				cutLines++
+			}
+		})
+		if rng.IntN(2) == 0 {
+			f.SetProbe(32, func([]byte) bool { return rng.IntN(2) == 0 })
+		}
+		gaps := 0
+		for p := stream; len(p) > 0; {
+			k := min(len(p), 1+rng.IntN(300))
+			f.Write(p[:k])
+			p = p[k:]
+			switch rng.IntN(8) {
+			case 0:
+				f.Gap()
+				gaps++
+			case 1:
+				f.GapAtLineEnd()
+				gaps++
+			}
+		}
+		f.Flush()
+		if total != int64(len(stream)) {
+			t.Fatalf("stream %d: %d bytes written, lines account for %d", i, len(stream), total)
+		}
+		if gaps == 0 && cutLines > 0 {
+			t.Fatalf("stream %d: %d cut lines without a gap", i, cutLines)
+		}
 	}
 }

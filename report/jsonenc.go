@@ -274,6 +274,16 @@ func appendStats(b []byte, s *StatsLine) []byte {
 	b = appendCounts(b, s.Rejected)
 	b = append(b, `,"violations":`...)
 	b = appendCounts(b, s.Violations)
+	if s.DroppedBytes != 0 {
+		b = appendIntField(b, `,"dropped_bytes":`, s.DroppedBytes)
+	}
+	if s.IncompleteBytes != 0 {
+		b = appendIntField(b, `,"incomplete_bytes":`, s.IncompleteBytes)
+	}
+	if len(s.RejectedBytes) > 0 {
+		b = append(b, `,"rejected_bytes":`...)
+		b = appendCounts(b, s.RejectedBytes)
+	}
 	return append(b, '}')
 }
 

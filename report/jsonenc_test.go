@@ -303,7 +303,8 @@ func (g jsonGen) counts() map[string]int64 {
 }
 
 func (g jsonGen) stats() StatsLine {
-	return StatsLine{Kind: "stats", Lines: g.int64(), Bytes: g.int64(), Rejected: g.counts(), Violations: g.counts()}
+	return StatsLine{Kind: "stats", Lines: g.int64(), Bytes: g.int64(), Rejected: g.counts(), Violations: g.counts(),
+		DroppedBytes: g.int64(), IncompleteBytes: g.int64(), RejectedBytes: g.counts()}
 }
 
 // TestJSONMatchesEncodingJSONTable pins the cases one by one: each
@@ -433,6 +434,8 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 			m[s] = int64(i) - 3
 		}
 		assertSameStats(t, StatsLine{Kind: "stats", Lines: -1, Bytes: math.MaxInt64, Rejected: m, Violations: map[string]int64{"b": 1, "a": 2, "B": 3}})
+		assertSameStats(t, StatsLine{Kind: "stats", DroppedBytes: 9, IncompleteBytes: -1, RejectedBytes: map[string]int64{"too_long": 5}})
+		assertSameStats(t, StatsLine{Kind: "stats", RejectedBytes: map[string]int64{}})
 	})
 }
 
@@ -567,7 +570,7 @@ func TestJSONEncoderKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[Workflow](): 19, reflect.TypeFor[Agent](): 12, reflect.TypeFor[Phase](): 5,
 		reflect.TypeFor[LaunchedBy](): 6, reflect.TypeFor[Cost](): 4, reflect.TypeFor[ModelCost](): 3,
 		reflect.TypeFor[TokensByType](): 4, reflect.TypeFor[Task](): 8, reflect.TypeFor[Session](): 3,
-		reflect.TypeFor[StatsLine](): 5,
+		reflect.TypeFor[StatsLine](): 8,
 	} {
 		if typ.NumField() != n {
 			t.Errorf("%v has %d fields, the encoder knows %d: teach appendWorkflowRun and friends, and jsonGen", typ, typ.NumField(), n)

@@ -19,6 +19,9 @@ type StepSummaryOptions struct {
 	// MaxRows bounds the table's rows; 0 means DefaultStepSummaryRows.
 	// The rest are counted on one line.
 	MaxRows int
+	// Stats, when set, adds a warning line when the telemetry did not read
+	// everything (bytes dropped, lines cut) or rejected lines, and how much.
+	Stats *ingest.Stats
 }
 
 // DefaultStepSummaryRows is StepSummaryOptions.MaxRows's default.
@@ -87,6 +90,11 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 		t.costKnown = true
 	}
 	b.WriteString(t.line(rows))
+	if opts.Stats != nil {
+		if g := StatsOf(opts.Stats).GapsText(); g != "" {
+			fmt.Fprintf(&b, "\n> **Warning:** %s\n", mdEscape(g, 400))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -246,6 +246,50 @@ type StatsLine struct {
 	Bytes      int64            `json:"bytes"`
 	Rejected   map[string]int64 `json:"rejected"`
 	Violations map[string]int64 `json:"violations"`
+	// The telemetry's gaps, present only when there were any: bytes the
+	// taps dropped (or that were not read at exit), bytes read as pieces of
+	// lines a drop cut, and the bytes of the rejected lines by reason.
+	// Lines' Bytes + IncompleteBytes + DroppedBytes is all that passed.
+	DroppedBytes    int64            `json:"dropped_bytes,omitempty"`
+	IncompleteBytes int64            `json:"incomplete_bytes,omitempty"`
+	RejectedBytes   map[string]int64 `json:"rejected_bytes,omitempty"`
+}
+
+// DropsText says what the telemetry did not read ("telemetry incomplete:
+// 9.3 MiB dropped (it fell behind), 90.6 MiB in lines the drops cut"), or
+// "" when it read everything: said, not only counted, because the runs
+// reported may miss what was in those bytes.
+func (s StatsLine) DropsText() string {
+	if s.DroppedBytes == 0 && s.IncompleteBytes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("telemetry incomplete: %s dropped (it fell behind), %s in lines the drops cut",
+		bytesText(s.DroppedBytes), bytesText(s.IncompleteBytes))
+}
+
+// RejectedText is "rejected too_long=1 (50.0 MiB), invalid_json=2 (310 B)",
+// or "" when no line was rejected.
+func (s StatsLine) RejectedText() string {
+	var parts []string
+	for _, k := range sortedKeys(s.Rejected) {
+		parts = append(parts, fmt.Sprintf("%s=%d (%s)", k, s.Rejected[k], bytesText(s.RejectedBytes[k])))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "rejected " + strings.Join(parts, ", ")
+}
+
+// GapsText is DropsText and RejectedText together ("" when neither says
+// anything): what the step summary and the runs page warn about.
+func (s StatsLine) GapsText() string {
+	var parts []string
+	for _, p := range []string{s.DropsText(), s.RejectedText()} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // WorkflowOf converts a finalized workflow run.
@@ -311,10 +355,16 @@ func StatsOf(s *ingest.Stats) StatsLine {
 	for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
 		out.Lines += s.Lines(src)
 		out.Bytes += s.Bytes(src)
+		out.DroppedBytes += s.Dropped(src)
+		out.IncompleteBytes += s.Incomplete(src)
 	}
 	for _, r := range streamjson.Reasons() {
 		if n := s.Rejected(r); n > 0 {
 			out.Rejected[r.String()] = n
+			if out.RejectedBytes == nil {
+				out.RejectedBytes = map[string]int64{}
+			}
+			out.RejectedBytes[r.String()] = s.RejectedBytes(r)
 		}
 	}
 	for _, v := range ingest.Violations() {

@@ -73,8 +73,11 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	if stats != nil {
 		s := StatsOf(stats)
 		fmt.Fprintf(&b, "stream: %s, %s", count.Of(s.Lines, "line"), bytesText(s.Bytes))
-		for _, k := range sortedKeys(s.Rejected) {
-			fmt.Fprintf(&b, ", rejected %s=%d", k, s.Rejected[k])
+		if r := s.RejectedText(); r != "" {
+			b.WriteString(", " + r)
+		}
+		if g := s.DropsText(); g != "" {
+			b.WriteString("; " + g)
 		}
 		for _, k := range sortedKeys(s.Violations) {
 			fmt.Fprintf(&b, ", violation %s=%d", k, s.Violations[k])

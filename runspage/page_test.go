@@ -359,3 +359,21 @@ func TestPageKeepsNoLine(t *testing.T) {
 		}
 	}
 }
+
+// Issue 29.3: what the telemetry missed is said at the top of the page,
+// escaped; nothing is said when it missed nothing.
+func TestPageSaysGaps(t *testing.T) {
+	gaps := "telemetry incomplete: 9.3 MiB dropped (it fell behind) <b>"
+	for _, tc := range []struct {
+		gaps func() string
+		want bool
+	}{{func() string { return gaps }, true}, {func() string { return "" }, false}, {nil, false}} {
+		out := render(t, New(Options{Gaps: tc.gaps}))
+		if got := strings.Contains(out, `<p class="err">⚠ telemetry incomplete: 9.3 MiB dropped (it fell behind) &lt;b&gt;</p>`); got != tc.want {
+			t.Errorf("gaps shown = %v, want %v:\n%s", got, tc.want, out)
+		}
+		if !tc.want && strings.Contains(out, "⚠") {
+			t.Errorf("a warning with nothing missed:\n%s", out)
+		}
+	}
+}

@@ -83,6 +83,9 @@ func (p *Page) Render(w io.Writer) error {
 	if v.Version == "" {
 		v.Version = "unknown"
 	}
+	if p.opts.Gaps != nil {
+		v.Gaps = p.opts.Gaps()
+	}
 	for i := range s.open {
 		v.Open = append(v.Open, runOf(&s.open[i], now.UnixMilli()))
 	}
@@ -97,6 +100,7 @@ func (p *Page) Render(w io.Writer) error {
 
 type pageView struct {
 	Version, GoVersion, Started, Now, Uptime string
+	Gaps                                     string // see Options.Gaps
 	Refresh                                  int
 	Kept, OpenCap                            int
 	Finished, Dropped                        uint64

@@ -60,6 +60,10 @@ type Options struct {
 	Now func() time.Time
 	// Refresh is the reload interval; 0 means DefaultRefresh.
 	Refresh time.Duration
+	// Gaps, if set, says what the telemetry did not read (bytes dropped,
+	// lines cut or rejected, and how much), "" when nothing: shown as a
+	// warning at the top of the page.
+	Gaps func() string
 }
 
 // goVersion is shown in the header (a variable so that the golden test

@@ -19,6 +19,42 @@ type outPump struct {
 	n        int64 // bytes read from the child (and tapped)
 	broken   bool  // writing to the destination failed; the pipe was closed
 	timedOut bool  // no EOF within DrainTimeout after the child exited
+	// writing is set while a Write to the consumer is under way. When Run
+	// gives up on the consumer (abandoned), a pump that is writing leaves
+	// the rest of its pipe to Run (takenOver), which taps it; a pump that is
+	// not goes on tapping without passing on.
+	writing, abandoned, takenOver bool
+	undelivered                   int64 // tapped after abandoned, not passed on
+	done                          chan struct{}
+}
+
+func newOutPump() *outPump { return &outPump{done: make(chan struct{})} }
+
+// abandon tells the pump that Run no longer waits for its consumer, and
+// reports whether Run must take over its pipe: the pump is stuck in a Write
+// and will not read again.
+func (p *outPump) abandon() (takeover bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.abandoned = true
+	p.takenOver = p.writing
+	return p.takenOver
+}
+
+// tapOnly taps and counts b without passing it on: what the child wrote
+// after the consumer was given up on still reaches the telemetry.
+func (p *outPump) tapOnly(tap io.Writer, b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.detached {
+		return false
+	}
+	p.n += int64(len(b))
+	p.undelivered += int64(len(b))
+	if tap != nil {
+		tap.Write(b)
+	}
+	return true
 }
 
 // outcome is what an output pump reports.
@@ -26,6 +62,9 @@ type outcome struct {
 	n        int64
 	broken   bool
 	timedOut bool
+	// undelivered is what was tapped but not passed on: the consumer was
+	// given up on, or had gone with the child's output still in the pipe.
+	undelivered int64
 }
 
 // detach makes the pump stop touching the tap and the counters (a Write
@@ -35,7 +74,7 @@ func (p *outPump) detach() outcome {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.detached = true
-	return outcome{n: p.n, broken: p.broken, timedOut: p.timedOut}
+	return outcome{n: p.n, broken: p.broken, timedOut: p.timedOut, undelivered: p.undelivered}
 }
 
 // pumpOut copies the child's stdout (or stderr) from r to w, and to tap,
@@ -48,7 +87,15 @@ func (p *outPump) detach() outcome {
 // deadline, so a slow consumer loses nothing the child wrote (Run may still
 // abandon the pump on a stop request: see superviseSignals).
 func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout bool) {
-	defer r.Close()
+	defer close(st.done)
+	defer func() {
+		st.mu.Lock()
+		takenOver := st.takenOver
+		st.mu.Unlock()
+		if !takenOver { // else Run reads what is left, then closes it
+			r.Close()
+		}
+	}()
 	if w == nil {
 		w = io.Discard
 	}
@@ -82,13 +129,22 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		if tap != nil {
 			tap.Write(p)
 		}
+		if st.abandoned {
+			// Run gave up on the consumer: tapped, not passed on.
+			st.undelivered += int64(len(p))
+			st.mu.Unlock()
+			return true
+		}
+		st.writing = true
 		st.mu.Unlock()
-		if _, err := w.Write(p); err != nil {
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			if st.detached {
-				return false
-			}
+		_, err := w.Write(p)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.writing = false
+		if st.detached || st.takenOver {
+			return false // Run reads the rest of the pipe now
+		}
+		if err != nil {
 			// The consumer is gone (EPIPE) or broken. Closing our read end
 			// makes the child's next write fail with EPIPE/SIGPIPE, exactly
 			// what it would have got writing to the consumer itself.
@@ -101,11 +157,30 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 	for {
 		n, err := r.Read(buf)
 		if n > 0 && !emit(buf[:n]) {
+			st.mu.Lock()
+			broken := st.broken && !st.detached
+			st.mu.Unlock()
+			if broken {
+				// What the child had already written when the consumer
+				// went is still the child's output: tapped, not passed
+				// on (an SDK that closes the pipe at the result it
+				// wanted must not cost the telemetry the lines after).
+				// Its next write gets EPIPE. At most a pipe's worth:
+				// a child still writing would otherwise keep refilling it.
+				left := int64(PipeSize)
+				s.sweep(r, buf, func(b []byte) bool {
+					left -= int64(len(b))
+					return st.tapOnly(tap, b) && left > 0
+				})
+			}
 			return
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
+			if stdout && s.cfg.StdoutEOF != nil {
+				s.cfg.StdoutEOF()
+			}
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// Either the consumer was slow and the rest is buffered in the

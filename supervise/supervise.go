@@ -115,6 +115,13 @@ type Config struct {
 	// as is (no copy); another writer is pumped. Nil gives /dev/null.
 	Stderr io.Writer
 
+	// StdoutEOF, when set, is called once the child's stdout reached EOF
+	// (every writer closed it) and all of it was written to Stdout, on the
+	// pumping goroutine, before Run returns: the moment to give Stdout's
+	// own reader its EOF, whatever the supervisor does next. Not called
+	// when the pump ends otherwise (a broken Stdout, a drain timeout).
+	StdoutEOF func()
+
 	// StdoutTap and StdinTap, when set, receive every byte of the child's
 	// stdout and of Stdin before it is passed on: each side's bytes are
 	// stamped before the other side can react to them (the child to a
@@ -130,7 +137,8 @@ type Config struct {
 	// Signals are served until Run returns: a stop request once the child
 	// has exited (or twice DrainTimeout after the exit, when the request
 	// came before it) makes Run stop waiting for a consumer that does not read
-	// its stdout: the unwritten rest is dropped (Result.StdoutAbandoned).
+	// its stdout: the unwritten rest is not passed on (Result.StdoutAbandoned)
+	// but still tapped, to EOF (Result.StdoutUndelivered).
 	Signals <-chan os.Signal
 	// KillTimeout is the grace period between a stop request (a stop
 	// signal or ctx being done, which sends SIGTERM) and SIGKILL.
@@ -172,8 +180,13 @@ type Result struct {
 	// written to a consumer that did not read: what was not written out
 	// was dropped.
 	StdoutAbandoned bool
-	// StdoutBytes counts what was read from the child's stdout; StdinBytes
-	// what was written to the child's stdin.
+	// StdoutUndelivered counts what was read from the child's stdout and
+	// tapped but not written out: Run gave up on the consumer
+	// (StdoutAbandoned), or the consumer went away (StdoutBroken) with the
+	// child's output still in the pipe.
+	StdoutUndelivered int64
+	// StdoutBytes counts what was read from the child's stdout (and
+	// tapped); StdinBytes what was written to the child's stdin.
 	StdoutBytes, StdinBytes int64
 }
 
@@ -314,15 +327,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// Pumps. stdout and stderr are waited for (within limits: see
 	// superviseSignals); stdin is not (see Config.Stdin).
 	var outWG sync.WaitGroup
-	outSt, errSt := new(outPump), new(outPump)
-	readEnds := []*os.File{stdoutR}
+	outSt, errSt := newOutPump(), newOutPump()
 	outWG.Add(1)
 	go func() {
 		defer outWG.Done()
 		s.pumpOut(outSt, stdoutR, cfg.Stdout, cfg.StdoutTap, true)
 	}()
 	if stderrR != nil {
-		readEnds = append(readEnds, stderrR)
 		outWG.Add(1)
 		go func() {
 			defer outWG.Done()
@@ -348,15 +359,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// pumps see EOF).
 	s.killGroup()
 	if abandoned {
-		// The pumps may be blocked in a Write that never returns: close the
-		// pipes' read ends (a late writer gets EPIPE) and leave them.
-		for _, f := range readEnds {
-			f.Close()
+		// The consumer is given up on, not the child's output: what the
+		// child wrote is still tapped (the telemetry of a session the SDK
+		// ended while the wrapper was still writing out its last lines
+		// lost them). A pump blocked in a Write that may never return
+		// leaves its pipe to us; one that is not goes on, tapping only,
+		// and ends within DrainTimeout of the child's exit (the group is
+		// killed: EOF comes at once).
+		s.takeOver(outSt, stdoutR, cfg.StdoutTap)
+		if stderrR != nil {
+			s.takeOver(errSt, stderrR, nil)
 		}
 		res.StdoutAbandoned = true
 	}
 	o, e := outSt.detach(), errSt.detach()
-	res.StdoutBytes, res.StdoutBroken = o.n, o.broken
+	res.StdoutBytes, res.StdoutBroken, res.StdoutUndelivered = o.n, o.broken, o.undelivered
 	res.DrainTimedOut = o.timedOut || e.timedOut
 	if in != nil {
 		res.StdinBytes = in.detach()
@@ -374,7 +391,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.ExitCode = ws.ExitStatus()
 	}
 	log.Debug("child ended", "pid", ch.pid, "exit_code", res.ExitCode, "signal", int(res.Signal),
-		"killed", res.Killed, "stdout_bytes", res.StdoutBytes, "stdin_bytes", res.StdinBytes,
+		"killed", res.Killed, "stdout_bytes", res.StdoutBytes, "stdout_undelivered", res.StdoutUndelivered, "stdin_bytes", res.StdinBytes,
 		"stdout_broken", res.StdoutBroken, "drain_timed_out", res.DrainTimedOut)
 	return res, nil
 }
@@ -535,7 +552,7 @@ func (s *supervisor) superviseSignals(ctx context.Context, pumpsDone <-chan stru
 		killTimer = timer.C
 	}
 	abandon := func(why string) bool {
-		s.log.Warn("child exited but its output is not written out yet (the consumer does not read); stop requested, dropping the rest",
+		s.log.Warn("child exited but its output is not written out yet (the consumer does not read); stop requested, dropping the rest (still tapped for telemetry)",
 			"pid", s.ch.pid, "reason", why)
 		return true
 	}
@@ -590,6 +607,22 @@ func (s *supervisor) superviseSignals(ctx context.Context, pumpsDone <-chan stru
 			s.killGroup()
 		}
 	}
+}
+
+// takeOver ends an output pump that Run gave up waiting for: the pipe's
+// rest is read without waiting and tapped (not passed on: the consumer does
+// not take it), by the pump if it is not stuck writing, else here. The
+// child has exited and its group is killed, so the pipe holds all there
+// will ever be; a pump that is not stuck reaches EOF at once, or its drain
+// deadline.
+func (s *supervisor) takeOver(st *outPump, r *os.File, tap io.Writer) {
+	if !st.abandon() {
+		<-st.done
+		return
+	}
+	buf := make([]byte, s.cfg.BufSize)
+	s.sweep(r, buf, func(b []byte) bool { return st.tapOnly(tap, b) })
+	r.Close() // a late writer gets EPIPE; the stuck Write is left alone
 }
 
 // signal sends sig to the child (not its group: the child decides what its

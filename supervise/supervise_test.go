@@ -621,23 +621,31 @@ func TestStopAfterExitAbandonsStalledStdout(t *testing.T) {
 	}
 	// A stop signal that lands before the supervisor saw the exit only
 	// starts the kill timer; keep sending until one lands after it.
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
+	res := termUntilDone(t, sigs, done)
+	if res.ExitCode != 0 || res.Signal != 0 || !res.StdoutAbandoned || res.Killed {
+		t.Fatalf("Run = %+v; want the child's exit 0, stdout abandoned", res)
+	}
+}
+
+// termUntilDone sends SIGTERM on sigs every few milliseconds until Run
+// returns on done, and returns its result.
+func termUntilDone(t *testing.T, sigs chan<- os.Signal, done <-chan Result) Result {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case res := <-done:
-			if res.ExitCode != 0 || res.Signal != 0 || !res.StdoutAbandoned || res.Killed {
-				t.Fatalf("Run = %+v; want the child's exit 0, stdout abandoned", res)
-			}
-			return
+			return res
 		case <-tick.C:
 			select {
 			case sigs <- syscall.SIGTERM:
 			default:
 			}
 		case <-deadline:
-			t.Fatal("Run still waits for a stdout nobody reads, 10s after SIGTERM")
+			t.Fatal("Run still waits for a stdout nobody reads, 20s after SIGTERM")
+			return Result{}
 		}
 	}
 }
@@ -720,5 +728,116 @@ func TestChildClosedStdinFailsOurWriter(t *testing.T) {
 		if written > 64<<20 {
 			t.Fatal("writes never failed")
 		}
+	}
+}
+
+// lockedBuffer is a tap that keeps everything, safe to read once Run
+// returned (Run makes no call on a tap after it returns).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// Issue 28.8: an SDK that ends the session as soon as it has what it wants
+// (stdin closed, SIGTERM at once) must not cost the telemetry what the child
+// had already written: the passthrough gives up on a consumer that does not
+// read, the tap still gets every byte the child wrote, whether the stop
+// request comes after the child's exit or before it (the child then dies of
+// it), with the pump stuck in a Write or not.
+func TestAbandonedStdoutIsStillTapped(t *testing.T) {
+	const n = 700 << 10 // several reads, less than the pipe: the child finishes
+	for _, tc := range []struct {
+		name  string
+		mode  string
+		drain time.Duration
+	}{
+		// The child exits by itself; the stop request comes after.
+		{"stop after exit", "write", time.Hour},
+		// The child is alive when the stop request comes and dies of it;
+		// the wait ends 2 × DrainTimeout after.
+		{"stop before exit", "writehang", 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := helper(t, fmt.Sprintf("%s:%d", tc.mode, n))
+			cfg.KillTimeout, cfg.DrainTimeout = time.Hour, tc.drain
+			errR, errW := pipe(t)
+			tp := new(lockedBuffer)
+			sigs := make(chan os.Signal, 1)
+			out := newStuckWriter(t)
+			cfg.Stdout, cfg.Stderr, cfg.Signals, cfg.StdoutTap = out, errW, sigs, tp
+			done := runAsync(context.Background(), cfg)
+			waitClosed(t, out.entered, "the stdout write")
+			if got := newLineReader(t, errR).next(); got != "done" {
+				t.Fatalf("child said %q", got)
+			}
+			// Until one lands after the exit (stop after exit); the first
+			// one kills the child (stop before exit).
+			res := termUntilDone(t, sigs, done)
+			if !res.StdoutAbandoned {
+				t.Fatalf("Run = %+v; want stdout abandoned", res)
+			}
+			if got := tp.Bytes(); !bytes.Equal(got, supervisetest.Pattern(n)) {
+				t.Fatalf("tapped %d of the %d bytes the child wrote (Run = %+v)", len(got), n, res)
+			}
+			if res.StdoutBytes != n || res.StdoutUndelivered == 0 || res.StdoutUndelivered > n {
+				t.Fatalf("Run = %+v; want StdoutBytes %d and some undelivered", res, n)
+			}
+		})
+	}
+}
+
+// goneWriter is a consumer whose first Write blocks until gone is closed,
+// then fails as a closed pipe does.
+type goneWriter struct {
+	once    sync.Once
+	entered chan struct{}
+	gone    chan struct{}
+}
+
+func (w *goneWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.gone
+	return 0, syscall.EPIPE
+}
+
+// The consumer goes away (EPIPE) after the child wrote everything: the
+// child's next write fails as it would without us, but what it had
+// already written is tapped, not lost with the pipe.
+func TestGoneConsumerStdoutIsStillTapped(t *testing.T) {
+	const n = 700 << 10
+	cfg := helper(t, fmt.Sprintf("write:%d", n))
+	errR, errW := pipe(t)
+	tp := new(lockedBuffer)
+	out := &goneWriter{entered: make(chan struct{}), gone: make(chan struct{})}
+	cfg.Stdout, cfg.Stderr, cfg.StdoutTap = out, errW, tp
+	done := runAsync(context.Background(), cfg)
+	waitClosed(t, out.entered, "the stdout write")
+	if got := newLineReader(t, errR).next(); got != "done" {
+		t.Fatalf("child said %q", got)
+	}
+	close(out.gone)
+	res := <-done
+	if !res.StdoutBroken {
+		t.Fatalf("Run = %+v; want stdout broken", res)
+	}
+	if got := tp.Bytes(); !bytes.Equal(got, supervisetest.Pattern(n)) {
+		t.Fatalf("tapped %d of the %d bytes the child wrote (Run = %+v)", len(got), n, res)
+	}
+	// All but the first read (whose size is the scheduler's business) was
+	// never offered to the consumer.
+	if res.StdoutBytes != n || res.StdoutUndelivered <= 0 || res.StdoutUndelivered >= n {
+		t.Fatalf("Run = %+v; want StdoutBytes %d, all but the first read undelivered", res, n)
 	}
 }

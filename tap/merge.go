@@ -56,6 +56,10 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 			}
 			return
 		}
+		if taps[i].abandoned.Load() {
+			taps[i].abandon(c)
+			return
+		}
 		pend[i] = &c
 	}
 	for {

@@ -2,6 +2,7 @@ package tap
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -94,5 +95,53 @@ func TestMergeOrdersByMonotonicClock(t *testing.T) {
 	}
 	if want := []string{"out:started", "in:interrupt", "out:stopped"}; !slices.Equal(got, want) {
 		t.Fatalf("merged %q, want %q", got, want)
+	}
+}
+
+// Abandon after Close (run's exit giving up on a consumer that is behind):
+// Merge hands over no chunk it had not taken yet, counts each as dropped,
+// still calls End for both taps, and marks the tail missing. Every byte
+// written is delivered or dropped, never both; the taken chunks come first.
+func TestMergeAbandon(t *testing.T) {
+	for _, eol := range []bool{true, false} {
+		out, in := NewTap(1<<20), NewTap(1<<20)
+		var written int64
+		for i := range 100 {
+			line := []byte(fmt.Sprintf("line %d\n", i))
+			if i == 99 && !eol {
+				line = line[:len(line)-1]
+			}
+			out.Write(line)
+			in.Write(line)
+			written += int64(len(line))
+		}
+		out.Close()
+		in.Close()
+		var delivered [NumSources]int64
+		var ended [NumSources]bool
+		taken := 0
+		err := Merge(context.Background(), out, in, MergeOptions{
+			Chunk: func(s Source, c Chunk) {
+				delivered[s] += int64(len(c.Data))
+				if taken++; taken == 10 {
+					out.Abandon() // the exit gives up while the consumer works
+					in.Abandon()
+				}
+				[NumSources]*Tap{out, in}[s].Release(c)
+			},
+			End: func(s Source) { ended[s] = true },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, tp := range []*Tap{out, in} {
+			bytesIn, dropped, _ := tp.Stats()
+			if bytesIn != written || delivered[s]+dropped != written || dropped == 0 || !ended[s] {
+				t.Errorf("eol %v, %s: written %d, delivered %d + dropped %d, ended %v", eol, Source(s), written, delivered[s], dropped, ended[s])
+			}
+			if !tp.GapPending() || tp.GapPendingAtLineEnd() != eol {
+				t.Errorf("eol %v, %s: gap pending %v at line end %v", eol, Source(s), tp.GapPending(), tp.GapPendingAtLineEnd())
+			}
+		}
 	}
 }

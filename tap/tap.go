@@ -101,6 +101,8 @@ type Tap struct {
 	gapPending, gapPendingAtEOL atomic.Bool // set by Close from gap and gapAtEOL, read by the consumer
 
 	bytesIn, bytesDropped, chunksDropped atomic.Int64
+
+	abandoned atomic.Bool // see Abandon
 }
 
 // NewTap returns a tap whose queue holds at most queueBytes bytes of buffers.
@@ -288,4 +290,23 @@ func (t *Tap) GapPendingAtLineEnd() bool { return t.gapPendingAtEOL.Load() }
 // number of dropped writes (or pieces of writes). Safe from any goroutine.
 func (t *Tap) Stats() (bytesIn, bytesDropped, chunksDropped int64) {
 	return t.bytesIn.Load(), t.bytesDropped.Load(), t.chunksDropped.Load()
+}
+
+// Abandon makes the consumer's Merge stop handing over this tap's chunks:
+// each one still queued is released unread and counted as dropped, as if
+// the queue had been full, and the stream's tail is then marked missing
+// (GapPending). Called after Close, once the wrapper stops waiting for a consumer that
+// is too slow to finish before it exits (the passthrough is over): every
+// tapped byte is then either consumed or counted. Safe from any goroutine.
+func (t *Tap) Abandon() { t.abandoned.Store(true) }
+
+// abandon releases c unread and counts it as dropped (see Abandon).
+func (t *Tap) abandon(c Chunk) {
+	if len(c.Data) > 0 {
+		t.bytesDropped.Add(int64(len(c.Data)))
+		t.chunksDropped.Add(1)
+		t.gapPendingAtEOL.Store(c.Data[len(c.Data)-1] == '\n')
+		t.gapPending.Store(true)
+	}
+	t.Release(c)
 }

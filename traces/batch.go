@@ -20,6 +20,12 @@ const (
 	DefaultExportTimeout = 10 * time.Second
 )
 
+// FailedCollectorWait is the most a shutdown waits for an exporter whose
+// collector has failed (an attempt or export failed, with no success since):
+// the exit of a wrapper whose collector refuses connections or whose name
+// does not resolve costs at most this, not the flush timeout.
+const FailedCollectorWait = 500 * time.Millisecond
+
 // batcher is a batching SpanProcessor with a bounded queue, like the SDK's
 // BatchSpanProcessor, written here because the SDK's neither reports its
 // drops nor lets a shutdown abandon an export that hangs: OnEnd never
@@ -53,6 +59,11 @@ type batcher struct {
 	late      atomic.Int64 // ended after shutdown
 	errs      atomic.Int64 // failed export calls
 	gaveUp    atomic.Bool  // shutdown's deadline passed with spans undelivered
+	// failedCut: shutdown gave up early, the collector having failed;
+	// waited: how long shutdown waited before it gave up. Set before
+	// Shutdown returns, read after.
+	failedCut bool
+	waited    time.Duration
 	// inFlight is the export call under way, if any: shutdown counts one
 	// it abandons as failed, whoever of the two gets there first.
 	inFlight atomic.Pointer[atomic.Bool]
@@ -217,10 +228,46 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 		b.closed = true
 		b.mu.Unlock()
 		close(b.stop)
+		start := time.Now()
 		var err error
+		// A collector that has failed (refused, no such host, an error
+		// answer) is given FailedCollectorWait, not the whole deadline:
+		// gRPC would retry it until the deadline, and the exit with it.
+		// Only one that does not answer at all holds the exit to ctx's.
+		var cut <-chan time.Time
+		cutTimer := time.NewTimer(FailedCollectorWait)
+		cutTimer.Stop()
+		defer cutTimer.Stop()
+		cutNow := func() {
+			if cut == nil {
+				cutTimer.Reset(FailedCollectorWait)
+				cut = cutTimer.C
+			}
+		}
 		select {
-		case <-b.done:
-		case <-ctx.Done():
+		case <-b.rep.fails: // a failure before a success since is no news
+		default:
+		}
+		if b.rep.isFailing() {
+			cutNow()
+		}
+	wait:
+		for {
+			select {
+			case <-b.done:
+				break wait
+			case <-b.rep.fails:
+				cutNow()
+			case <-cut:
+				b.failedCut = true
+				err = fmt.Errorf("collector failed: %w", context.DeadlineExceeded)
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if err == nil {
+				continue
+			}
+			b.waited = time.Since(start)
 			// Abandon the export in flight and whatever is still queued:
 			// a collector that hangs must not hang the process.
 			b.gaveUp.Store(true)
@@ -230,7 +277,7 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 				b.errs.Add(1)
 			}
 			b.cancel()
-			err = ctx.Err()
+			break wait
 		}
 		if err == nil {
 			err = b.shutdownExporter(ctx)
@@ -274,6 +321,9 @@ func (b *batcher) exportErrors() int64 { return b.errs.Load() }
 // everything was delivered. Meant for after Shutdown.
 func (b *batcher) loss() Loss {
 	l := Loss{Spans: b.dropped(), ExportErrors: b.exportErrors(), Endpoint: b.rep.endpoint, Protocol: b.rep.protocol}
+	if !b.failedCut {
+		l.Waited = b.waited // an unresponsive collector held the exit this long
+	}
 	if l.Spans == 0 {
 		return l
 	}
@@ -288,7 +338,10 @@ func (b *batcher) loss() Loss {
 	if c := b.rep.lastCause(); c != "" && failed+abandoned > 0 {
 		why = append(why, c)
 	}
-	if abandoned > 0 {
+	switch {
+	case abandoned > 0 && b.failedCut:
+		why = append(why, fmt.Sprintf("%d abandoned at exit, the collector having failed", abandoned))
+	case abandoned > 0:
 		why = append(why, fmt.Sprintf("%d abandoned at the shutdown deadline", abandoned))
 	}
 	if qf > 0 {

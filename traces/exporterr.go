@@ -235,6 +235,10 @@ type exportReporter struct {
 	lastLine time.Time // of the last failure line; zero: none yet
 	failures int64     // failed attempts and exports since the last failure line
 	lost     int64     // spans lost since the last failure line
+
+	// fails is signalled on every failure: a shutdown waiting for this
+	// exporter stops waiting for a collector that has failed.
+	fails chan struct{}
 }
 
 func newExportReporter(log *slog.Logger, now func() time.Time, every time.Duration, endpoint, protocol string) *exportReporter {
@@ -247,7 +251,7 @@ func newExportReporter(log *slog.Logger, now func() time.Time, every time.Durati
 	if every <= 0 {
 		every = DefaultReportEvery
 	}
-	return &exportReporter{log: log, now: now, every: every, endpoint: endpoint, protocol: protocol}
+	return &exportReporter{log: log, now: now, every: every, endpoint: endpoint, protocol: protocol, fails: make(chan struct{}, 1)}
 }
 
 // attemptFailed reports one failed try of an export that the exporter
@@ -260,6 +264,10 @@ func (r *exportReporter) exportFailed(err error, spans int) { r.failed(err, span
 
 func (r *exportReporter) failed(err error, spans int, retrying bool) {
 	cause := Cause(err)
+	select {
+	case r.fails <- struct{}{}:
+	default:
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cause, r.failing = cause, true
@@ -297,6 +305,14 @@ func (r *exportReporter) exportOK() {
 		r.reported = false
 		r.log.Info("trace export recovered", "endpoint", r.endpoint, "protocol", r.protocol, "unreported_failures", r.failures)
 	}
+}
+
+// isFailing reports whether the last export or attempt failed (no success
+// since).
+func (r *exportReporter) isFailing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failing
 }
 
 // lastCause is the cause of the last failure, "" if none.
@@ -343,13 +359,20 @@ type Loss struct {
 	// a file), Protocol how (grpc, http/protobuf, file, console).
 	Endpoint, Protocol string
 	// Cause says why, in words: the last export failure's cause, and the
-	// spans abandoned at the shutdown deadline, dropped at a full queue or
-	// ended after shutdown.
+	// spans abandoned at the shutdown deadline (or at exit, the collector
+	// having failed), dropped at a full queue or ended after shutdown.
 	Cause string
+	// Waited is how long the exit waited for this exporter at shutdown
+	// when it gave up on it (0 when it did not).
+	Waited time.Duration
 }
 
 // String is the summary line: "N spans dropped, not delivered to
 // <endpoint> (<protocol>): <cause>".
 func (l Loss) String() string {
-	return fmt.Sprintf("%d spans dropped, not delivered to %s (%s): %s", l.Spans, l.Endpoint, l.Protocol, l.Cause)
+	s := fmt.Sprintf("%d spans dropped, not delivered to %s (%s): %s", l.Spans, l.Endpoint, l.Protocol, l.Cause)
+	if l.Waited > 0 {
+		s += fmt.Sprintf(" (the exit waited %s for it)", l.Waited.Round(10*time.Millisecond))
+	}
+	return s
 }

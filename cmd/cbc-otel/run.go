@@ -17,6 +17,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
 	"github.com/cbc-otel/cbc-otel/tap"
+	"golang.org/x/sys/unix"
 )
 
 // defaultConsumerWait bounds how long the wrapper waits, after the child is
@@ -227,12 +228,14 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		Stderr:       sio.err,
 		StdoutTap:    c.stdoutTap(),
 		StdinTap:     c.stdinTap(),
+		StdoutEOF:    func() { sio.endStdout(log) }, // the reader's EOF, even if the child lives on
 		Env:          c.join.env(),
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
 	})
+	sio.endStdout(log)
 	c.join.childDone(ctx)
 	out := c.finish(ctx, r.consumerWait, log)
 	out.code, out.err = res.ExitCode, err
@@ -255,6 +258,27 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
 	}
 	return out
+}
+
+// endStdout gives whoever reads our stdout its EOF as soon as the child's
+// stdout is drained, not when the telemetry is done (a collector that
+// takes its flush timeout to fail used to hold an SDK's reader that long):
+// our end of the pipe is swapped for /dev/null, which keeps the
+// descriptor valid (nothing later opened can land on it). Only for the
+// process's own stdout; an in-process writer is its owner's to close.
+func (s stdio) endStdout(log *slog.Logger) {
+	if s.outFile == nil {
+		return
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		log.Debug("cannot open /dev/null to end stdout", "err", err)
+		return
+	}
+	defer null.Close()
+	if err := unix.Dup3(int(null.Fd()), int(s.outFile.Fd()), 0); err != nil {
+		log.Debug("cannot end stdout", "err", err)
+	}
 }
 
 // consumers are what reads the taps of one run: the pipeline feeding the
@@ -362,14 +386,46 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	}
 	select {
 	case <-c.consumed:
+	case <-wctx.Done():
+	}
+	select {
+	case <-c.consumed: // also when both were ready
 		if c.tel != nil {
 			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
 		}
-	case <-wctx.Done():
-		log.Warn("telemetry consumer did not finish; exiting without it", "waited", wait)
+		return outcome{}
+	default:
+	}
+	// The consumer is still behind: what it has not read is given up, and
+	// counted as dropped before anything is written out (the metrics file,
+	// the summaries), so that every tapped byte is either in the counts or
+	// in the drops; the consumer then only finalizes.
+	before := c.droppedBytes()
+	c.pipe.Abandon()
+	c.pipeIn.Abandon()
+	t := time.NewTimer(abandonWait)
+	defer t.Stop()
+	select {
+	case <-c.consumed:
+		c.tel.traces.lossLogger.Warn("telemetry fell behind: tapped bytes not read when the wrapper exited were given up and counted as dropped (cbc_otel_tap_dropped_bytes_total)",
+			"waited", wait, "given_up_bytes", c.droppedBytes()-before)
+		return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
+	case <-t.C:
+		c.tel.traces.lossLogger.Warn("telemetry consumer did not finish; exiting without it (its counts are incomplete)", "waited", wait+abandonWait)
 		c.collect = false // what was collected is incomplete and still being written
 	}
 	return outcome{}
+}
+
+// abandonWait bounds the wait for the consumer to finalize once the
+// wrapper has given up what it had not read (see consumers.finish).
+const abandonWait = time.Second
+
+// droppedBytes is what the pipeline's taps dropped so far.
+func (c *consumers) droppedBytes() int64 {
+	_, a, _ := c.pipe.Stats()
+	_, b, _ := c.pipeIn.Stats()
+	return a + b
 }
 
 // shutdown ends the join (its minted parent span, the CLI's logs and
@@ -400,7 +456,7 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 		}
 	}
 	if cfg.stepSummary != "" {
-		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions()); err != nil {
+		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
 			log.Error("writing the step summary", "err", err)
 		}
 	}
@@ -409,13 +465,13 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 // appendStepSummary appends the Markdown section of the runs to path
 // (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
 // file holds the job's other steps' summaries too, never truncated.
-func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session) error {
+func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer // one write: a half section is less likely on a full disk
-	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{}); err != nil {
+	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats}); err != nil {
 		f.Close()
 		return err
 	}
@@ -436,7 +492,7 @@ func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
 		if dropped > 0 {
 			level, msg = slog.LevelWarn, "tap totals: telemetry fell behind and dropped bytes (the passthrough did not wait)"
 		}
-		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src),
+		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src), "incomplete_bytes", st.Incomplete(t.src),
 			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
 	}
 }

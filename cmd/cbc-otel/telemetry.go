@@ -11,6 +11,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/ndjson"
+	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/runspage"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/traces"
@@ -114,7 +115,8 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 	}
 	t.traces = tr
 	if f.metrics.serve && f.metrics.webRuns > 0 {
-		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: buildVersion()})
+		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: buildVersion(),
+			Gaps: func() string { return report.StatsOf(t.stats).GapsText() }})
 		f.metrics.page = t.page // served by the metrics listener
 	}
 	met, err := f.metrics.start(ctx, t.stats, tr.exemplar(), logger)

@@ -63,6 +63,12 @@ func forever() {
 //	epipe          like yes with SIGPIPE ignored; exit 3 on EPIPE
 //	pingpong       write "line i", wait for "ack i" on stdin, three times
 //	write:N        write N bytes of a pattern to stdout, print "done" to stderr, exit
+//	writehang:N    like write, then hang (default signal dispositions)
+//	closestdout    print "bye", close stdout, print "closed" to stderr, exit 0
+//	               at stdin EOF
+//	replay:END:F   print "pid N" to stderr, write file F to stdout, print
+//	               "done" to stderr, then END: exit (exit 0), stdin (exit 0
+//	               at stdin EOF) or hang
 //	stdio          write "out" to stdout and "err" to stderr
 //	closestdin     close stdin, print "closed", then hang
 //	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
@@ -158,6 +164,39 @@ func RunChild(mode string, args []string) int {
 			return 1
 		}
 		fmt.Fprintln(os.Stderr, "done")
+		return 0
+	case "writehang":
+		n, _ := strconv.Atoi(arg)
+		if _, err := os.Stdout.Write(Pattern(n)); err != nil {
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "done")
+		forever()
+	case "replay":
+		// arg is END:FILE.
+		end, file, _ := strings.Cut(arg, ":")
+		b, err := os.ReadFile(file)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "replay:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "pid %d\n", os.Getpid())
+		if _, err := os.Stdout.Write(b); err != nil {
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "done")
+		switch end {
+		case "stdin":
+			io.Copy(io.Discard, os.Stdin)
+		case "hang":
+			forever()
+		}
+		return 0
+	case "closestdout":
+		fmt.Println("bye")
+		os.Stdout.Close()
+		fmt.Fprintln(os.Stderr, "closed")
+		io.Copy(io.Discard, os.Stdin)
 		return 0
 	case "closestdin":
 		os.Stdin.Close()
