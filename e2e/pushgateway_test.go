@@ -29,7 +29,8 @@ func requirePushgateway(t *testing.T) string {
 // under job=J and instance=<host name>, without go_*/process_* series. A
 // second run of the same job replaces the first's group: Prometheus shows
 // the second run's counts, not the sum of both (no run counted twice, and
-// none added up: the README says so). Another job name is a group of its
+// none added up: the README says so), and increase() does not see the
+// first push (the README warns of it). Another job name is a group of its
 // own beside it.
 func TestPushgatewayBatchJobs(t *testing.T) {
 	promBin := requirePrometheus(t)
@@ -107,6 +108,18 @@ scrape_configs:
 			t.Errorf("%s: %v (%v), want no series", q, s, err)
 		}
 	}
+	// As the README warns, increase() does not see a group's first push:
+	// the series starts at the run's totals.
+	promPoll(t, 10*time.Second, "increase() over the first push", func() (bool, string) {
+		s, err := prom.query(`sum(increase(cbc_workflow_runs_total{job="ci-nightly"}[1m]))`)
+		if err != nil || len(s) != 1 {
+			return false, fmt.Sprint(s, err)
+		}
+		if s[0].Value != 0 {
+			t.Errorf("increase() over the first push = %v, the README says 0", s[0].Value)
+		}
+		return true, ""
+	})
 	first, err := prom.scalar(`push_time_seconds{job="ci-nightly"}`)
 	if err != nil {
 		t.Fatal(err)
