@@ -44,8 +44,8 @@ const amExample = "../dashboards/alertmanager.example.yml"
 //   - `demo --live`, whose scripted failures burn the budget far past the
 //     page's threshold (the test computes the ratio over both scaled
 //     windows from the demo's own series): for 10 s of that, no alert is
-//     even pending and no receiver hears anything, since every rule leaves
-//     demo="true" out;
+//     even pending (but the exporter-down one, on a slow scrape) and no
+//     receiver hears anything, since every rule leaves demo="true" out;
 //   - then `run -- simulate` fed failed workflows: CbcWorkflowSLOBurnRatePage
 //     (severity critical) reaches the pager receiver;
 //   - and `run --stall-after 1s` over a fake CLI that starts a workflow run
@@ -145,8 +145,17 @@ scrape_configs:
 			t.Fatalf("demo --live exited by itself (%v)", demo.ProcessState)
 		default:
 		}
-		if as, err := prom.alerts(); err != nil || len(as) != 0 {
-			t.Fatalf("alerts on the demo's series alone: %v (%v)", as, err)
+		as, err := prom.alerts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			// One scrape slower than its 1 s timeout on a loaded machine
+			// makes the exporter-down alert pending (up has no demo label);
+			// firing, it would reach a receiver and fail the test below.
+			if a.Labels["alertname"] != dashboards.AlertExporterDown || a.State != "pending" {
+				t.Fatalf("alert on the demo's series alone: %v", a)
+			}
 		}
 		if n := sink.all(); len(n) != 0 {
 			t.Fatalf("notifications on the demo's series alone: %+v", n)
