@@ -387,3 +387,37 @@ func startStallingWrapper(t *testing.T, ctx context.Context, bin, target, workfl
 	})
 	return stallingWrapper{stdin: stdin}
 }
+
+// TestAlertmanagerRoutesEveryAlert asks Alertmanager 0.25's own routing
+// code (amtool config routes test) where dashboards/alertmanager.example.yml,
+// unchanged, sends each alert of the mixin with its labels: critical to
+// pager, warning to tickets, info to blackhole (the one receiver
+// TestAlertsReachTheirReceivers cannot watch, having no URL).
+func TestAlertmanagerRoutesEveryAlert(t *testing.T) {
+	amtool := realtool.Find(t, "amtool", "AMTOOL_BIN", "apt-get install -y --no-install-recommends prometheus-alertmanager")
+	rf, err := dashboards.Rules(dashboards.RuleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{dashboards.SeverityCritical: "pager", dashboards.SeverityWarning: "tickets", dashboards.SeverityInfo: "blackhole"}
+	n := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			args := []string{"config", "routes", "test", "--config.file=" + amExample, "alertname=" + r.Alert}
+			for k, v := range r.Labels {
+				args = append(args, k+"="+v)
+			}
+			out, err := exec.Command(amtool, args...).Output()
+			if got := strings.TrimSpace(string(out)); err != nil || got != want[r.Labels["severity"]] {
+				t.Errorf("%s (severity %q) routed to %q (%v), want %q", r.Alert, r.Labels["severity"], got, err, want[r.Labels["severity"]])
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("%d alerts routed; the mixin has more", n)
+	}
+}
