@@ -99,46 +99,26 @@ func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *p
     static_configs:
       - targets: [%q]
 `, ruleFiles, target)
+	return startPrometheusConfig(t, bin, dir, cfg)
+}
+
+// startPrometheusConfig runs Prometheus with the configuration cfg (its
+// file and data under dir) and waits until it is ready. It is killed when
+// the test ends.
+func startPrometheusConfig(t *testing.T, bin, dir, cfg string) *prometheusServer {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := realtool.FreePorts(t, 1)[0]
-	logs := &promLockedBuffer{}
-	cmd := exec.Command(bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
+	logs := startDaemon(t, "prometheus", bin, []string{
+		"--config.file=" + cfgPath,
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting prometheus: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	p := &prometheusServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: logs}
-	promPoll(t, 30*time.Second, "prometheus ready", func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited:\n%s", logs.String())
-		default:
-		}
-		resp, err := http.Get(p.base + "/-/ready")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status
-	})
-	return p
+	}, "http://"+addr+"/-/ready")
+	return &prometheusServer{base: "http://" + addr, logs: logs}
 }
 
 // promSample is one element of an instant-vector result.
