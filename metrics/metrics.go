@@ -106,6 +106,10 @@ const DemoLabel = "demo"
 // once; scrapes may run concurrently with it.
 type Metrics struct {
 	reg *prometheus.Registry
+	// regr registers on reg with Options.ConstLabels: every collector
+	// added later (the spool's, the join's) goes through it, so that no
+	// series of a demo lacks its demo label.
+	regr prometheus.Registerer
 
 	runsStarted   *prometheus.CounterVec
 	runsTotal     *prometheus.CounterVec
@@ -281,12 +285,12 @@ func New(opts Options) (*Metrics, error) {
 	if !opts.NoRuntimeCollectors {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	var reg prometheus.Registerer = m.reg
+	m.regr = m.reg
 	if len(opts.ConstLabels) > 0 {
-		reg = prometheus.WrapRegistererWith(opts.ConstLabels, m.reg)
+		m.regr = prometheus.WrapRegistererWith(opts.ConstLabels, m.reg)
 	}
 	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
+		if err := m.regr.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: registering collector: %w", err)
 		}
 	}
@@ -305,6 +309,11 @@ func nativeToo(o prometheus.HistogramOpts) prometheus.HistogramOpts {
 
 // Registry returns the registry holding every metric of m.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Registerer is where more collectors of the process go (the spool's, the
+// CLI-telemetry join's): on Registry, with Options.ConstLabels on their
+// series too.
+func (m *Metrics) Registerer() prometheus.Registerer { return m.regr }
 
 // SetExportCounters sets the funcs read for cbc_otel_spans_dropped_total and
 // cbc_otel_export_errors_total; nil reads 0. It exists because the traces

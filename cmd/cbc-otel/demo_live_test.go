@@ -192,3 +192,31 @@ func durationSum(t *testing.T, addr string) float64 {
 	}
 	return sum
 }
+
+// TestDemoJoinSeriesMarked: the collectors registered beside the metrics
+// sink's own (the CLI-telemetry join's, the spool's) carry the demo label
+// too, so that no series of a demo reaches an alert rule.
+func TestDemoJoinSeriesMarked(t *testing.T) {
+	clearOTelEnv(t)
+	addr := freeAddr(t)
+	s := startBin(t, addr, "demo", "--hold", "--speed", "0", "--join-cli-telemetry", "--web.listen-address", addr)
+	var body string
+	poll(t, 60*time.Second, "the join's series on /metrics", func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return strings.Contains(body, "\ncbc_otel_cli_spans_total{"), "no cbc_otel_cli_spans_total series yet"
+	})
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, "#") && !strings.Contains(line, `demo="true"`) {
+			t.Errorf("a series of the demo without demo=\"true\": %s", line)
+		}
+	}
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+}

@@ -281,8 +281,9 @@ func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheu
 // sink is the ingest.Sink to add to the pipeline.
 func (r *metricsRuntime) sink() ingest.Sink { return r.m }
 
-// registry is the registry behind /metrics, the file and the push.
-func (r *metricsRuntime) registry() *prometheus.Registry { return r.m.Registry() }
+// registry is where the process's other collectors register: the
+// registry behind /metrics, the file and the push, with the const labels.
+func (r *metricsRuntime) registry() prometheus.Registerer { return r.m.Registerer() }
 
 // metrics is the Metrics itself (e.g. to SetExportCounters once the traces
 // exporter exists).

@@ -183,7 +183,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)
 	}
-	cum := metrics.NewCumulative(tel.metrics.registry())
+	cum := metrics.NewCumulative(tel.metrics.m.Registry())
 	eng, err := follow.New(cfg.engineOptions(tel, cum, log))
 	if err != nil {
 		tel.shutdown(ctx)
