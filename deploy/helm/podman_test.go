@@ -293,8 +293,8 @@ func dropClock(v map[string]any) {
 const podExpect = "/tmp/expect.ndjson"
 
 // podmanPod renders the chart's default Job, plays its pod with podman
-// kube play and drives it: see deploy/helm/README.md, "Tested in a real
-// runtime", for what of the spec podman honours and what the test stands
+// kube play and drives it: see deploy/helm/README.md, "In a real runtime:
+// podman", for what of the spec podman honours and what the test stands
 // in for.
 func podmanPod(t *testing.T, pm *podman, dir, host string) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
