@@ -37,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cbc-otel/cbc-otel/follow"
 	"github.com/cbc-otel/cbc-otel/internal/promfam"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
@@ -300,7 +301,13 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	out, err := render(t, nil, "--set-json", `workload.args=["--expect=`+podExpect+`"]`)
+	// The simulator at --speed=1 (the defaults' --speed=0 is overridden:
+	// the last flag wins), so that the "stopped" turn stays open until the
+	// test interrupts it. sidecar.grace and .checkpointInterval 1s instead
+	// of 5s: a run is counted once its grace window has passed, and the
+	// kill waits for a checkpoint holding the open run.
+	out, err := render(t, nil, "--set-json", `workload.args=["--expect=`+podExpect+`","--speed=1"]`,
+		"--set", "sidecar.grace=1s", "--set", "sidecar.checkpointInterval=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,18 +379,32 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 		}
 	}()
 	turn := 0
-	send := func(scenarios ...string) {
+	write := func(line string) {
 		t.Helper()
-		for _, sc := range scenarios {
-			fmt.Fprintf(inW, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] turn %d"}}`+"\n", sc, turn)
-			turn++
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatalf("the CLI's stdin: %v", err)
 		}
+	}
+	// results waits for the CLI's nth result line.
+	resultsUpTo := func(want int) {
+		t.Helper()
 		for n := range results {
-			if n == turn {
+			if n == want {
 				return
 			}
 		}
-		t.Fatalf("the CLI container ended before turn %d's result: %s", turn, attachErr.String())
+		t.Fatalf("the CLI container ended before result %d: %s", want, attachErr.String())
+	}
+	start := func(scenario string) {
+		write(fmt.Sprintf(`{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] turn %d"}}`, scenario, turn))
+		turn++
+	}
+	send := func(scenarios ...string) {
+		t.Helper()
+		for _, sc := range scenarios {
+			start(sc)
+		}
+		resultsUpTo(turn)
 	}
 	scrape := func() (map[string]*dto.MetricFamily, error) { return promfam.Scrape(base + "/metrics") }
 	expect := volumeFile(t, pm, "writable-0", filepath.Base(podExpect))
@@ -406,23 +427,39 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 	send("completed", "failed")
 	settled("before the kill (2 turns)", 2)
 
-	// Two more, and the sidecar killed (SIGKILL: no final checkpoint) as
-	// soon as the CLI has written them: it may be reading them, have
-	// counted some, or none. The CLI goes on (two turns more into the
-	// spool), then the sidecar is restarted, as the kubelet restarts a
-	// restartPolicy: Always init container.
-	send("mixed", "cached")
+	// A "stopped" turn: its workflow waits for an interrupt. Once the
+	// sidecar's checkpoint holds that run open, the sidecar is killed
+	// (SIGKILL: no final checkpoint). The CLI goes on while it is down: the
+	// interrupt ends the run, a whole turn more goes into the spool. Then
+	// the sidecar is restarted, as the kubelet restarts a restartPolicy:
+	// Always init container, and two turns follow.
+	start("stopped")
+	stateDir := volumeFile(t, pm, "state", "")
+	waitFor(t, "a checkpoint holding the open run", func() string {
+		st, err := follow.LoadState(stateDir)
+		if err != nil {
+			return err.Error()
+		}
+		for _, s := range st.Streams {
+			if len(s.Tracker.Runs) > 0 {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%d streams, no open run", len(st.Streams))
+	})
 	pm.run(t, "kill", sidecar)
 	if code := strings.TrimSpace(pm.run(t, "wait", sidecar)); code != "137" {
 		t.Errorf("killed sidecar exit code %s, want 137", code)
 	}
-	send("completed", "failed")
+	write(`{"type":"control_request","request_id":"stop-1","request":{"subtype":"interrupt"}}`)
+	resultsUpTo(turn)
+	send("cached")
 	pm.run(t, "start", sidecar)
 	waitFor(t, "the restarted sidecar's /readyz", func() string { return httpStatus(base + "/readyz") })
 	if fams, err := scrape(); err == nil {
 		t.Logf("scrape right after the restart (checkpoint restored, spool being read): %s", readTruth(t, expect, turn).summary(fams))
 	}
-	send("cached", "completed")
+	send("mixed", "completed")
 
 	// The CLI ends (stdin closed: the session is over), exit 0.
 	inW.Close()
@@ -466,13 +503,13 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 	if n := strings.Count(logs, `msg="Listening on"`); n != 2 {
 		t.Errorf("sidecar log: %d starts, want 2 (before and after the kill)\n%s", n, logs)
 	}
-	// The restart resumed the stream from the checkpoint, not from the
-	// start: without that the counts above would be exact too (a fresh
-	// process counting every run once), but as a counter reset.
-	if m := regexp.MustCompile(`msg="resuming stream" file=\S+ offset=(\d+)`).FindStringSubmatch(logs); m == nil || m[1] == "0" {
-		t.Errorf("the restarted sidecar did not resume the stream from its checkpoint:\n%s", logs)
+	// The restart resumed the stream and its open run from the checkpoint,
+	// not from the start: without that the counts above would be exact too
+	// (a fresh process counting every run once), but as a counter reset.
+	if m := regexp.MustCompile(`msg="resuming stream" file=\S+ offset=(\d+) open_runs=(\d+)`).FindStringSubmatch(logs); m == nil || m[1] == "0" || m[2] == "0" {
+		t.Errorf("the restarted sidecar did not resume the stream and its open run from its checkpoint:\n%s", logs)
 	} else {
-		t.Logf("the restarted sidecar resumed the stream at offset %s", m[1])
+		t.Logf("the restarted sidecar resumed the stream at offset %s with %s open run", m[1], m[2])
 	}
 	// The install init container ran (podman removes it once done): the
 	// binary it copied is the host's, byte for byte (both builds are
@@ -484,7 +521,7 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 	if hostBin, err := os.ReadFile(host); err != nil || !bytes.Equal(installed, hostBin) {
 		t.Errorf("the bin volume's cbc-otel (%d bytes) is not the host binary (%d bytes, %v)", len(installed), len(hostBin), err)
 	}
-	if state := volumeFile(t, pm, "state", ""); !nonEmptyDir(state) {
+	if !nonEmptyDir(stateDir) {
 		t.Errorf("the state volume holds no checkpoint")
 	}
 	t.Logf("sidecar stopped in %v after SIGTERM", stopped.Round(time.Millisecond))
