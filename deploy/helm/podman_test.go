@@ -9,8 +9,10 @@ package helm_test
 // The runtime is configured here and only here: its own containers.conf
 // (runc, cgroupfs, no default ulimits: this VM cannot raise them; events to
 // a file) and storage (vfs) under t.TempDir(), passed by CONTAINERS_CONF,
-// CONTAINERS_STORAGE_CONF and podman's global flags. Nothing under /etc,
-// /var/lib/containers or /run/libpod is used. Rootful: .ci/run runs as root.
+// CONTAINERS_STORAGE_CONF and podman's global flags; the commands that
+// copy an image run with a tmpfs over /var/lib (see copying). Nothing under
+// /etc, /var/lib/containers or /run/libpod is used. Rootful: .ci/run runs
+// as root.
 
 import (
 	"bufio"
@@ -47,9 +49,9 @@ const podmanHint = "apt-get install podman runc slirp4netns catatonit, as .ci/ru
 
 // podman runs the podman binary against the test's own configuration.
 type podman struct {
-	bin    string
-	env    []string
-	global []string
+	bin, unshare string
+	env          []string
+	global       []string
 }
 
 // newPodman writes the runtime's configuration under dir and returns the
@@ -60,6 +62,7 @@ func newPodman(t *testing.T, dir string) *podman {
 	for _, helper := range []string{"runc", "slirp4netns", "catatonit"} {
 		realtool.Find(t, helper, "", podmanHint)
 	}
+	unshare := realtool.Find(t, "unshare", "", "apt-get install util-linux")
 	if os.Geteuid() != 0 {
 		realtool.Missing(t, "podman", "the test drives rootful podman (its pod network is slirp4netns, its storage vfs under a temp dir): run it as root, as .ci/run does")
 	}
@@ -89,7 +92,7 @@ network_config_dir = %q
 		}
 	}
 	p := &podman{
-		bin: bin,
+		bin: bin, unshare: unshare,
 		env: append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
 			"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf")),
 		// The same again as flags: conmon's exit command (podman container
@@ -112,8 +115,24 @@ network_config_dir = %q
 	return p
 }
 
+// cmd is podman with args, in the test's configuration.
 func (p *podman) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, p.bin, append(slices.Clone(p.global), args...)...)
+	cmd.Env = p.env
+	return cmd
+}
+
+// copying is cmd for the commands that copy an image (load; kube play,
+// which builds the pod's pause image): run as root, podman 4.3 keeps
+// c/image's blob-info cache in /var/lib/containers/cache whatever --root
+// says, so these run in a private mount namespace with a tmpfs over
+// /var/lib, where the cache is made and forgotten. Not every command: the
+// pod's network namespace, bound under /run/netns when the pod starts,
+// must be seen by the commands that follow.
+func (p *podman) copying(ctx context.Context, args ...string) *exec.Cmd {
+	const sh = `mount -t tmpfs -o size=16m,mode=0755 tmpfs /var/lib && exec "$0" "$@"`
+	argv := append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", sh, p.bin}, p.global...)
+	cmd := exec.CommandContext(ctx, p.unshare, append(argv, args...)...)
 	cmd.Env = p.env
 	return cmd
 }
@@ -121,25 +140,28 @@ func (p *podman) cmd(ctx context.Context, args ...string) *exec.Cmd {
 // run runs podman and returns its stdout; a failure fails the test.
 func (p *podman) run(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := p.try(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return runCmd(t, p.cmd, args...)
 }
 
-// try runs podman with a deadline and returns its stdout, or an error
-// carrying its stderr.
-func (p *podman) try(args ...string) (string, error) {
+// runCopying is run for the commands that copy an image (see copying).
+func (p *podman) runCopying(t *testing.T, args ...string) string {
+	t.Helper()
+	return runCmd(t, p.copying, args...)
+}
+
+// runCmd runs the command with a deadline and returns its stdout; a
+// failure fails the test, with stderr.
+func runCmd(t *testing.T, mk func(context.Context, ...string) *exec.Cmd, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := p.cmd(ctx, args...)
+	cmd := mk(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("podman %s: %w\n%s%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
+		t.Fatalf("podman %s: %v\n%s%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
 	}
-	return stdout.String(), nil
+	return stdout.String()
 }
 
 // TestPodman loads the image once and shares it: the image's commands
@@ -177,7 +199,7 @@ func TestPodman(t *testing.T) {
 	built := time.Since(start)
 
 	ref := chartImageRef(t)
-	pm.run(t, "load", "-q", "-i", img.file)
+	pm.runCopying(t, "load", "-q", "-i", img.file)
 	// podman stores the layer again (its manifest digest is its own): the
 	// image ID, the config's sha256, is the tarball's.
 	config := strings.TrimSuffix(strings.TrimPrefix(readArchive(t, img.file).manifest[0].Config, "sha256:"), ".json")
@@ -323,7 +345,7 @@ func podmanPod(t *testing.T, pm *podman, dir, host string) {
 		t.Fatal(err)
 	}
 	// Created, not started: the CLI container is replaced first (below).
-	pm.run(t, "kube", "play", "--start=false", "--network", "slirp4netns", file)
+	pm.runCopying(t, "kube", "play", "--start=false", "--network", "slirp4netns", file)
 	ctrName := func(c string) string { return pod.Name + "-" + c }
 	sidecar, cli := ctrName(sidecarName), ctrName(cliName)
 
