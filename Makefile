@@ -97,6 +97,8 @@ screenshot: build
 #   CBC_SDK_DIR           npm ci'd e2e/sdk: the Claude Agent SDK, its native
 #                         Claude Code 2.1.328, the CodeBuddy SDK (default e2e/sdk)
 #   CHROMIUM_BIN          headless Chromium (else chromium on PATH)
+#   podman, runc          on PATH, as root (Debian packages podman runc slirp4netns
+#                         catatonit): the image and the chart's pod in a real runtime
 #   CI=true               a missing tool fails its tests instead of skipping
 # Each package's tests are bounded by -timeout 30m; the end-to-end ones
 # with every tool take minutes (the e2e package alone several).

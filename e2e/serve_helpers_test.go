@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/cbc-otel/cbc-otel/internal/promfam"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
@@ -101,37 +102,10 @@ func (p *serveProc) ready() bool {
 
 // byLabel sums a counter family (or a histogram's counts) by one label.
 func byLabel(fams map[string]*dto.MetricFamily, name, label string) map[string]float64 {
-	out := map[string]float64{}
-	mf, ok := fams[name]
-	if !ok {
-		return out
-	}
-	for _, m := range mf.Metric {
-		key := ""
-		for _, l := range m.Label {
-			if l.GetName() == label {
-				key = l.GetValue()
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			out[key] += m.Counter.GetValue()
-		case m.Gauge != nil:
-			out[key] += m.Gauge.GetValue()
-		case m.Histogram != nil:
-			out[key] += float64(m.Histogram.GetSampleCount())
-		}
-	}
-	return out
+	return promfam.ByLabel(fams, name, label)
 }
 
-func total(m map[string]float64) float64 {
-	s := 0.0
-	for _, v := range m {
-		s += v
-	}
-	return s
-}
+func total(m map[string]float64) float64 { return promfam.Total(m) }
 
 // serveTruth is the sum of several --expect files.
 type serveTruth struct {
