@@ -77,8 +77,9 @@ func startPrometheus(t *testing.T, bin, target string) *prometheusServer {
 }
 
 // startPrometheusWithRules is startPrometheus with a rule file loaded (when
-// rules is not nil) and evaluated every second.
-func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *prometheusServer {
+// rules is not nil) and evaluated every second; extra are more flags (e.g.
+// --enable-feature=exemplar-storage).
+func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte, extra ...string) *prometheusServer {
 	t.Helper()
 	dir := t.TempDir()
 	ruleFiles := ""
@@ -105,12 +106,12 @@ func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *p
 	}
 	port := realtool.FreePorts(t, 1)[0]
 	logs := &promLockedBuffer{}
-	cmd := exec.Command(bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	cmd := exec.Command(bin, append([]string{
+		"--config.file=" + cfgPath,
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--log.level=warn",
-	)
+	}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting prometheus: %v", err)
