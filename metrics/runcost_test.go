@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -122,28 +124,57 @@ func TestRunCostObserved(t *testing.T) {
 	}
 }
 
-// TestRunCostAddsUpToRuns: per workflow, the runs observed plus those of
-// unknown cost are the terminal runs, whatever the mix.
+// TestRunCostAddsUpToRuns is a property: whatever the mix of statuses,
+// costs (none, $0, NaN, positive) and repeated or missing RunFinished
+// events, once every run is finalized (once or twice), per workflow the
+// runs observed plus those of unknown cost are the terminal runs counted,
+// and the histogram's sum is the known costs' sum.
 func TestRunCostAddsUpToRuns(t *testing.T) {
-	m := newTest(t, Options{})
-	costs := [][]float64{{0.5}, nil, {0}, {2, 3}, nil, {0.01}}
-	for i, cs := range costs {
-		status := ingest.TerminalStatuses()[i%len(ingest.TerminalStatuses())]
-		finish(m, costedRun(string(rune('a'+i)), "wf", status, cs...), 1)
-	}
-	h := histogramOf(t, m.Registry(), runCostFamily, "wf")
-	unknown := series(t, m.Registry(), runCostUnknown)["workflow=wf"]
-	var runs float64
-	for k, v := range series(t, m.Registry(), "cbc_workflow_runs_total") {
-		if strings.HasSuffix(k, "workflow=wf") {
-			runs += v
+	rng := rand.New(rand.NewPCG(31, 1))
+	for round := range 50 {
+		m := newTest(t, Options{MaxWorkflows: 3})
+		var wantSum float64
+		for i := range 40 {
+			name := fmt.Sprintf("wf-%d", rng.IntN(5)) // 5 names, cap 3: "other" too
+			statuses := append(ingest.TerminalStatuses(), ingest.StatusRunning)
+			var calls []float64
+			for range rng.IntN(3) {
+				calls = append(calls, []float64{0, 0.003, 0.5, 7, math.NaN()}[rng.IntN(5)])
+			}
+			r := costedRun(fmt.Sprintf("t%d", i), name, statuses[rng.IntN(len(statuses))], calls...)
+			m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
+			finished := rng.IntN(3)
+			for range finished {
+				m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
+			}
+			for range 1 + rng.IntN(2) {
+				m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
+			}
+			if usd, ok := runCost(&r.Cost); ok && finished > 0 && r.Status != ingest.StatusRunning {
+				wantSum += usd
+			}
 		}
-	}
-	if h.GetSampleCount() != 3 || unknown != 3 || float64(h.GetSampleCount())+unknown != runs {
-		t.Errorf("observed %d + unknown %v, want 3 + 3 = runs_total %v", h.GetSampleCount(), unknown, runs)
-	}
-	if !nearly(h.GetSampleSum(), 5.51) {
-		t.Errorf("sum %v, want 5.51", h.GetSampleSum())
+		runs := map[string]float64{}
+		for k, v := range series(t, m.Registry(), "cbc_workflow_runs_total") {
+			_, wf, _ := strings.Cut(k, "workflow=")
+			runs[wf] += v
+		}
+		unknown := series(t, m.Registry(), runCostUnknown)
+		observed := series(t, m.Registry(), runCostFamily)
+		var sum float64
+		for k, v := range observed {
+			if strings.HasSuffix(k, "__sum") {
+				sum += v
+			}
+		}
+		if !nearly(sum, wantSum) {
+			t.Fatalf("round %d: observed $%v in all, want $%v", round, sum, wantSum)
+		}
+		for wf, n := range runs {
+			if got := observed["workflow="+wf] + unknown["workflow="+wf]; got != n {
+				t.Fatalf("round %d, %s: observed %v + unknown %v, want runs_total %v", round, wf, observed["workflow="+wf], unknown["workflow="+wf], n)
+			}
+		}
 	}
 }
 
