@@ -270,3 +270,33 @@ func TestRunCostBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCostNativeBounded: over the classic range ($0.001 … $100) the
+// native histogram keeps its full resolution (schema 3, factor 1.09: about
+// 133 buckets); far beyond it (1e-6 … 1e6 USD) it keeps at most 160 buckets
+// by lowering its resolution, and never resets: every observation stays
+// counted.
+func TestRunCostNativeBounded(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi     float64 // decades
+		wantSchema int32   // the most it may be lowered to
+	}{{-3, 2, 3}, {-6, 6, 0}} {
+		m := newTest(t, Options{})
+		rng := rand.New(rand.NewPCG(31, 2))
+		const n = 20_000
+		for i := range n {
+			usd := math.Pow(10, c.lo+(c.hi-c.lo)*rng.Float64())
+			finish(m, costedRun(fmt.Sprint(i), "wf", ingest.StatusCompleted, usd), 1)
+		}
+		h := histogramOf(t, m.Registry(), runCostFamily, "wf")
+		buckets := 0
+		for _, s := range h.GetPositiveSpan() {
+			buckets += int(s.GetLength())
+		}
+		if buckets == 0 || buckets > 160 || h.GetSampleCount() != n || h.GetSchema() < c.wantSchema {
+			t.Errorf("1e%v … 1e%v USD: %d native buckets at schema %d, %d observations; want 1…160 at schema ≥ %d and %d",
+				c.lo, c.hi, buckets, h.GetSchema(), h.GetSampleCount(), c.wantSchema, n)
+		}
+		t.Logf("1e%v … 1e%v USD: %d native buckets at schema %d", c.lo, c.hi, buckets, h.GetSchema())
+	}
+}
