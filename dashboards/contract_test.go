@@ -129,8 +129,8 @@ func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 // scope, the workflow one while its run is open (already added to the
 // run's and the agent's Cost), the run's end with its Cost, and a turn.
 // The simulator's recordings hold result lines but none of the CLI's
-// telemetry, so without this the per-workflow cost families would have no
-// series. Until the metrics for them land, the metrics ignore these events.
+// telemetry, so without this the per-workflow cost families (the run's
+// cost histogram among them) would have no series.
 func observeCost(m *metrics.Metrics) {
 	usage := ingest.ModelUsage{Model: "claude-contract", CostUSD: 0.25, Tokens: ingest.Tokens{100, 20, 300, 40}}
 	run := &ingest.Run{TaskID: "t-contract", RunID: "r-contract", SessionID: "s-contract", Workflow: true, Name: "contract", Start: 1000}

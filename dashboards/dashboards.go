@@ -121,16 +121,21 @@ func step(color string, v *float64) dashboard.Threshold {
 // falls back to the classic buckets otherwise, so the panels work with or
 // without native-histogram scraping.
 func quantiles(metric, sel, by, legendPrefix string) []query {
+	return quantilesOver([]string{"0.5", "0.95", "0.99"}, "$__rate_interval", metric, sel, by, legendPrefix)
+}
+
+// quantilesOver is quantiles at the given levels over a rate window.
+func quantilesOver(levels []string, window, metric, sel, by, legendPrefix string) []query {
 	var qs []query
-	for _, q := range []string{"0.5", "0.95", "0.99"} {
+	for _, q := range levels {
 		byNative, byClassic := "", "le"
 		if by != "" {
 			byNative, byClassic = by, by+", le"
 		}
-		native := fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s{%s}[$__rate_interval])))", q, byNative, metric, sel)
-		classic := fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s_bucket{%s}[$__rate_interval])))", q, byClassic, metric, sel)
+		native := fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s{%s}[%s])))", q, byNative, metric, sel, window)
+		classic := fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s_bucket{%s}[%s])))", q, byClassic, metric, sel, window)
 		if by == "" {
-			native = fmt.Sprintf("histogram_quantile(%s, sum(rate(%s{%s}[$__rate_interval])))", q, metric, sel)
+			native = fmt.Sprintf("histogram_quantile(%s, sum(rate(%s{%s}[%s])))", q, metric, sel, window)
 		}
 		name := map[string]string{"0.5": "p50", "0.95": "p95", "0.99": "p99"}[q]
 		legend := name
@@ -502,6 +507,36 @@ func costPanels() []PanelSpec {
 			WhenRed:     "An expensive model where a cheaper one was meant: check the CLI's model settings; a jump across models: more sessions or longer turns (*Turns/min by subtype*).",
 			Queries:     []query{{Expr: "sum by (model) (rate(cbc_cost_usd_total{" + target + "}[$__rate_interval])) * 3600", Legend: "{{model}}"}},
 			kind:        kindTimeseries, width: 10, height: 8, min: f64(0),
+		},
+		{
+			Title: "Cost per run p50/p95 by workflow",
+			Description: "What one run of each workflow costs, from the run-cost histogram (native when ingested, else the classic buckets $0.001 … $100) over the last hour's finalized runs: " +
+				"every run whose cost is known, whatever its status. Exemplars are runs, each linking to its trace." + joined,
+			Unit:    "currencyUSD",
+			WhenRed: "A p95 far above the p50: a few runs cost many times the usual; click the highest exemplar to open that run's trace and see which agent or model spent it. Both rising: every run got dearer (more agents, longer prompts, another model).",
+			Queries: quantilesOver([]string{"0.5", "0.95"}, "1h", "cbc_workflow_run_cost_usd", workflow, "workflow", "{{workflow}}"),
+			kind:    kindTimeseries, width: 10, height: 8, exemplars: true, min: f64(0),
+		},
+		{
+			Title: "Cost per run distribution (costliest runs)",
+			Description: "Heatmap of what runs cost (classic buckets $0.001 … $100, log scale). Each exemplar is a run at its cost: the highest dots are the costliest runs, " +
+				"one click from their trace." + joined,
+			Unit:    "currencyUSD",
+			WhenRed: "A band of runs well above the rest: open the top exemplar's trace; compare workflows with the workflow variable.",
+			Queries: []query{{Expr: "sum by (le) (increase(cbc_workflow_run_cost_usd_bucket{" + workflow + "}[$__rate_interval]))", Legend: "{{le}}", Heatmap: true}},
+			kind:    kindHeatmap, width: 10, height: 8, exemplars: true,
+		},
+		{
+			Title: "Runs by cost known",
+			Description: "Finalized workflow runs over the dashboard's time range whose cost is known (in the run-cost histogram) and those whose cost is not " +
+				"(no model call of the CLI's telemetry joined to them, or only $0 ones): the unknown are not in the percentiles, so they are neither cheap nor free.",
+			Unit:    "short",
+			WhenRed: "Unknown runs while the telemetry is meant to be joined: check that the wrapper runs with --join-cli-telemetry and the CLI's telemetry reaches it (exporter health, cbc_otel_cli_* counters).",
+			Queries: []query{
+				{Expr: "sum(increase(cbc_workflow_run_cost_usd_count{" + workflow + "}[$__range]))", Legend: "cost known", Instant: true},
+				{Expr: "sum(increase(cbc_workflow_runs_cost_unknown_total{" + workflow + "}[$__range]))", Legend: "cost unknown", Instant: true},
+			},
+			kind: kindStat, width: 4, height: 8,
 		},
 		{
 			Title:       "Main conversation vs workflows",

@@ -127,14 +127,14 @@ func TestDashboardsRoundTripStrictly(t *testing.T) {
 						exemplar = true
 					}
 				}
-				if strings.Contains(strings.ToLower(title), "duration") {
+				if lt := strings.ToLower(title); strings.Contains(lt, "duration") || strings.Contains(lt, "cost per run") {
 					links, _ := defs["links"].([]any)
 					link := ""
 					if len(links) > 0 {
 						link, _ = links[0].(map[string]any)["url"].(string)
 					}
 					if !exemplar || !strings.Contains(link, "trace_id") || !strings.Contains(link, "tracing") {
-						t.Errorf("%q: duration panel without exemplars and a trace link (exemplar %v, link %q)", title, exemplar, link)
+						t.Errorf("%q: duration or cost-per-run panel without exemplars and a trace link (exemplar %v, link %q)", title, exemplar, link)
 					}
 				}
 			}

@@ -34,19 +34,32 @@ func TestDemoLivePanels(t *testing.T) {
 	}
 	t.Logf("%d panel queries", len(queries))
 	for _, q := range queries {
-		promPoll(t, 90*time.Second, "a number from "+q, func() (bool, string) {
-			s, err := prom.query(q)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, v := range s {
-				if !math.IsNaN(v.Value) && !math.IsInf(v.Value, 0) {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("%d samples, none a number: %v", len(s), s)
-		})
+		promPollNumber(t, prom, q)
 	}
+	stopLiveDemo(t, demo, exited)
+}
+
+// promPollNumber waits until q gives at least one sample that is a number
+// (not NaN, not infinite).
+func promPollNumber(t *testing.T, prom *prometheusServer, q string) {
+	t.Helper()
+	promPoll(t, 90*time.Second, "a number from "+q, func() (bool, string) {
+		s, err := prom.query(q)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, v := range s {
+			if !math.IsNaN(v.Value) && !math.IsInf(v.Value, 0) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d samples, none a number: %v", len(s), s)
+	})
+}
+
+// stopLiveDemo sends demo SIGINT and requires it to exit 0 within 30 s.
+func stopLiveDemo(t *testing.T, demo *exec.Cmd, exited <-chan struct{}) {
+	t.Helper()
 	demo.Process.Signal(syscall.SIGINT)
 	select {
 	case <-exited:
@@ -63,6 +76,24 @@ func TestDemoLivePanels(t *testing.T) {
 // the dashboard's variables set to match everything and its rate interval
 // to a few scrapes.
 func overviewPanelQueries(t *testing.T) []string {
+	t.Helper()
+	exprs := overviewExprs(t)
+	moved := regexp.MustCompile(`cbc_workflow_(runs_total|runs_started_total|duration_seconds|tokens_total|agent_duration_seconds)\b`)
+	vars := strings.NewReplacer("$__rate_interval", "10s", "$job", ".*", "$namespace", ".*", "$pod", ".*", "$workflow", ".*")
+	var out []string
+	for _, e := range exprs {
+		if moved.MatchString(e) && (strings.Contains(e, "rate(") || strings.Contains(e, "histogram_quantile(")) {
+			q := vars.Replace(e)
+			if !strings.Contains(q, "$") {
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+// overviewExprs returns every query expression of the overview dashboard.
+func overviewExprs(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("../dashboards/overview.json")
 	if err != nil {
@@ -90,29 +121,18 @@ func overviewPanelQueries(t *testing.T) []string {
 		}
 	}
 	walk(dash)
-	moved := regexp.MustCompile(`cbc_workflow_(runs_total|runs_started_total|duration_seconds|tokens_total|agent_duration_seconds)\b`)
-	vars := strings.NewReplacer("$__rate_interval", "10s", "$job", ".*", "$namespace", ".*", "$pod", ".*", "$workflow", ".*")
-	var out []string
-	for _, e := range exprs {
-		if moved.MatchString(e) && (strings.Contains(e, "rate(") || strings.Contains(e, "histogram_quantile(")) {
-			q := vars.Replace(e)
-			if !strings.Contains(q, "$") {
-				out = append(out, q)
-			}
-		}
-	}
-	return out
+	return exprs
 }
 
 // startLiveDemo starts `demo --live` (fast: --speed 0.05, --pace 100ms) on
-// a free loopback port, killed at the test's end and its stderr logged if
+// a free loopback port, with extra flags, killed at the test's end and its stderr logged if
 // the test failed. It returns the listen address, the command and a
 // channel closed when it exits.
-func startLiveDemo(t *testing.T, bin string) (string, *exec.Cmd, <-chan struct{}) {
+func startLiveDemo(t *testing.T, bin string, extra ...string) (string, *exec.Cmd, <-chan struct{}) {
 	t.Helper()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
 	logs := &promLockedBuffer{}
-	demo := exec.Command(bin, "demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr)
+	demo := exec.Command(bin, append([]string{"demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr}, extra...)...)
 	demo.Stderr = logs
 	if err := demo.Start(); err != nil {
 		t.Fatal(err)

@@ -77,8 +77,9 @@ func startPrometheus(t *testing.T, bin, target string) *prometheusServer {
 }
 
 // startPrometheusWithRules is startPrometheus with a rule file loaded (when
-// rules is not nil) and evaluated every second.
-func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *prometheusServer {
+// rules is not nil) and evaluated every second; extra are more flags (e.g.
+// --enable-feature=exemplar-storage).
+func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte, extra ...string) *prometheusServer {
 	t.Helper()
 	dir := t.TempDir()
 	ruleFiles := ""
@@ -99,25 +100,25 @@ func startPrometheusWithRules(t *testing.T, bin, target string, rules []byte) *p
     static_configs:
       - targets: [%q]
 `, ruleFiles, target)
-	return startPrometheusConfig(t, bin, dir, cfg)
+	return startPrometheusConfig(t, bin, dir, cfg, extra...)
 }
 
 // startPrometheusConfig runs Prometheus with the configuration cfg (its
-// file and data under dir) and waits until it is ready. It is killed when
-// the test ends.
-func startPrometheusConfig(t *testing.T, bin, dir, cfg string) *prometheusServer {
+// file and data under dir) and more flags extra, and waits until it is
+// ready. It is killed when the test ends.
+func startPrometheusConfig(t *testing.T, bin, dir, cfg string, extra ...string) *prometheusServer {
 	t.Helper()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
-	logs := startDaemon(t, "prometheus", bin, []string{
+	logs := startDaemon(t, "prometheus", bin, append([]string{
 		"--config.file=" + cfgPath,
 		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
 		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	}, "http://"+addr+"/-/ready")
+	}, extra...), "http://"+addr+"/-/ready")
 	return &prometheusServer{base: "http://" + addr, logs: logs}
 }
 

@@ -18,9 +18,16 @@ import (
 
 // completeRun feeds m one workflow run of name, completed, with one done
 // agent: the life of a typical run, as far as the metrics see it.
-func completeRun(m *Metrics, name string) {
+func completeRun(m *Metrics, name string) { completeRunCost(m, name, 0) }
+
+// completeRunCost is completeRun with usd joined to the run as one model
+// call's cost (none when 0).
+func completeRunCost(m *Metrics, name string, usd float64) {
 	r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusCompleted,
 		Start: t0, End: t0 + 3000, Usage: streamjson.Usage{TotalTokens: 10, ToolUses: 1}}
+	if usd != 0 {
+		r.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: usd}, 1)
+	}
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	m.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 1000}})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
@@ -198,24 +205,32 @@ func samples(t *testing.T, g prometheus.Gatherer) (samples, series int) {
 // TestSeriesPerWorkflow measures what one more workflow name costs (the
 // numbers of the README's cardinality section): pre-created series of a
 // name just seen, and those of a name with one completed run whose one
-// agent is done.
+// agent is done, without and with a known cost.
 func TestSeriesPerWorkflow(t *testing.T) {
 	const n = 200
-	cost := func(run bool) (perSample, perSeries int) {
+	const (
+		seen = iota
+		run
+		runCost
+	)
+	cost := func(how int) (perSample, perSeries int) {
 		var s, ser [2]int
 		for i, k := range []int{n, n + 1} {
 			m := newTest(t, Options{MaxWorkflows: 1000})
 			for j := range k {
 				name := fmt.Sprintf("wf-%d", j)
-				if run {
+				switch how {
+				case run:
 					completeRun(m, name)
-				} else {
+				case runCost:
+					completeRunCost(m, name, 0.42)
+				default:
 					m.workflowLabel(name)
 				}
 			}
 			s[i], ser[i] = samples(t, m.Registry())
 		}
-		if run { // linear: 200 names cost 200 times one
+		if how == run { // linear: 200 names cost 200 times one
 			m := newTest(t, Options{MaxWorkflows: 1000})
 			base, _ := samples(t, m.Registry())
 			for j := range n {
@@ -227,18 +242,24 @@ func TestSeriesPerWorkflow(t *testing.T) {
 		}
 		return s[1] - s[0], ser[1] - ser[0]
 	}
-	seenS, seenSer := cost(false)
-	runS, runSer := cost(true)
-	t.Logf("one workflow name: seen %d samples (%d series); with a completed run and a done agent %d samples (%d series, histograms as one); %d names: %d samples",
-		seenS, seenSer, runS, runSer, n, n*runS)
-	// 5 single-series families + runs_total×4 statuses + agents_total×5 states.
-	if seenS != 14 || seenSer != 14 {
-		t.Errorf("a name just seen: %d samples, %d series; want 14, 14", seenS, seenSer)
+	seenS, seenSer := cost(seen)
+	runS, runSer := cost(run)
+	costS, costSer := cost(runCost)
+	t.Logf("one workflow name: seen %d samples (%d series); with a completed run and a done agent %d samples (%d series, histograms as one); with a known cost too %d samples (%d series); %d names: %d samples",
+		seenS, seenSer, runS, runSer, costS, costSer, n, n*runS)
+	// 6 single-series families (started, active, tokens, tool uses, cost,
+	// cost unknown) + runs_total×4 statuses + agents_total×5 states.
+	if seenS != 15 || seenSer != 15 {
+		t.Errorf("a name just seen: %d samples, %d series; want 15, 15", seenS, seenSer)
 	}
 	// + duration{completed} (14 buckets, +Inf, sum, count) and
 	// agent_duration{done} (13 buckets, +Inf, sum, count).
-	if runS != 14+17+16 || runSer != 16 {
-		t.Errorf("a name with a run: %d samples, %d series; want 47, 16", runS, runSer)
+	if runS != 15+17+16 || runSer != 17 {
+		t.Errorf("a name with a run: %d samples, %d series; want 48, 17", runS, runSer)
+	}
+	// + run_cost (16 buckets, +Inf, sum, count).
+	if costS != runS+19 || costSer != runSer+1 {
+		t.Errorf("a name with a run of known cost: %d samples, %d series; want %d, %d", costS, costSer, runS+19, runSer+1)
 	}
 
 	// Every terminal status and every final agent state (not_started has
@@ -261,7 +282,7 @@ func TestSeriesPerWorkflow(t *testing.T) {
 	s0, ser0 := full(n)
 	s1, ser1 := full(n + 1)
 	t.Logf("one workflow name with every status and agent state: %d samples (%d series)", s1-s0, ser1-ser0)
-	if s1-s0 != 14+4*17+4*16 || ser1-ser0 != 22 {
-		t.Errorf("a name with every status: %d samples, %d series; want 146, 22", s1-s0, ser1-ser0)
+	if s1-s0 != 15+4*17+4*16 || ser1-ser0 != 23 {
+		t.Errorf("a name with every status: %d samples, %d series; want 147, 23", s1-s0, ser1-ser0)
 	}
 }

@@ -28,15 +28,32 @@ func TurnSubtypes() []string {
 // takes from a second (a short answer) to an hour (a long workflow).
 var turnBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
 
+// runCostBuckets are the classic buckets of cbc_workflow_run_cost_usd: a
+// 1-2-5 progression from $0.001 (one short call of a small model) to $100
+// (a runaway run), 16 bounds. Not ExponentialBucketsRange: its bounds
+// ($0.0316, $0.316) are not amounts anyone budgets in, while every 1-2-5
+// bound is one a query can name (le="1": runs under a dollar), and two
+// neighbours differ by at most 2.5×, which bounds histogram_quantile's
+// interpolation error the same at every scale. Natively (nativeToo:
+// factor 1.1, schema 3) $0.001…$100 spans 8·log2(10^5) ≈ 133 buckets,
+// under the cap of 160, so the native histogram keeps its resolution over
+// the whole range and is bounded beyond it.
+var runCostBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100}
+
+// RunCostBuckets returns the classic buckets of cbc_workflow_run_cost_usd.
+func RunCostBuckets() []float64 { return append([]float64(nil), runCostBuckets...) }
+
 // costMetrics are the cost families and the model label cap.
 type costMetrics struct {
 	cost          *prometheus.CounterVec // {model}
 	tokens        *prometheus.CounterVec // {model, type}
 	turns         *prometheus.CounterVec // {subtype}
 	turnDuration  prometheus.Histogram
-	wfCost        *prometheus.CounterVec // {workflow}
-	wfTokens      *prometheus.CounterVec // {workflow, model, type}
-	cliCost       *prometheus.CounterVec // {scope}
+	wfCost        *prometheus.CounterVec   // {workflow}
+	wfTokens      *prometheus.CounterVec   // {workflow, model, type}
+	cliCost       *prometheus.CounterVec   // {scope}
+	runCost       *prometheus.HistogramVec // {workflow}
+	runCostNone   *prometheus.CounterVec   // {workflow}
 	modelOverflow prometheus.Counter
 	models        labelCap // the model label values admitted
 	collectors    []prometheus.Collector
@@ -73,6 +90,15 @@ func newCostMetrics(maxModels int) *costMetrics {
 		Name: "cbc_cli_cost_usd_total",
 		Help: "Cost in USD of the model calls the CLI's own telemetry reported, by scope: main (the conversation), workflow (a workflow's sub-agents), unmatched (other agents).",
 	}, []string{"scope"})
+	c.runCost = prometheus.NewHistogramVec(nativeToo(prometheus.HistogramOpts{
+		Name:    "cbc_workflow_run_cost_usd",
+		Help:    "Cost in USD of each finalized workflow run whose cost is known (the CLI's own telemetry, joined), observed once per run; the exemplar is the run's trace.",
+		Buckets: runCostBuckets,
+	}), []string{"workflow"})
+	c.runCostNone = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cbc_workflow_runs_cost_unknown_total",
+		Help: "Finalized workflow runs whose cost is not known (no model call of the CLI's telemetry joined to them, or only calls that reported no cost), so not in cbc_workflow_run_cost_usd.",
+	}, []string{"workflow"})
 	c.modelOverflow = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cbc_otel_model_labels_overflow_total",
 		Help: "Model usages whose model label was replaced by \"other\" because the label cap was reached.",
@@ -84,7 +110,7 @@ func newCostMetrics(maxModels int) *costMetrics {
 	for _, s := range ingest.CallScopes() {
 		c.cliCost.WithLabelValues(s.String())
 	}
-	c.collectors = []prometheus.Collector{c.cost, c.tokens, c.turns, c.turnDuration, c.wfCost, c.wfTokens, c.cliCost, c.modelOverflow}
+	c.collectors = []prometheus.Collector{c.cost, c.tokens, c.turns, c.turnDuration, c.wfCost, c.wfTokens, c.cliCost, c.runCost, c.runCostNone, c.modelOverflow}
 	return c
 }
 
@@ -156,6 +182,34 @@ func (m *Metrics) modelCall(l ingest.Lifecycle) {
 	for _, k := range ingest.TokenTypes() {
 		add(c.wfTokens.WithLabelValues(wf, model, k.String()), float64(call.Usage.Tokens[k]))
 	}
+}
+
+// runCosted observes a finalized workflow run's cost, once: in
+// cbc_workflow_run_cost_usd when it is known, with the run's trace as
+// exemplar, else in cbc_workflow_runs_cost_unknown_total. Only runs counted
+// in cbc_workflow_runs_total are, so that per workflow the two add up to
+// it. Called with m.mu held, at RunFinalized: calls attributed in the grace
+// window are in (those later count in cbc_workflow_cost_usd_total only, as
+// they miss the run's spans too).
+func (m *Metrics) runCosted(r *ingest.Run, st *runState) {
+	if !r.Workflow || !st.finished || st.costed {
+		return
+	}
+	st.costed = true
+	if usd, ok := runCost(&r.Cost); ok {
+		observeWithExemplar(m.cost.runCost.WithLabelValues(st.label), usd, m.exemplarFor(r))
+		return
+	}
+	m.cost.runCostNone.WithLabelValues(st.label).Inc()
+}
+
+// runCost returns what a run cost and whether that is known: at least one
+// model call joined and a positive, finite sum. A run whose calls all
+// reported $0 (a CLI that prices nothing) is unknown, not free: a real
+// model call never costs nothing, and a 0 would drag the quantiles down.
+func runCost(c *ingest.Cost) (float64, bool) {
+	v := c.CostUSD
+	return v, c.Calls > 0 && v > 0 && !math.IsInf(v, 0)
 }
 
 // modelLabels returns the model label values admitted, sorted, for the

@@ -27,6 +27,8 @@
 //	cbc_turn_duration_seconds              histogram  —                 result duration_ms, in seconds (classic + native)
 //	cbc_workflow_cost_usd_total            counter    workflow          USD of workflow sub-agents' model calls (the CLI's own telemetry)
 //	cbc_workflow_model_tokens_total        counter    workflow, model, type  tokens of workflow sub-agents' model calls
+//	cbc_workflow_run_cost_usd              histogram  workflow          USD of each finalized run whose cost is known (joined telemetry), once per run (classic + native; exemplar: trace_id, span_id)
+//	cbc_workflow_runs_cost_unknown_total   counter    workflow          finalized runs of unknown cost (no joined model call, or only $0 ones): not in the histogram
 //	cbc_cli_cost_usd_total                 counter    scope             USD of the model calls the CLI's telemetry reported: main, workflow, unmatched
 //	cbc_otel_lines_total                   counter    source            lines framed per tapped stream
 //	cbc_otel_bytes_total                   counter    source            bytes framed per tapped stream
@@ -51,7 +53,8 @@
 // (a 1-2-5 progression that switches to minute marks, which is what an SLO
 // on "done within N minutes" wants). Sub-agents use the GenAI-style
 // exponential 0.1·2^k s, k = 0…12 (0.1 … 409.6). Interrupt latency uses
-// 0.05 … 60 s; turns 1 s … 1 h on the workflow progression. Every
+// 0.05 … 60 s; turns 1 s … 1 h on the workflow progression. A run's cost
+// uses $0.001 … $100 in 1-2-5 steps (16 bounds; see runCostBuckets). Every
 // histogram is also a native histogram (bucket factor
 // 1.1, at most 160 buckets, resolution reduced rather than reset when that
 // is exceeded, so nothing ever goes down) for scrapers that negotiate it.

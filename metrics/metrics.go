@@ -151,6 +151,7 @@ type runState struct {
 	active   bool   // counted in cbc_workflow_runs_active
 	finished bool   // counted in runs_total / tasks_total
 	timed    bool   // its duration observed
+	costed   bool   // its cost observed (or counted unknown)
 	stalled  bool   // counted in cbc_workflow_runs_stalled
 	agents   map[int]struct{}
 	series   *agentSeries // of label, for a workflow run; nil until an agent ends
@@ -368,6 +369,7 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 		}
 		if st, ok := m.runs[l.Run]; ok {
 			m.runTimed(l.Run, st)
+			m.runCosted(l.Run, st)
 			if st.active { // finalized without a terminal status: never leak a gauge
 				st.active = false
 				m.runsActive.WithLabelValues(st.label).Dec()
@@ -432,6 +434,7 @@ func (m *Metrics) workflowLabel(name string) string {
 		m.tokens.WithLabelValues(label)
 		m.toolUses.WithLabelValues(label)
 		m.cost.wfCost.WithLabelValues(label)
+		m.cost.runCostNone.WithLabelValues(label)
 		for _, s := range ingest.TerminalStatuses() {
 			m.runsTotal.WithLabelValues(label, s.String())
 		}

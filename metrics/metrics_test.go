@@ -261,6 +261,9 @@ func TestCardinalityCap(t *testing.T) {
 	for i := range names {
 		r := &ingest.Run{Workflow: true, Name: fmt.Sprintf("workflow-%d", i), Status: ingest.StatusCompleted,
 			Start: t0, End: t0 + int64(i%5000), Usage: streamjson.Usage{TotalTokens: 1}}
+		if i%2 == 0 { // half the runs with a known cost: both cost families fold too
+			r.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: 0.01}, 1)
+		}
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 1}})
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
@@ -268,7 +271,7 @@ func TestCardinalityCap(t *testing.T) {
 	}
 	labels := map[string]bool{}
 	for _, name := range []string{"cbc_workflow_runs_total", "cbc_workflow_runs_started_total", "cbc_workflow_agents_total",
-		"cbc_workflow_duration_seconds", "cbc_workflow_tokens_total"} {
+		"cbc_workflow_duration_seconds", "cbc_workflow_tokens_total", "cbc_workflow_run_cost_usd", "cbc_workflow_runs_cost_unknown_total"} {
 		for k := range series(t, m.Registry(), name) {
 			for _, kv := range strings.Split(k, ",") {
 				if v, ok := strings.CutPrefix(kv, "workflow="); ok {
@@ -285,9 +288,10 @@ func TestCardinalityCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Per workflow value: 4 runs_total + 5 agents_total + started, active,
-	// tokens, tool uses, cost + at most one duration and one agent-duration
-	// histogram (counted as one series each here); plus the fixed families.
-	if limit := (maxWF+1)*(4+5+5+2) + 64; n > limit {
+	// tokens, tool uses, cost, cost unknown + at most one duration, one
+	// agent-duration and one run-cost histogram (counted as one series
+	// each here); plus the fixed families.
+	if limit := (maxWF+1)*(4+5+6+3) + 64; n > limit {
 		t.Errorf("%d series, want at most %d", n, limit)
 	}
 	if got := testutil.ToFloat64(m.wfOverflow); got != names-maxWF {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -286,13 +288,13 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 // each cost their own agents' calls: none is rolled up into another.
 func TestJoinCostMatchesSimulator(t *testing.T) {
 	dir := t.TempDir()
-	summary, expect := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "expect.jsonl")
+	summary, expect, prom := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "expect.jsonl"), filepath.Join(dir, "metrics.prom")
 	var in strings.Builder
 	in.WriteString(`{"type":"control_request","request_id":"init","request":{"subtype":"initialize"}}` + "\n")
 	for _, sc := range []string{"completed", "cached", "completed", "failed", "mixed", "nested"} {
 		fmt.Fprintf(&in, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] go"},"parent_tool_use_id":null,"session_id":""}`+"\n", sc)
 	}
-	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--summary-file", summary, "--",
+	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--summary-file", summary, "--metrics-file", prom, "--",
 		wrapperBin, "simulate", "--dialect", "claude", "--speed", "0", "--expect", expect)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") })
 	cmd.Stdin = strings.NewReader(in.String())
@@ -306,10 +308,11 @@ func TestJoinCostMatchesSimulator(t *testing.T) {
 		Cost  *float64 `json:"cost_usd"`
 	}
 	type run struct {
-		Kind   string   `json:"kind"`
-		Task   string   `json:"task_id"`
-		Cost   *float64 `json:"cost_usd"`
-		Agents []agent  `json:"agents"`
+		Kind     string   `json:"kind"`
+		Task     string   `json:"task_id"`
+		Workflow string   `json:"workflow"`
+		Cost     *float64 `json:"cost_usd"`
+		Agents   []agent  `json:"agents"`
 	}
 	read := func(path string) map[string]run {
 		b, err := os.ReadFile(path)
@@ -337,6 +340,38 @@ func TestJoinCostMatchesSimulator(t *testing.T) {
 	want, got := read(expect), read(summary)
 	if len(want) != 7 || len(got) != len(want) { // nested: two runs, each its own cost
 		t.Fatalf("%d runs expected, %d seen", len(want), len(got))
+	}
+	// Each run is one observation of cbc_workflow_run_cost_usd, its
+	// workflow's sum the sum of its runs' costs; none is of unknown cost.
+	wantSum, wantCount := map[string]float64{}, map[string]float64{}
+	for task, w := range want {
+		wantSum[got[task].Workflow] += val(w.Cost)
+		wantCount[got[task].Workflow]++
+	}
+	b, err := os.ReadFile(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, m := range fams["cbc_workflow_run_cost_usd"].GetMetric() {
+		wf, h := m.GetLabel()[0].GetValue(), m.GetHistogram()
+		seen++
+		if d := h.GetSampleSum() - wantSum[wf]; d > 1e-12 || d < -1e-12 || float64(h.GetSampleCount()) != wantCount[wf] {
+			t.Errorf("cbc_workflow_run_cost_usd{workflow=%q}: %d runs, $%v; the simulator spent $%v in %v", wf, h.GetSampleCount(), h.GetSampleSum(), wantSum[wf], wantCount[wf])
+		}
+	}
+	if seen != len(wantCount) {
+		t.Errorf("%d run-cost series, want one per workflow of %v", seen, wantCount)
+	}
+	for _, m := range fams["cbc_workflow_runs_cost_unknown_total"].GetMetric() {
+		if m.GetCounter().GetValue() != 0 {
+			t.Errorf("runs of unknown cost: %v", m)
+		}
 	}
 	for task, w := range want {
 		g := got[task]
