@@ -24,8 +24,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/cbc-otel/cbc-otel/internal/realtool"
 )
 
 // Media types of the index and its images (Docker schema 2, as `make
@@ -334,61 +332,21 @@ func TestImageIndex(t *testing.T) {
 	t.Run("podman load", func(t *testing.T) { podmanLoadIndex(t, built, ref) })
 }
 
-// podman runs the real podman with everything of its own under a temporary
-// directory: containers.conf (runc, as crun refuses this VM's hybrid cgroup
-// layout; no default ulimits, which cannot be raised here), storage (vfs),
-// run root and temporary files. Nothing global is read or changed.
-type podman struct {
-	bin, dir string
-	env      []string
-}
-
-func newPodman(t *testing.T) podman {
-	t.Helper()
-	bin := realtool.Find(t, "podman", "", "apt-get install -y podman runc")
-	realtool.Find(t, "runc", "", "apt-get install -y runc")
-	dir := t.TempDir()
-	for name, content := range map[string]string{
-		"containers.conf": "[containers]\ndefault_ulimits = []\n[engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
-		"storage.conf":    fmt.Sprintf("[storage]\ndriver = \"vfs\"\nrunroot = %q\ngraphroot = %q\n", filepath.Join(dir, "run"), filepath.Join(dir, "root")),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return podman{bin: bin, dir: dir, env: append(os.Environ(),
-		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
-		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
-		"TMPDIR="+filepath.Join(dir, "tmp"),
-		"XDG_RUNTIME_DIR="+filepath.Join(dir, "tmp"),
-	)}
-}
-
-// run runs podman args and returns its stdout, failing the test on error.
-func (p podman) run(t *testing.T, args ...string) string {
-	t.Helper()
-	full := append([]string{"--root", filepath.Join(p.dir, "root"), "--runroot", filepath.Join(p.dir, "run"),
-		"--storage-driver", "vfs", "--tmpdir", filepath.Join(p.dir, "tmp")}, args...)
-	cmd := exec.Command(p.bin, full...)
-	cmd.Env = p.env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("podman %s: %v\n%s%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
-	}
-	return stdout.String()
-}
-
 // podmanLoadIndex: `podman load` takes the archive as an oci-archive (the
 // image's digest is the index's: it went through the index, not
 // manifest.json), picks the host's platform, and that image runs;
 // `podman manifest add --all` reads both platforms from the same archive.
 func podmanLoadIndex(t *testing.T, built builtIndex, ref string) {
-	p := newPodman(t)
-	p.run(t, "load", "-i", built.file)
+	// podman_test.go's runtime: the test's own configuration and storage,
+	// under a short path (podman refuses a run root of over 50 characters,
+	// and a subtest's TempDir carries the test's whole name).
+	dir, err := os.MkdirTemp("", "pmidx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := newPodman(t, dir)
+	p.runCopying(t, "load", "-i", built.file)
 	var inspect []struct {
 		Architecture, Os, Digest string
 		RepoTags, RepoDigests    []string
@@ -409,7 +367,7 @@ func podmanLoadIndex(t *testing.T, built builtIndex, ref string) {
 
 	list := "localhost/cbc-otel-index-test:latest"
 	p.run(t, "manifest", "create", list)
-	p.run(t, "manifest", "add", "--all", list, "oci-archive:"+built.file)
+	p.runCopying(t, "manifest", "add", "--all", list, "oci-archive:"+built.file)
 	var m manifestIndex
 	if err := json.Unmarshal([]byte(p.run(t, "manifest", "inspect", list)), &m); err != nil {
 		t.Fatal(err)
