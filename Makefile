@@ -18,8 +18,10 @@ STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHEC
 
 # In a GitHub Actions job, the wrappers the tests start would otherwise
 # append their step summaries to the job's, and keep every run they see
-# (the memory tests make 100,000) to write it.
+# (the memory tests make 100,000) to write it; and the same for the job's
+# step outputs.
 unexport GITHUB_STEP_SUMMARY
+unexport GITHUB_OUTPUT
 
 .PHONY: all build image image-index demo test race vet lint fmt-check staticcheck cover-floor fuzz bench bench-quick clean chaos screenshot
 

@@ -35,6 +35,7 @@ type runConfig struct {
 	summary      bool
 	summaryFile  string
 	stepSummary  string // --step-summary, else $GITHUB_STEP_SUMMARY
+	stepOutput   string // --step-output, else $GITHUB_OUTPUT
 	tel          telemetryFlags
 	spool        spoolFlags
 	joinCLI      bool            // --join-cli-telemetry
@@ -67,6 +68,7 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
 	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
 	fs.StringVar(&c.stepSummary, "step-summary", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
+	fs.StringVar(&c.stepOutput, "step-output", c.stepOutput, "when the child exits, append the session's cost, tokens by type and runs by status to this file (GitHub Actions step outputs; default $GITHUB_OUTPUT)")
 	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
 	c.tel.metrics.noListen = true // no port, no page unless --web.listen-address
 	c.tel.register(fs, true)
@@ -98,6 +100,9 @@ func (c *runConfig) Validate() error {
 	if c.explicit["step-summary"] && c.stepSummary != "" {
 		// $GITHUB_STEP_SUMMARY is not checked: the CI's, not the user's.
 		errs = append(errs, checkOutputPath("step-summary", c.stepSummary))
+	}
+	if c.explicit["step-output"] && c.stepOutput != "" {
+		errs = append(errs, checkOutputPath("step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
 	}
 	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
 		errs = append(errs, errors.New("--join-cli-telemetry needs the pipeline: with --spool-dir, add --spool.process"))
@@ -176,6 +181,9 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 	fs.Visit(func(f *flag.Flag) { cfg.explicit[f.Name] = true })
 	if !cfg.explicit["step-summary"] {
 		cfg.stepSummary = os.Getenv("GITHUB_STEP_SUMMARY")
+	}
+	if !cfg.explicit["step-output"] {
+		cfg.stepOutput = os.Getenv("GITHUB_OUTPUT")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, false, fail(stderr, "run", exitUsage, err)
@@ -291,14 +299,15 @@ type consumers struct {
 	runs     report.Collector
 	collect  bool
 	consumed chan struct{}
-	join     *cliJoin // --join-cli-telemetry; nil without
+	join     *cliJoin      // --join-cli-telemetry; nil without
+	spend    *report.Spend // --step-output; nil without
 }
 
 // startConsumers starts the telemetry and the spool writer that cfg asks
 // for. With --spool-dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
 func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin) (*consumers, error) {
-	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != ""}
+	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != "" || cfg.stepOutput != ""}
 	if cfg.spool.dir == "" || cfg.spool.process {
 		var err error
 		if c.tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
@@ -331,6 +340,10 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		}
 		if join != nil {
 			extra = append(extra, join.s.Joiner)
+		}
+		if cfg.stepOutput != "" {
+			c.spend = &report.Spend{}
+			extra = append(extra, c.spend)
 		}
 		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
 		if join != nil {
@@ -440,7 +453,8 @@ func (c *consumers) shutdown(ctx context.Context, command string) {
 }
 
 // summarize writes the waterfall (--summary) and the runs file
-// (--summary-file) of a consumer that finished.
+// (--summary-file), the step summary and the step outputs of a consumer
+// that finished.
 func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger) {
 	if c.tel == nil || !c.collect {
 		return
@@ -458,6 +472,11 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 	if cfg.stepSummary != "" {
 		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
 			log.Error("writing the step summary", "err", err)
+		}
+	}
+	if cfg.stepOutput != "" && c.spend != nil {
+		if err := appendStepOutputs(cfg.stepOutput, c.runs.Runs, c.spend.Totals()); err != nil {
+			log.Error("writing the step outputs", "err", err)
 		}
 	}
 }

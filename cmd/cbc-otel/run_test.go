@@ -40,6 +40,7 @@ func testMain(m *testing.M) int {
 	// The wrappers the tests start must not append to the CI's own step
 	// summary; TestE2EStepSummary sets its own.
 	os.Unsetenv("GITHUB_STEP_SUMMARY")
+	os.Unsetenv("GITHUB_OUTPUT") // nor to its step outputs
 	dir, err := os.MkdirTemp("", "cbc-otel-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
