@@ -147,10 +147,10 @@ func kubeBinaries(t *testing.T) (apiserver, etcd string) {
 	return a, e
 }
 
-// startProcess runs bin with args until the test ends (SIGTERM, then
+// startKubeProcess runs bin with args until the test ends (SIGTERM, then
 // SIGKILL after 10 s), its output in a file of dir that is logged when
 // the test fails. The channel is closed when the process has exited.
-func startProcess(t *testing.T, dir, bin string, args ...string) <-chan struct{} {
+func startKubeProcess(t *testing.T, dir, bin string, args ...string) <-chan struct{} {
 	t.Helper()
 	name := filepath.Base(bin)
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
@@ -185,8 +185,8 @@ func startProcess(t *testing.T, dir, bin string, args ...string) <-chan struct{}
 	return exited
 }
 
-// writePEM writes one PEM block to a new file of dir.
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
+// writeKubePEM writes one PEM block to a new file of dir.
+func writeKubePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
@@ -195,8 +195,8 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	return p
 }
 
-// ecKey makes a P-256 key and its PEM file ("EC PRIVATE KEY").
-func ecKey(t *testing.T, dir, name string) (*ecdsa.PrivateKey, string) {
+// kubeECKey makes a P-256 key and its PEM file ("EC PRIVATE KEY").
+func kubeECKey(t *testing.T, dir, name string) (*ecdsa.PrivateKey, string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -206,7 +206,7 @@ func ecKey(t *testing.T, dir, name string) (*ecdsa.PrivateKey, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key, writePEM(t, dir, name, "EC PRIVATE KEY", der)
+	return key, writeKubePEM(t, dir, name, "EC PRIVATE KEY", der)
 }
 
 // startAPIServer starts etcd (data in a temporary directory) and
@@ -220,14 +220,14 @@ func startAPIServer(t *testing.T) *apiServer {
 	ports := realtool.FreePorts(t, 3)
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	etcdExited := startProcess(t, dir, etcdBin,
+	etcdExited := startKubeProcess(t, dir, etcdBin,
 		"--name=test", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=test="+peerURL, "--log-level=warn")
 
 	// The serving certificate is its own CA: the client trusts exactly it.
-	key, keyFile := ecKey(t, dir, "serving.key")
+	key, keyFile := kubeECKey(t, dir, "serving.key")
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "kube-apiserver (cbc-otel test)"},
@@ -244,12 +244,12 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile := writePEM(t, dir, "serving.crt", "CERTIFICATE", der)
+	certFile := writeKubePEM(t, dir, "serving.crt", "CERTIFICATE", der)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, saKeyFile := ecKey(t, dir, "service-account.key")
+	_, saKeyFile := kubeECKey(t, dir, "service-account.key")
 	tokenBytes := make([]byte, 16)
 	if _, err := rand.Read(tokenBytes); err != nil {
 		t.Fatal(err)
@@ -260,7 +260,7 @@ func startAPIServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	apiserverExited := startProcess(t, dir, apiserverBin,
+	apiserverExited := startKubeProcess(t, dir, apiserverBin,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(ports[2]),
@@ -289,7 +289,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	}
 	// Start-up under load (two shared cores) takes tens of seconds.
 	var last string
-	waitFor(t, 5*time.Minute, func() bool {
+	waitForServer(t, 5*time.Minute, func() bool {
 		select {
 		case <-etcdExited:
 			t.Fatal("etcd exited")
@@ -310,9 +310,9 @@ func startAPIServer(t *testing.T) *apiServer {
 	return s
 }
 
-// waitFor polls cond every 100 ms until it holds, or fails the test after
+// waitForServer polls cond every 100 ms until it holds, or fails the test after
 // d with what() (a poll, not a sleep: the server has no event to wait on).
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what func() string) {
+func waitForServer(t *testing.T, d time.Duration, cond func() bool, what func() string) {
 	t.Helper()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -417,7 +417,7 @@ func installCRDs(t *testing.T, s *apiServer) {
 			t.Fatal(err)
 		}
 		var last string
-		waitFor(t, time.Minute, func() bool {
+		waitForServer(t, time.Minute, func() bool {
 			code, body, _ := s.do(http.MethodGet, "/apis/monitoring.coreos.com/v1/"+plural, "", nil)
 			last = fmt.Sprintf("%d %s", code, body)
 			return code == http.StatusOK
@@ -490,8 +490,11 @@ func TestAPIServer(t *testing.T) {
 					continue
 				}
 				checkKept(t, o, got)
-				added := addedFields(storedForm(o), got)
-				t.Logf("%s: applied %d fields; the server added:\n\t%s", o, countLeaves(o.body), strings.Join(added, "\n\t"))
+				added := "nothing"
+				if a := addedFields(storedForm(o), got); len(a) > 0 {
+					added = strings.Join(append([]string{""}, a...), "\n\t")
+				}
+				t.Logf("%s: applied %d fields; the server added: %s", o, countLeaves(o.body), added)
 				checkServerDefaults(t, o, got, v)
 				// Applying the same manifest again is a no-op: same
 				// resourceVersion (the chart's values are what the server
@@ -788,8 +791,8 @@ type refusal struct {
 	want   string // in the server's message
 }
 
-// podSpecOf returns the pod spec inside a rendered workload.
-func podSpecOf(obj map[string]any) map[string]any {
+// renderedPodSpec returns the pod spec inside a rendered workload.
+func renderedPodSpec(obj map[string]any) map[string]any {
 	spec := obj["spec"].(map[string]any)
 	if jt, ok := spec["jobTemplate"].(map[string]any); ok {
 		spec = jt["spec"].(map[string]any)
@@ -797,8 +800,8 @@ func podSpecOf(obj map[string]any) map[string]any {
 	return spec["template"].(map[string]any)["spec"].(map[string]any)
 }
 
-func initContainer(obj map[string]any, name string) map[string]any {
-	for _, c := range podSpecOf(obj)["initContainers"].([]any) {
+func renderedInitContainer(obj map[string]any, name string) map[string]any {
+	for _, c := range renderedPodSpec(obj)["initContainers"].([]any) {
 		if m := c.(map[string]any); m["name"] == name {
 			return m
 		}
@@ -807,16 +810,16 @@ func initContainer(obj map[string]any, name string) map[string]any {
 }
 
 var refusals = []refusal{
-	{"sidecar restartPolicy OnFailure", "Job", func(o map[string]any) { initContainer(o, "cbc-otel")["restartPolicy"] = "OnFailure" },
+	{"sidecar restartPolicy OnFailure", "Job", func(o map[string]any) { renderedInitContainer(o, "cbc-otel")["restartPolicy"] = "OnFailure" },
 		// Its probes need restartPolicy: Always.
 		"livenessProbe: Forbidden"},
 	{"probes on a plain init container", "Job", func(o map[string]any) {
-		initContainer(o, "cbc-otel-install")["readinessProbe"] = initContainer(o, "cbc-otel")["readinessProbe"]
+		renderedInitContainer(o, "cbc-otel-install")["readinessProbe"] = renderedInitContainer(o, "cbc-otel")["readinessProbe"]
 	}, "readinessProbe: Forbidden"},
-	{"Job pod restartPolicy Always", "Job", func(o map[string]any) { podSpecOf(o)["restartPolicy"] = "Always" }, "restartPolicy"},
+	{"Job pod restartPolicy Always", "Job", func(o map[string]any) { renderedPodSpec(o)["restartPolicy"] = "Always" }, "restartPolicy"},
 	// Server-side apply refuses an unknown field with HTTP 500 (its typed
 	// patch fails), whatever fieldValidation says.
-	{"unknown container field", "Job", func(o map[string]any) { initContainer(o, "cbc-otel")["restartPolicyy"] = "Always" }, "restartPolicyy: field not declared in schema"},
+	{"unknown container field", "Job", func(o map[string]any) { renderedInitContainer(o, "cbc-otel")["restartPolicyy"] = "Always" }, "restartPolicyy: field not declared in schema"},
 	{"ServiceMonitor interval not a duration", "ServiceMonitor", func(o map[string]any) {
 		o["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)["interval"] = "ten seconds"
 	}, "interval in body should match"},
