@@ -213,7 +213,7 @@ func kubeECKey(t *testing.T, dir, name string) (*ecdsa.PrivateKey, string) {
 // kube-apiserver on 127.0.0.1, with a throwaway self-signed serving
 // certificate and a static token in group system:masters, and waits until
 // /readyz says ready.
-func startAPIServer(t *testing.T) *apiServer {
+func startAPIServer(t *testing.T, extraArgs ...string) *apiServer {
 	t.Helper()
 	apiserverBin, etcdBin := kubeBinaries(t)
 	dir := t.TempDir()
@@ -260,22 +260,22 @@ func startAPIServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	apiserverExited := startKubeProcess(t, dir, apiserverBin,
-		"--etcd-servers="+etcdURL,
+	apiserverExited := startKubeProcess(t, dir, apiserverBin, append([]string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[2]),
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile,
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--token-auth-file="+tokenFile,
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+saKeyFile,
-		"--service-account-signing-key-file="+saKeyFile,
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-account-key-file=" + saKeyFile,
+		"--service-account-signing-key-file=" + saKeyFile,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		// Loopback cannot be advertised in the kubernetes Service's
 		// endpoints, and nothing here reaches the server through it.
 		"--endpoint-reconciler-type=none",
-		"--profiling=false")
+		"--profiling=false"}, extraArgs...)...)
 
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
@@ -302,11 +302,12 @@ func startAPIServer(t *testing.T) *apiServer {
 		return code == http.StatusOK
 	}, func() string { return "kube-apiserver /readyz: " + last })
 	var v struct {
-		GitVersion string `json:"gitVersion"`
+		GitVersion     string `json:"gitVersion"`
+		EmulationMinor string `json:"emulationMinor"`
 	}
 	s.getJSON(t, "/version", &v)
 	s.version = v.GitVersion
-	t.Logf("kube-apiserver %s ready after %v (etcd and TLS on 127.0.0.1)", s.version, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("kube-apiserver %s (emulating 1.%s) ready after %v (etcd and TLS on 127.0.0.1)", s.version, v.EmulationMinor, time.Since(start).Round(100*time.Millisecond))
 	return s
 }
 
@@ -433,13 +434,34 @@ func installCRDs(t *testing.T, s *apiServer) {
 // native sidecar's restartPolicy: Always, and that applying again changes
 // nothing. What the server added is logged per object. Objects the server
 // must refuse (mutations of rendered ones) show that its validation ran.
+// All of it on 1.37 and on 1.37 emulating 1.34.
 func TestAPIServer(t *testing.T) {
 	if testing.Short() {
 		realtool.Skip(t, "kube-apiserver", "-short")
 	}
-	s := startAPIServer(t)
+	// The binary's own version, and the oldest it can emulate (the APIs,
+	// defaults and validation of that release, as far as the server keeps
+	// them: compatibility versions reach back three minors).
+	servers := []struct {
+		name, kube string
+		args       []string
+	}{
+		{"kube-1.37", "", nil},
+		{"kube-1.34-emulated", "1.34.0", []string{"--emulated-version=kube=1.34"}},
+	}
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) { testAPIServer(t, srv.kube, srv.args) })
+	}
+}
+
+// testAPIServer is TestAPIServer on one server, started with args; the
+// chart is rendered for kube, else for the server's version.
+func testAPIServer(t *testing.T, kube string, args []string) {
+	s := startAPIServer(t, args...)
 	installCRDs(t, s)
-	kube := strings.TrimPrefix(strings.SplitN(s.version, "+", 2)[0], "v")
+	if kube == "" {
+		kube = strings.TrimPrefix(strings.SplitN(s.version, "+", 2)[0], "v")
+	}
 
 	cases := map[string][]string{"default": nil}
 	for _, ex := range examples(t) {
