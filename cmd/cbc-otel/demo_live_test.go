@@ -200,17 +200,21 @@ func TestDemoJoinSeriesMarked(t *testing.T) {
 	clearOTelEnv(t)
 	addr := freeAddr(t)
 	s := startBin(t, addr, "demo", "--hold", "--speed", "0", "--join-cli-telemetry", "--web.listen-address", addr)
-	var body string
-	poll(t, 60*time.Second, "the join's series on /metrics", func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false, err.Error()
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body = string(b)
-		return strings.Contains(body, "\ncbc_otel_cli_spans_total{"), "no cbc_otel_cli_spans_total series yet"
+	// Stopped while it drives the simulator, the demo exits 1: wait for
+	// --hold's word that every scenario ran.
+	poll(t, 60*time.Second, "the demo holding", func() (bool, string) {
+		return strings.Contains(s.stderr.String(), "until interrupted"), s.stderr.String()
 	})
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	if !strings.Contains(body, "\ncbc_otel_cli_spans_total{") {
+		t.Fatalf("no cbc_otel_cli_spans_total series:\n%s", body)
+	}
 	for line := range strings.Lines(body) {
 		if !strings.HasPrefix(line, "#") && !strings.Contains(line, `demo="true"`) {
 			t.Errorf("a series of the demo without demo=\"true\": %s", line)
