@@ -1,54 +1,43 @@
 package ingest
 
-import (
-	"hash/maphash"
-
-	"github.com/cbc-otel/cbc-otel/streamjson"
-)
+import "github.com/cbc-otel/cbc-otel/streamjson"
 
 // Stalled agents (issue 31): a started agent still live (start, running,
 // progress...) of an unfinished workflow run that shows no progress for
 // StallAfter, on the same clock as a stalled run, is stalled, once per
 // silence. Progress is its row's lastProgressAt advancing when the row
 // carries one (Claude Code 2.1.334+), else its row changing (state
-// spelling, tokens, toolCalls, durationMs, times, error) between
+// spelling, tokens, toolCalls, durationMs, startedAt) between
 // snapshots; a resent snapshot is never progress. A queued agent waits on
 // the others, not on itself: it does not stall. The stall ends when the
 // agent progresses, ends, or its run ends. The run's own stall is
 // independent: a run silent as a whole stalls, and so do its live agents.
 
-// rowSeed makes rowSum's hashes; one per process is enough (the sums are
-// never stored beyond it: a restored agent starts afresh).
-var rowSeed = maphash.MakeSeed()
-
-// rowSum sums what an agent row says that changes with its progress.
-func rowSum(e *streamjson.Entry) uint64 {
-	var h maphash.Hash
-	h.SetSeed(rowSeed)
-	h.WriteString(e.State)
-	h.WriteString(e.Error)
-	for _, v := range [...]int64{e.StartedAt, e.EndedAt, e.DurationMs, e.Tokens, e.ToolCalls} {
-		var b [8]byte
-		for i := range b {
-			b[i] = byte(v >> (8 * i))
-		}
-		h.Write(b[:])
+// spelling identifies a state's spelling: its length and first byte tell
+// every live spelling the protocol has apart (start, started, running,
+// progress, in_progress, ""), without keeping the string.
+func spelling(s string) uint16 {
+	if s == "" {
+		return 0
 	}
-	return h.Sum64()
+	return uint16(min(len(s), 255))<<8 | uint16(s[0])
 }
 
-// agentRow notes agent a's row e of run r: whether it shows progress, and
-// so ends a's stall. Called from mergeAgent before a's state is taken
-// from e; resent is the frame's "resent": a repeat, never progress.
-func (t *Tracker) agentRow(r *Run, a *Agent, e *streamjson.Entry, resent bool) {
-	sum := rowSum(e)
-	moved := sum != a.rowSum
+// agentRow notes agent a's row e of run r, before a's fields take e's:
+// whether it shows progress, and so ends a's stall. started is e's
+// startedAt as taken (0: none or implausible); resent is the frame's
+// "resent": a repeat, never progress. It compares what a holds already
+// (no hash, no copy): every live row of every snapshot pays it.
+func (t *Tracker) agentRow(r *Run, a *Agent, e *streamjson.Entry, started int64, resent bool) {
+	sp := spelling(e.State)
+	moved := e.Tokens != a.Tokens || e.ToolCalls != a.ToolCalls || e.DurationMs != a.DurationMs ||
+		sp != a.spelling || (started > 0 && started != a.Start)
 	if e.LastProgressAt > 0 {
-		moved = e.LastProgressAt > a.lastProgressAt
+		// The CLI's own word, when it gives one; starting is progress.
+		moved = e.LastProgressAt > a.lastProgressAt || (started > 0 && a.Start == 0)
 		a.lastProgressAt = e.LastProgressAt
 	}
-	moved = moved || (e.StartedAt > 0 && a.Start == 0) // starting is progress
-	a.rowSum = sum
+	a.spelling = sp
 	if resent || (!moved && a.lastMove != 0) {
 		return
 	}

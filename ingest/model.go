@@ -150,11 +150,11 @@ type Agent struct {
 	startSent bool // AgentStarted emitted
 	endSent   bool // AgentEnded emitted
 	// lastMove is the Tracker's clock at the agent's last progress;
-	// lastProgressAt and rowSum are what its row last said, to tell
-	// progress from a repeat.
+	// lastProgressAt and spelling are what its row last said, to tell
+	// progress from a repeat (with the fields above).
 	lastMove       int64
 	lastProgressAt int64
-	rowSum         uint64
+	spelling       uint16
 }
 
 // Run is one run of a task: a workflow (Workflow true) with its phases and

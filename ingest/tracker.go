@@ -678,8 +678,8 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 		t.violation(ViolationAgentRegression, r)
 		st = a.State
 	}
-	t.agentRow(r, a, e, t.resent)
 	queued, started := t.entryTime(e.QueuedAt, r), t.entryTime(e.StartedAt, r)
+	t.agentRow(r, a, e, started, t.resent)
 	if queued > 0 {
 		a.QueuedAt = queued
 	}
