@@ -35,7 +35,7 @@ func (t *Tracker) agentRow(r *Run, a *Agent, e *streamjson.Entry, started int64,
 	if e.LastProgressAt > 0 {
 		// The CLI's own word, when it gives one; starting is progress.
 		moved = e.LastProgressAt > a.lastProgressAt || (started > 0 && a.Start == 0)
-		a.lastProgressAt = e.LastProgressAt
+		a.lastProgressAt = max(a.lastProgressAt, e.LastProgressAt) // a row that goes back is late
 	}
 	a.spelling = sp
 	if resent || (!moved && a.lastMove != 0) {

@@ -53,6 +53,10 @@ func TestStalledAgents(t *testing.T) {
 			tick(r, 16, 20, func(at int64) jobj { return a1(at, 1) })
 			r.at(T0+21*min, lnNotify("w1", "completed"))
 		}, "stall:1@10 resume:1@16 run_finished end:1"},
+		{"lastProgressAt going back and forth is not progress", after, func(r *clockRig) {
+			tick(r, 0, 12, func(at int64) jobj { return a1(T0+(at-T0)/min%2*min, 1) })
+			r.at(T0+13*min, lnNotify("w1", "completed"))
+		}, "stall:1@11 resume:1@13 run_finished end:1"}, // it last advanced at 1m
 		{"no lastProgressAt, the row changing: no stall", after, func(r *clockRig) {
 			tick(r, 0, 40, func(at int64) jobj { return a1(0, at-T0) })
 			r.at(T0+41*min, lnNotify("w1", "completed"))
