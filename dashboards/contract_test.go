@@ -155,6 +155,8 @@ func observeCost(m *metrics.Metrics) {
 	// stalled (they are not pre-created).
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStalled, Run: run})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunResumed, Run: run})
+	m.Observe(ingest.Lifecycle{Kind: ingest.AgentStalled, Run: run, Agent: agent})
+	m.Observe(ingest.Lifecycle{Kind: ingest.AgentResumed, Run: run, Agent: agent})
 	run.Status, run.End = ingest.StatusCompleted, 5000
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: run})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: run})

@@ -242,13 +242,15 @@ func Overview(opts Options) (DashboardSpec, error) {
 					kind:        kindBars, width: 6, height: 8, min: f64(0),
 				},
 				{
-					Title:       "Stalled runs",
-					Description: "Unfinished runs with no event for --stall-after (10 m by default), by workflow, and the silences that began per interval.",
+					Title:       "Stalled runs and agents",
+					Description: "Unfinished runs with no event for --stall-after (10 m by default), and live agents of unfinished runs without progress for as long, by workflow, and the silences that began per interval.",
 					Unit:        "short",
-					WhenRed:     "See the runbook of CbcWorkflowStalled: a run that says nothing is waiting on something (a hung tool, a model call, a lost CLI).",
+					WhenRed:     "See the runbooks of CbcWorkflowStalled and CbcWorkflowAgentStalled: a run that says nothing, or an agent that does not move while its run goes on, is waiting on something (a hung tool, a model call, a lost CLI).",
 					Queries: []query{
 						{Expr: "sum by (workflow) (cbc_workflow_runs_stalled{" + workflow + "})", Legend: "{{workflow}} stalled"},
 						{Expr: "sum by (workflow) (increase(cbc_workflow_stalls_total{" + workflow + "}[$__rate_interval]))", Legend: "{{workflow}} new stalls"},
+						{Expr: "sum by (workflow) (cbc_workflow_agents_stalled{" + workflow + "})", Legend: "{{workflow}} agents stalled"},
+						{Expr: "sum by (workflow) (increase(cbc_workflow_agent_stalls_total{" + workflow + "}[$__rate_interval]))", Legend: "{{workflow}} new agent stalls"},
 					},
 					kind: kindTimeseries, width: 24, height: 6, min: f64(0),
 				},

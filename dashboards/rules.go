@@ -236,6 +236,7 @@ const (
 	AlertAbandonedRuns      = "CbcWorkflowRunsAbandoned"
 	AlertInterruptLatency   = "CbcInterruptLatencyHigh"
 	AlertWorkflowStalled    = "CbcWorkflowStalled"
+	AlertAgentStalled       = "CbcWorkflowAgentStalled"
 	AlertExportErrors       = "CbcOtelTraceExportErrors"
 	AlertSpansDropped       = "CbcOtelSpansDropped"
 	AlertTapDropping        = "CbcOtelTapDropping"
@@ -268,6 +269,10 @@ const (
 	// event for the exporter's --stall-after (default 10m); it drops back
 	// when an event comes.
 	workflowStalledMetric = "cbc_workflow_runs_stalled"
+	// agentsStalledMetric is the gauge of live agents of open runs that
+	// showed no progress for --stall-after; it drops back when they move
+	// or end or their run ends.
+	agentsStalledMetric = "cbc_workflow_agents_stalled"
 )
 
 // SLOSelector is the label matcher list that selects this SLO's
@@ -621,6 +626,22 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 					"--stall-after (default 10m), for 5 more minutes: the CLI hangs (a tool call, the model API, a "+
 					"permission prompt nobody answers) or its stream stopped without exiting. The run is not terminal "+
 					"yet, so the SLO does not see it."),
+		},
+		{
+			Alert: AlertAgentStalled,
+			// As CbcWorkflowStalled: per workflow, its value the number of
+			// stalled agents. It sees what the run's stall cannot: one
+			// agent stuck while the others keep the run's stream moving.
+			Expr:   `sum` + o.byWith("workflow") + ` (` + o.sel(agentsStalledMetric) + `) > 0`,
+			For:    o.scaled(5 * time.Minute),
+			Labels: map[string]string{"severity": SeverityWarning},
+			Annotations: o.annotations("workflow-agent-stalled",
+				"{{ $value }} agent(s) of workflow {{ $labels.workflow }} stalled",
+				"{{ $value }} live agent(s) of open runs of workflow {{ $labels.workflow }} have shown no progress "+
+					"(lastProgressAt, else their row in the snapshots) for the exporter's --stall-after (default 10m), "+
+					"for 5 more minutes, while their run goes on: a tool call that hangs, a model call that never "+
+					"returns, an agent waiting on something that will not come. It spends its run's time, and its "+
+					"run cannot end before it does."),
 		},
 	}}
 }

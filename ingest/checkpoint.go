@@ -120,6 +120,7 @@ func (t *Tracker) Restore(s TrackerState, now int64) error {
 			a.startSent = slices.Contains(rs.AgentsStarted, a.Index)
 			a.endSent = slices.Contains(rs.AgentsEnded, a.Index)
 		}
+		t.restartAgentClocks(r)
 		t.byTask[r.TaskID] = append(t.byTask[r.TaskID], r)
 		t.noteRun(r.TaskID, r.RunID)
 		t.open = append(t.open, r)

@@ -406,6 +406,7 @@ type invariantSink struct {
 	runCalls   map[*ingest.Run]int64      // ... of them carrying their open run
 	heldBack   map[[2]string]int64        // ... of a run whose RunStarted is held back (no Run on them)
 	stalled    map[*ingest.Run]bool       // between RunStalled and RunResumed
+	agentStall map[agentKey]bool          // between AgentStalled and AgentResumed
 	parentOf   map[[2]string][2]string    // a nested run's launcher, by task and run id
 	events     int                        // lifecycle events observed
 	known      map[[2]string]bool         // every run seen, by task and run id
@@ -417,7 +418,7 @@ func newInvariantSink(t *testing.T) *invariantSink {
 		terminal: map[*ingest.Run]ingest.RunStatus{}, finalized: map[*ingest.Run]int{},
 		started: map[agentKey]int{}, ended: map[agentKey]int{}, state: map[agentKey]ingest.AgentState{},
 		nAgents: map[*ingest.Run]int{}, violations: map[ingest.Violation]int64{}, final: map[*ingest.Run]ingest.Run{},
-		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}, parentOf: map[[2]string][2]string{},
+		runCalls: map[*ingest.Run]int64{}, heldBack: map[[2]string]int64{}, stalled: map[*ingest.Run]bool{}, agentStall: map[agentKey]bool{}, parentOf: map[[2]string][2]string{},
 		known: map[[2]string]bool{}, links: map[[2]string][2][2]string{}}
 }
 
@@ -518,9 +519,18 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	}
 	s.nAgents[r] = len(r.Agents)
 	s.checkParent(r)
+	stalledN := 0
 	for i := range r.Agents {
 		a := &r.Agents[i]
 		k := agentKey{r, a.Index}
+		// An agent is stalled exactly between its AgentStalled and its
+		// AgentResumed, and the run counts its stalled agents.
+		if a.Stalled {
+			stalledN++
+		}
+		if a.Stalled != s.agentStall[k] && (l.Agent == nil || l.Agent.Index != a.Index || (l.Kind != ingest.AgentStalled && l.Kind != ingest.AgentResumed)) {
+			t.Fatalf("run %s agent %d: stalled=%v, the sink saw %v (%v)", r.TaskID, a.Index, a.Stalled, s.agentStall[k], l.Kind)
+		}
 		if prev, ok := s.state[k]; ok {
 			if prev.Final() && a.State != prev {
 				t.Fatalf("run %s agent %d: final state %v became %v (%v)", r.TaskID, a.Index, prev, a.State, l.Kind)
@@ -531,8 +541,27 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 		}
 		s.state[k] = a.State
 	}
+	if stalledN != r.AgentsStalled {
+		t.Fatalf("run %s/%s: %d agents stalled, AgentsStalled %d (%v)", r.TaskID, r.RunID, stalledN, r.AgentsStalled, l.Kind)
+	}
 	switch l.Kind {
+	case ingest.AgentStalled, ingest.AgentResumed:
+		// Agent stalls alternate with resumes, a stall only of a started,
+		// live agent of an unfinished run, and neither after its end.
+		a := l.Agent
+		if a == nil {
+			t.Fatalf("%v without an agent", l.Kind)
+		}
+		k := agentKey{r, a.Index}
+		stall := l.Kind == ingest.AgentStalled
+		if s.agentStall[k] == stall || s.ended[k] > 0 || (stall && (r.Finished || a.State != ingest.AgentRunning)) {
+			t.Fatalf("run %s agent %d: %v while stalled=%v, ended=%d, state %v, run finished=%v", r.TaskID, a.Index, l.Kind, s.agentStall[k], s.ended[k], a.State, r.Finished)
+		}
+		s.agentStall[k] = stall
 	case ingest.RunFinished, ingest.TaskEnded:
+		if r.AgentsStalled != 0 {
+			t.Fatalf("run %s/%s finished with %d agents stalled", r.TaskID, r.RunID, r.AgentsStalled)
+		}
 		if l.Kind == ingest.RunFinished != r.Workflow {
 			t.Fatalf("%v for a run with Workflow=%v", l.Kind, r.Workflow)
 		}
@@ -585,6 +614,9 @@ func (s *invariantSink) Observe(l ingest.Lifecycle) {
 			t.Fatalf("AgentEnded without a final agent: %+v", l.Agent)
 		}
 		k := agentKey{r, l.Agent.Index}
+		if s.agentStall[k] {
+			t.Fatalf("run %s agent %d ended while stalled", r.TaskID, l.Agent.Index)
+		}
 		if s.ended[k]++; s.ended[k] > 1 {
 			t.Fatalf("run %s agent %d ended twice", r.TaskID, l.Agent.Index)
 		}
@@ -720,6 +752,11 @@ func agentRowJSON(idx int, c byte, now int64) string {
 	case 2:
 		return base + id + fmt.Sprintf(`,"state":"start","startedAt":%d,"tokens":%d}`, start, c)
 	case 3:
+		if c >= 128 {
+			// lastProgressAt fixed by c: the same byte again is no
+			// progress, another may be (the stall clock of an agent).
+			return base + id + fmt.Sprintf(`,"state":"running","startedAt":%d,"lastProgressAt":%d}`, start, T0+int64(c)*1000)
+		}
 		return base + id + fmt.Sprintf(`,"state":"running","startedAt":%d}`, start)
 	case 4:
 		return base + id + fmt.Sprintf(`,"state":"done","startedAt":%d,"durationMs":%d,"tokens":7}`, start, 10+int(c))
@@ -882,6 +919,12 @@ func FuzzTracker(f *testing.F) {
 	// Result lines (op 13): good values, then bad, absent and lower ones,
 	// the clock moving between them.
 	f.Add([]byte{13, 0, 0, 4, 4, 4, 4, 4, 9, 0, 0, 50, 13, 0, 0, 4, 0, 1, 4, 4, 9, 0, 0, 50, 13, 0, 0, 4, 4, 4, 4, 4, 13, 0, 0, 2, 2, 2, 2, 3})
+	// Agent stalls (issue 31): agents 1 and 3 (lastProgressAt fixed by
+	// the byte) say the same row across 4 s while agent 2 moves; then 3's
+	// lastProgressAt advances, a resent frame changes 1's row (no
+	// progress), 1 ends, and the run ends.
+	f.Add([]byte{0, 0, 0, 0, 2, 0, 0, 3, 3, 135, 0, 9, 0, 0, 10, 2, 0, 0, 3, 2, 135, 0, 9, 0, 0, 10, 2, 0, 0, 3, 14, 147, 0,
+		4, 0, 6, 2, 26, 147, 0, 9, 0, 0, 10, 2, 0, 0, 4, 38, 147, 0, 9, 0, 0, 30, 7, 0, 0, 0})
 	for _, l := range corpusLines(f) {
 		f.Add(l)
 	}

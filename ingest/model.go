@@ -141,8 +141,20 @@ type Agent struct {
 	ResultPreview string
 	PromptPreview string
 
+	// Stalled is set while the started, live agent of an unfinished run
+	// has shown no progress for TrackerOptions.StallAfter; Stalls counts
+	// its silences (see agentstall.go).
+	Stalled bool
+	Stalls  int
+
 	startSent bool // AgentStarted emitted
 	endSent   bool // AgentEnded emitted
+	// lastMove is the Tracker's clock at the agent's last progress;
+	// lastProgressAt and spelling are what its row last said, to tell
+	// progress from a repeat (with the fields above).
+	lastMove       int64
+	lastProgressAt int64
+	spelling       uint16
 }
 
 // Run is one run of a task: a workflow (Workflow true) with its phases and
@@ -199,6 +211,11 @@ type Run struct {
 	Stalled   bool
 	Stalls    int
 	lastEvent int64 // the Tracker's clock at its last event
+	// AgentsStalled counts its agents stalled now (Agent.Stalled).
+	AgentsStalled int
+	// agentDue is a lower bound of when one of its live agents can stall
+	// (0: none can): the stall check looks at its agents only then.
+	agentDue int64
 
 	// Adopted is set while a run known only from its task_progress (no
 	// task_started yet: a follower that joined mid-stream, or a reordered

@@ -22,9 +22,11 @@ const (
 	TurnEnded                               // a result line ended a turn of a session (Lifecycle.Turn)
 	RunStalled                              // an unfinished workflow run showed no event for TrackerOptions.StallAfter
 	RunResumed                              // a stalled run showed an event again, or ended
+	AgentStalled                            // a started, live agent of an unfinished run showed no progress for TrackerOptions.StallAfter
+	AgentResumed                            // a stalled agent progressed, ended, or its run ended
 )
 
-var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation", "model_call", "turn_ended", "run_stalled", "run_resumed"}
+var lifecycleNames = [...]string{"run_started", "agent_started", "agent_ended", "run_updated", "run_finished", "run_finalized", "task_started", "task_ended", "interrupt_requested", "interrupt_matched", "violation", "model_call", "turn_ended", "run_stalled", "run_resumed", "agent_stalled", "agent_resumed"}
 
 func (k LifecycleKind) String() string { return lifecycleNames[k] }
 
@@ -37,7 +39,7 @@ type Lifecycle struct {
 	Kind      LifecycleKind
 	At        int64 // the Tracker's clock, epoch ms (0 if unknown)
 	Run       *Run
-	Agent     *Agent    // AgentStarted, AgentEnded
+	Agent     *Agent    // AgentStarted, AgentEnded, AgentStalled, AgentResumed
 	Violation Violation // ViolationSeen
 	LatencyMs int64     // InterruptMatched
 	// Call is the model call of a ModelCallSeen; Run and Agent are set too

@@ -32,7 +32,11 @@ func (t *Tracker) checkStalls() {
 	}
 	t.stallCheck = t.now
 	for _, r := range t.open {
-		if !r.Workflow || r.Finished || r.Finalized || r.Stalled || r.pending() || r.lastEvent == 0 {
+		if !r.Workflow || r.Finished || r.Finalized || r.pending() {
+			continue
+		}
+		t.checkAgentStalls(r)
+		if r.Stalled || r.lastEvent == 0 {
 			continue
 		}
 		if t.now-r.lastEvent >= t.stallAfter {

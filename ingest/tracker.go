@@ -155,6 +155,7 @@ type Tracker struct {
 	now        int64
 	finalizedN int
 	capHit     bool // a cap refused part of the snapshot being merged
+	resent     bool // the snapshot being merged is a resent one (agentRow)
 	calls      callIndex
 	stallAfter int64 // ms; 0: off
 	stallCheck int64 // the clock at the last stall check
@@ -540,6 +541,7 @@ func (t *Tracker) mergeSnapshot(r *Run, ev *streamjson.Event) {
 	// Elements the decoder did not read (beyond what a run may keep) count
 	// with the ones the caps refuse here: once per snapshot.
 	t.capHit = ev.ElementsOverCap > 0
+	t.resent = ev.Resent
 	// A snapshot lists every agent so far: room for as many as it has
 	// elements (up to the cap) at once, not one doubling per new agent
 	// (a quarter of replay's allocated bytes were those copies).
@@ -677,6 +679,7 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 		st = a.State
 	}
 	queued, started := t.entryTime(e.QueuedAt, r), t.entryTime(e.StartedAt, r)
+	t.agentRow(r, a, e, started, t.resent)
 	if queued > 0 {
 		a.QueuedAt = queued
 	}
@@ -702,6 +705,9 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 	if a.Start > 0 && !a.startSent && !r.pending() {
 		a.startSent = true
 		t.emit(Lifecycle{Kind: AgentStarted, Run: r, Agent: a})
+	}
+	if st.Final() {
+		t.unstallAgent(r, a)
 	}
 	if st.Final() && !r.pending() {
 		a.endSent = true
@@ -839,6 +845,7 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 // grace, opens the grace window (else the caller finalizes the run).
 func (t *Tracker) finish(r *Run, grace bool) {
 	t.unstall(r)
+	t.unstallAgents(r)
 	r.Finished = true
 	kind := 0
 	if r.Workflow {

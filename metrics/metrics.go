@@ -153,8 +153,11 @@ type runState struct {
 	timed    bool   // its duration observed
 	costed   bool   // its cost observed (or counted unknown)
 	stalled  bool   // counted in cbc_workflow_runs_stalled
-	agents   map[int]struct{}
-	series   *agentSeries // of label, for a workflow run; nil until an agent ends
+	// stalledAgents are the indices of its agents counted in
+	// cbc_workflow_agents_stalled; nil while none is.
+	stalledAgents map[int]bool
+	agents        map[int]struct{}
+	series        *agentSeries // of label, for a workflow run; nil until an agent ends
 }
 
 // agentSeries is one workflow label's agent counters and histograms by
@@ -370,6 +373,7 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 		if st, ok := m.runs[l.Run]; ok {
 			m.runTimed(l.Run, st)
 			m.runCosted(l.Run, st)
+			m.agentStallsGone(st)
 			if st.active { // finalized without a terminal status: never leak a gauge
 				st.active = false
 				m.runsActive.WithLabelValues(st.label).Dec()
@@ -397,6 +401,10 @@ func (m *Metrics) Observe(l ingest.Lifecycle) {
 	case ingest.RunStalled, ingest.RunResumed:
 		if l.Run != nil {
 			m.stall(l)
+		}
+	case ingest.AgentStalled, ingest.AgentResumed:
+		if l.Run != nil && l.Agent != nil {
+			m.agentStall(l)
 		}
 	}
 }

@@ -145,6 +145,9 @@ func appendAgent(b []byte, a *ingest.Agent) []byte {
 	b = appendIntField(b, `,"tokens":`, a.Tokens)
 	b = append(b, `,"error":`...)
 	b = appendJSONString(b, a.Error)
+	if a.Stalls != 0 {
+		b = appendIntField(b, `,"stalls":`, int64(a.Stalls))
+	}
 	b = appendRunCost(b, &a.Cost)
 	return append(b, '}')
 }

@@ -242,7 +242,7 @@ func (g jsonGen) run() ingest.Run {
 			r.Agents = append(r.Agents, ingest.Agent{
 				Index: g.int(), AgentID: g.str(), Label: g.str(), PhaseIndex: g.int(), State: ingest.AgentState(g.r.IntN(7)),
 				Cached: g.r.IntN(2) == 0, Start: g.int64(), End: g.int64(), EndInferred: g.r.IntN(2) == 0,
-				Tokens: g.int64(), Error: g.str(), Cost: g.cost(),
+				Tokens: g.int64(), Error: g.str(), Stalls: g.r.IntN(3), Cost: g.cost(),
 			})
 		}
 	}
@@ -355,7 +355,7 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 		"phases and agents": func(r *ingest.Run) {
 			r.Phases = []ingest.Phase{{Index: 1, Title: "Gather", Start: 1, End: 2}, {Index: 2, Title: "Check"}, {Index: 3, Title: "▸ sub", Child: true}}
 			a2 := agent
-			a2.Index, a2.State, a2.Cached, a2.EndInferred, a2.Error = 2, ingest.AgentCached, true, true, "boom"
+			a2.Index, a2.State, a2.Cached, a2.EndInferred, a2.Error, a2.Stalls = 2, ingest.AgentCached, true, true, "boom", 2
 			r.Agents = []ingest.Agent{agent, a2}
 		},
 		"every agent state": func(r *ingest.Run) {
@@ -567,7 +567,7 @@ func TestJSONWritesInChunks(t *testing.T) {
 // the comparisons above would not see it.
 func TestJSONEncoderKnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeFor[Workflow](): 19, reflect.TypeFor[Agent](): 12, reflect.TypeFor[Phase](): 5,
+		reflect.TypeFor[Workflow](): 19, reflect.TypeFor[Agent](): 13, reflect.TypeFor[Phase](): 5,
 		reflect.TypeFor[LaunchedBy](): 6, reflect.TypeFor[Cost](): 4, reflect.TypeFor[ModelCost](): 3,
 		reflect.TypeFor[TokensByType](): 4, reflect.TypeFor[Task](): 8, reflect.TypeFor[Session](): 3,
 		reflect.TypeFor[StatsLine](): 8,
@@ -596,7 +596,7 @@ func FuzzJSONMatchesEncodingJSON(f *testing.F) {
 			Parent: ingest.AgentRef{TaskID: s3, RunID: s1, Workflow: s2, Label: s3, AgentID: s1, Index: int(n)},
 			Phases: []ingest.Phase{{Index: int(n), Title: s3, Start: n}},
 			Agents: []ingest.Agent{
-				{Index: 1, AgentID: s1, Label: s2, Error: s3, State: ingest.AgentState(uint64(n) % 7), EndInferred: n%2 == 0, Tokens: n, Cost: cost},
+				{Index: 1, AgentID: s1, Label: s2, Error: s3, State: ingest.AgentState(uint64(n) % 7), EndInferred: n%2 == 0, Tokens: n, Stalls: int(n % 3), Cost: cost},
 				{Index: 2, Label: s3 + s1, Cached: true},
 			},
 			Cost: cost,

@@ -222,7 +222,10 @@ type Agent struct {
 	EndInferred bool   `json:"end_inferred,omitempty"`
 	Tokens      int64  `json:"tokens"`
 	Error       string `json:"error"`
-	Cost               // what its model calls cost (package doc)
+	// Stalls counts the agent's silences of --stall-after while live
+	// (omitted: none).
+	Stalls int `json:"stalls,omitempty"`
+	Cost       // what its model calls cost (package doc)
 }
 
 // Task is the JSON form of a non-workflow background task (kind "task"):
@@ -308,7 +311,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		w.Agents = append(w.Agents, Agent{
 			Index: a.Index, AgentID: a.AgentID, Label: a.Label, PhaseIndex: a.PhaseIndex,
 			State: a.State.String(), Cached: a.Cached, Start: a.Start, End: a.End,
-			EndInferred: a.EndInferred, Tokens: a.Tokens, Error: a.Error, Cost: CostOf(&a.Cost),
+			EndInferred: a.EndInferred, Tokens: a.Tokens, Error: a.Error, Stalls: a.Stalls, Cost: CostOf(&a.Cost),
 		})
 	}
 	return w

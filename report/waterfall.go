@@ -187,6 +187,9 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 	if c := CostOf(&a.Cost); c.CostUSD != nil {
 		line += " " + usdText(*c.CostUSD)
 	}
+	if a.Stalls > 0 {
+		line += fmt.Sprintf("  stalled ×%d", a.Stalls)
+	}
 	if a.EndInferred {
 		line += "  (no end given: drawn to the run's end)"
 	}

@@ -119,6 +119,9 @@ type runView struct {
 	// Stalled is "stalled" while the run is, else "stalled ×N" when it
 	// was (--stall-after), else "".
 	Stalled string
+	// AgentsStalled is "N agent(s) stalled" while some of its agents are
+	// (issue 31), else "".
+	AgentsStalled string
 	// Nested says, for a nested run, who launched it ("" otherwise).
 	Nested                     string
 	Rows                       []rowView
@@ -144,6 +147,9 @@ type rowView struct {
 	Error       string
 	EndInferred bool
 	Cost        string // "" unknown
+	// Stalled is an agent's "stalled" while it is, else "stalled ×N" when
+	// it was, else "".
+	Stalled string
 }
 
 // runOf lays out one run: its axis runs from its start to its end (an
@@ -183,6 +189,9 @@ func runOf(e *entry, nowMs int64) runView {
 		rv.Stalled = "stalled"
 	case r.Stalls > 0:
 		rv.Stalled = fmt.Sprintf("stalled ×%d", r.Stalls)
+	}
+	if n := r.AgentsStalled; n > 0 {
+		rv.AgentsStalled = fmt.Sprintf("%d agent%s stalled", n, map[bool]string{true: "s"}[n > 1])
 	}
 	if p := &r.Parent; p.TaskID != "" {
 		// No depth when the stream gave none (a workflow's task_started).
@@ -253,6 +262,12 @@ func agentRow(a *ingest.Agent, ax axis, t1 int64, finished bool) rowView {
 	}
 	row.X, row.W, row.Bar = ax.bar(a.Start, end, 2)
 	row.Duration = spanText(a.Start, end)
+	switch {
+	case a.Stalled:
+		row.Stalled = "stalled"
+	case a.Stalls > 0:
+		row.Stalled = fmt.Sprintf("stalled ×%d", a.Stalls)
+	}
 	return row
 }
 

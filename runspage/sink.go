@@ -138,7 +138,7 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 	}
 	switch l.Kind {
 	case ingest.RunStarted, ingest.RunUpdated, ingest.RunFinished, ingest.RunFinalized, ingest.AgentStarted, ingest.AgentEnded, ingest.ModelCallSeen,
-		ingest.RunStalled, ingest.RunResumed:
+		ingest.RunStalled, ingest.RunResumed, ingest.AgentStalled, ingest.AgentResumed:
 	default:
 		return // violations and interrupts may name a run already gone
 	}
@@ -149,7 +149,8 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 		return
 	}
 	switch {
-	case e != nil && (l.Kind == ingest.AgentStarted || l.Kind == ingest.AgentEnded || l.Kind == ingest.ModelCallSeen) && l.Agent != nil:
+	case e != nil && (l.Kind == ingest.AgentStarted || l.Kind == ingest.AgentEnded || l.Kind == ingest.ModelCallSeen ||
+		l.Kind == ingest.AgentStalled || l.Kind == ingest.AgentResumed) && l.Agent != nil:
 		e.agent(r, l.Agent)
 	case e != nil:
 		e.copyRun(r)
@@ -235,7 +236,7 @@ func keepRun(old, r *ingest.Run) ingest.Run {
 		Error: keep(old.Error, r.Error), FirstSeen: r.FirstSeen, StartedAt: r.StartedAt, LastSeen: r.LastSeen,
 		Start: r.Start, End: r.End, Usage: r.Usage, InterruptLatencyMs: r.InterruptLatencyMs,
 		Finished: r.Finished, Finalized: r.Finalized, Cost: costTotal(&r.Cost), Stalled: r.Stalled, Stalls: r.Stalls,
-		SpawnDepth: r.SpawnDepth,
+		SpawnDepth: r.SpawnDepth, AgentsStalled: r.AgentsStalled,
 	}
 	if p := &r.Parent; p.TaskID != "" {
 		c.Parent = ingest.AgentRef{TaskID: keep(old.Parent.TaskID, p.TaskID), Index: p.Index,
@@ -265,7 +266,7 @@ func keepAgent(prev, a *ingest.Agent) ingest.Agent {
 	return ingest.Agent{
 		Index: a.Index, Label: keep(p.Label, a.Label), PhaseIndex: a.PhaseIndex, State: a.State, Cached: a.Cached,
 		Start: a.Start, End: a.End, EndInferred: a.EndInferred, DurationMs: a.DurationMs, Tokens: a.Tokens,
-		Error: keep(p.Error, a.Error), Cost: costTotal(&a.Cost),
+		Error: keep(p.Error, a.Error), Cost: costTotal(&a.Cost), Stalled: a.Stalled, Stalls: a.Stalls,
 	}
 }
 

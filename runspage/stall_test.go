@@ -65,3 +65,65 @@ func TestPageNestedNoDepth(t *testing.T) {
 		t.Errorf("want \"nested, launched by task afork\" and no depth:\n%s", html)
 	}
 }
+
+// TestPageAgentStalled: a run with stalled agents says how many; each
+// agent says "stalled" while it is and "stalled ×N" once it moved; the
+// marks go when the agents move (the run's) and never appear for agents
+// that never stalled.
+func TestPageAgentStalled(t *testing.T) {
+	p := newTestPage(Options{Runs: 5})
+	r := &ingest.Run{TaskID: "w1", Workflow: true, Name: "review", Status: ingest.StatusRunning, Start: 1_000,
+		Agents: []ingest.Agent{
+			{Index: 1, Label: "reader", State: ingest.AgentRunning, Start: 1_000},
+			{Index: 2, Label: "writer", State: ingest.AgentRunning, Start: 1_000},
+			{Index: 3, Label: "fine", State: ingest.AgentRunning, Start: 1_000},
+		}}
+	obs := func(k ingest.LifecycleKind, i int) {
+		p.Observe(ingest.Lifecycle{Kind: k, Run: r, Agent: &r.Agents[i]})
+	}
+	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
+	for i := range r.Agents {
+		obs(ingest.AgentStarted, i)
+	}
+	stall := func(i int, on bool) {
+		a := &r.Agents[i]
+		a.Stalled = on
+		k := ingest.AgentResumed
+		if on {
+			a.Stalls++
+			r.AgentsStalled++
+			k = ingest.AgentStalled
+		} else {
+			r.AgentsStalled--
+		}
+		obs(k, i)
+	}
+	stall(0, true)
+	stall(1, true)
+	html := render(t, p)
+	for _, want := range []string{"2 agents stalled</span>", `#1 reader</td>`, `running <span class="st-error">stalled</span>`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("two agents stalled: no %q on the page", want)
+		}
+	}
+	if n := strings.Count(html, `<span class="st-error">stalled</span>`); n != 2 {
+		t.Errorf("%d agents marked stalled, want 2", n)
+	}
+	stall(1, false)
+	stall(1, true)
+	stall(1, false)
+	html = render(t, p)
+	for _, want := range []string{"1 agent stalled</span>", `<span class="st-error">stalled ×2</span>`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("agent 1 stalled, agent 2 twice before: no %q on the page", want)
+		}
+	}
+	stall(0, false)
+	html = render(t, p)
+	if strings.Contains(html, "agent stalled") || strings.Contains(html, `<span class="st-error">stalled</span>`) {
+		t.Errorf("no agent stalled any more, but the page says one is")
+	}
+	if n := strings.Count(html, "stalled ×"); n != 2 {
+		t.Errorf("%d agents marked as having stalled, want 2 (the third never did)", n)
+	}
+}

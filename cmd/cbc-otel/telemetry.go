@@ -38,7 +38,7 @@ type telemetryFlags struct {
 // replay (files only, plus OTLP for backfill).
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
-	fs.DurationVar(&f.stallAfter, "stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled; on the stream's clock in replay); 0 disables")
+	fs.DurationVar(&f.stallAfter, "stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled), and so is a live agent of one with no progress (cbc_workflow_agents_stalled; on the stream's clock in replay); 0 disables")
 	fs.IntVar(&f.maxLine, "max-line", ndjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
 	for _, c := range f.capFlags() {
 		fs.IntVar(c.v, c.name, 0, fmt.Sprintf("%s (0 = %d)", c.usage, c.def))
