@@ -130,6 +130,11 @@ func (o RuleOptions) budgetsWithDefaults() (RuleOptions, error) {
 				return o, fmt.Errorf("dashboards: budget %s: matcher %q is not one PromQL label matcher (%v)", b.Name, m, err)
 			}
 		}
+		// The selector as the rules will hold it parses (a regex's
+		// backslashes and quotes are escaped, a matcher is one matcher).
+		if _, err := parser.NewParser(parser.Options{}).ParseExpr(o.costSelector(b)); err != nil {
+			return o, fmt.Errorf("dashboards: budget %s: selector: %w", b.Name, err)
+		}
 		if b.Window < minBudgetWindow || b.Window > maxBudgetWindow {
 			return o, fmt.Errorf("dashboards: budget %s: window %s not in [%s, %s]", b.Name, promDuration(b.Window), promDuration(minBudgetWindow), promDuration(maxBudgetWindow))
 		}
@@ -174,7 +179,7 @@ func (o RuleOptions) costSelector(b Budget) string {
 	if b.Source == BudgetWorkflow {
 		metric = workflowCostMetric
 		if b.Workflow != "" {
-			matchers = append(matchers, `workflow=~"`+b.Workflow+`"`)
+			matchers = append(matchers, "workflow=~"+strconv.Quote(b.Workflow))
 		}
 	}
 	return o.sel(metric, matchers...)

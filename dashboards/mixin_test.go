@@ -387,6 +387,14 @@ func TestBudgetConfigErrors(t *testing.T) {
 	if _, err := MixinFiles([]byte("budgets:\n" + ok)); err != nil {
 		t.Fatalf("a valid budget is refused: %v", err)
 	}
+	// A regex with backslashes and quotes is escaped into the PromQL string.
+	files, err := MixinFiles([]byte("budgets:\n  - {name: r, source: workflow, workflow: 'rev\\d+|say \"hi\"', window: 1h, amountUSD: 1}\n"))
+	if err != nil {
+		t.Fatalf("a regex with a backslash and quotes: %v", err)
+	}
+	if want := `workflow=~"rev\\d+|say \"hi\""`; !bytes.Contains(files[MixinRulesFile], []byte(want)) {
+		t.Errorf("rules.yaml lacks %s:\n%s", want, files[MixinRulesFile])
+	}
 	for _, cfg := range []string{
 		"budgets:\n" + ok + ok, // duplicate name
 		"budgets:\n  - {name: 'a b', source: session, window: 1d, amountUSD: 10}\n",                            // name not a label value we allow
