@@ -327,8 +327,9 @@ func budgetPanels(o RuleOptions) []PanelSpec {
 	const none = " Empty until budgets are configured (mixin config `budgets`, dashboards/README.md#budgets)."
 	a := o.RunCostAnomaly
 	side := func(q string, w time.Duration) string {
-		return strings.TrimSpace(runCostQuantileExpr(q, promDuration(w), " by (workflow)", " by (workflow, le)",
-			runCostMetric+"{"+workflow+"}", runCostMetric+"_bucket{"+workflow+"}"))
+		// The rule's expression, unindented as the other panels' queries.
+		return strings.ReplaceAll(strings.TrimSpace(runCostQuantileExpr(q, promDuration(w), " by (workflow)", " by (workflow, le)",
+			runCostMetric+"{"+workflow+"}", runCostMetric+"_bucket{"+workflow+"}")), "\n  ", "\n")
 	}
 	return []PanelSpec{
 		{
