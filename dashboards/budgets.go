@@ -334,7 +334,7 @@ func budgetPanels(o RuleOptions) []PanelSpec {
 	return []PanelSpec{
 		{
 			Title: "Spend vs budget",
-			Description: "Each budget's spend over its rolling window (solid), the forecast (spend + the recent rate × the horizon) and the amount, from the budget recording rules. " +
+			Description: "Each budget's spend over its rolling window, the forecast (spend + the recent rate × the horizon) and the amount, from the budget recording rules. " +
 				"CbcCostBudgetBurn fires when the forecast passes the amount while the recent rate is above the budget's (burn rate > 1); CbcCostBudgetExceeded when the spend does." + none,
 			Unit:    "currencyUSD",
 			WhenRed: "A forecast above its amount: see the runbook of CbcCostBudgetBurn (find the spender in *Cost/h by workflow* or *Cost/h by model*); a spend above it: CbcCostBudgetExceeded.",
