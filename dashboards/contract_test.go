@@ -265,7 +265,7 @@ func allExprs(t *testing.T) (panels, rules []exprUse) {
 			}
 		}
 	}
-	rf, err := Rules(RuleOptions{})
+	rf, err := Rules(budgetOptions(t)) // the budgets' recording rules too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ var simpleAlternation = regexp.MustCompile(`^[a-zA-Z0-9_]+(\|[a-zA-Z0-9_]+)*$`)
 // DESIGN.md metric that no panel shows.
 func TestContractMetricsAndLabels(t *testing.T) {
 	exp, types := exporterFamilies(t)
-	rec := recordedFamilies(t, RuleOptions{})
+	rec := recordedFamilies(t, budgetOptions(t)) // the budget panels read its records
 	lookup := func(name string) (*family, bool) {
 		if f, ok := exp[name]; ok {
 			return f, true

@@ -292,6 +292,7 @@ func Overview(opts Options) (DashboardSpec, error) {
 				},
 			}},
 			{Title: "Cost and turns", Panels: costPanels()},
+			{Title: "Budgets", Panels: budgetPanels(o.Rules)},
 			{Title: "Sub-agents", Panels: []PanelSpec{
 				{
 					Title:       "Sub-agent outcomes",

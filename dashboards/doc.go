@@ -6,8 +6,10 @@
 //
 // The committed renderings (overview.json, exporter-health.json,
 // rules/cbc-otel.rules.yml, slo/sloth.yml, the panel table of README.md,
-// and the monitoring mixin mixin/{alerts.yaml,rules.yaml,dashboards_out/}
-// rendered from mixin/config.yaml) are written by
+// the monitoring mixin mixin/{alerts.yaml,rules.yaml,dashboards_out/}
+// rendered from mixin/config.yaml, and the budget tests' recording rules
+// rules/tests/budgets/rules.yml rendered from the config beside them) are
+// written by
 //
 //	go generate ./dashboards
 //

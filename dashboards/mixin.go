@@ -51,6 +51,30 @@ type MixinConfig struct {
 	// Tracing is the datasource type of the dashboards' exemplar links:
 	// tempo (default) or jaeger.
 	Tracing string `yaml:"tracing"`
+	// Budgets are the cost budgets; none by default.
+	Budgets []MixinBudget `yaml:"budgets"`
+	// RunCostAnomaly parameterizes CbcWorkflowRunCostAnomaly.
+	RunCostAnomaly MixinRunCostAnomaly `yaml:"runCostAnomaly"`
+}
+
+// MixinBudget is one budget of MixinConfig (see Budget).
+type MixinBudget struct {
+	Name      string         `yaml:"name"`
+	Source    string         `yaml:"source"`
+	Workflow  string         `yaml:"workflow,omitempty"`
+	Matchers  []string       `yaml:"matchers,omitempty"`
+	Window    model.Duration `yaml:"window"`
+	AmountUSD float64        `yaml:"amountUSD"`
+	Lookback  model.Duration `yaml:"lookback,omitempty"`
+	Horizon   model.Duration `yaml:"horizon,omitempty"`
+}
+
+// MixinRunCostAnomaly is MixinConfig's RunCostAnomaly.
+type MixinRunCostAnomaly struct {
+	Factor   float64        `yaml:"factor"`
+	Recent   model.Duration `yaml:"recent"`
+	Baseline model.Duration `yaml:"baseline"`
+	MinRuns  int            `yaml:"minRuns"`
 }
 
 // MixinBurnWindow is one burn-rate condition of MixinConfig.
@@ -81,7 +105,17 @@ func (c MixinConfig) Options() Options {
 		JobRegex:     c.Selector,
 		RunbookURL:   c.RunbookURL,
 		InterruptP95: time.Duration(c.InterruptP95),
+		RunCostAnomaly: RunCostAnomaly{
+			Factor: c.RunCostAnomaly.Factor, Recent: time.Duration(c.RunCostAnomaly.Recent),
+			Baseline: time.Duration(c.RunCostAnomaly.Baseline), MinRuns: c.RunCostAnomaly.MinRuns,
+		},
 	}}
+	for _, b := range c.Budgets {
+		o.Rules.Budgets = append(o.Rules.Budgets, Budget{
+			Name: b.Name, Source: BudgetSource(b.Source), Workflow: b.Workflow, Matchers: b.Matchers,
+			Window: time.Duration(b.Window), AmountUSD: b.AmountUSD, Lookback: time.Duration(b.Lookback), Horizon: time.Duration(b.Horizon),
+		})
+	}
 	for _, b := range c.BurnWindows {
 		o.Rules.BurnWindows = append(o.Rules.BurnWindows, BurnWindow{
 			Severity: b.Severity, Factor: b.Factor, Short: time.Duration(b.Short), Long: time.Duration(b.Long),
@@ -162,6 +196,10 @@ func mixinConfigDefault() MixinConfig {
 		RunbookURL:   DefaultRunbookURL,
 		InterruptP95: model.Duration(DefaultInterruptP95),
 		Tracing:      "tempo",
+		Budgets:      []MixinBudget{},
+		RunCostAnomaly: MixinRunCostAnomaly{
+			Factor: defaultAnomalyFactor, Recent: model.Duration(time.Hour), Baseline: model.Duration(7 * 24 * time.Hour), MinRuns: 3,
+		},
 	}
 	for _, b := range BurnWindows {
 		c.BurnWindows = append(c.BurnWindows, MixinBurnWindow{b.Severity, b.Factor, model.Duration(b.Short), model.Duration(b.Long)})

@@ -177,6 +177,9 @@ func TestMixinPromtool(t *testing.T) {
 			t.Fatalf("%s does not load ../cbc-otel.rules.yml alone", f)
 		}
 		b = bytes.Replace(b, []byte(ruleFiles), []byte("rule_files:\n  - "+alerts+"\n  - "+rules+"\n"), 1)
+		// The budget tests also load their fixture, relative to rules/tests.
+		fixture, _ := filepath.Abs(filepath.Dir(filepath.FromSlash(BudgetFixtureRules)))
+		b = bytes.ReplaceAll(b, []byte("\n  - "+filepath.Base(fixture)+"/"), []byte("\n  - "+fixture+"/"))
 		p := filepath.Join(dir, filepath.Base(f))
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -235,14 +238,7 @@ tracing: jaeger
 	if !bytes.Contains(files[MixinDashboardsDir+"/"+mixinOverviewFile], []byte(`"jaeger"`)) {
 		t.Errorf("the overview dashboard does not link traces to jaeger")
 	}
-	dir := t.TempDir()
-	for _, n := range []string{MixinAlertsFile, MixinRulesFile} {
-		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, files[n], 0o600); err != nil {
-			t.Fatal(err)
-		}
-		promtool(t, bin, "check", "rules", p)
-	}
+	checkMixinRules(t, bin, files)
 }
 
 // TestMixinConfigErrors proves a bad configuration is refused, an unknown
@@ -261,5 +257,180 @@ func TestMixinConfigErrors(t *testing.T) {
 		if _, err := MixinFiles([]byte(cfg)); err == nil {
 			t.Errorf("MixinFiles(%q) succeeded, want an error", cfg)
 		}
+	}
+}
+
+// budgetFixture reads the budget tests' mixin configuration.
+func budgetFixture(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(BudgetFixtureConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// budgetOptions are the rule options of the budget tests' configuration:
+// two budgets, one of each source.
+func budgetOptions(t *testing.T) RuleOptions {
+	t.Helper()
+	c, err := ParseMixinConfig(budgetFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Options().Rules
+	if len(o.Budgets) != 2 || o.Budgets[0].Source == o.Budgets[1].Source {
+		t.Fatalf("%s: want two budgets of different sources, have %+v", BudgetFixtureConfig, o.Budgets)
+	}
+	return o
+}
+
+// TestBudgetFixtureUpToDate proves the budget recording rules the promtool
+// tests load are what the generator renders from their configuration.
+func TestBudgetFixtureUpToDate(t *testing.T) {
+	want, err := RenderBudgetRules(budgetFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.FromSlash(BudgetFixtureRules))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s is stale (%v): run go generate ./dashboards", BudgetFixtureRules, err)
+	}
+}
+
+// TestMixinBudgets renders the mixin of a configuration with two budgets
+// (one per source): rules.yaml records the five series of each, exactly
+// the group the promtool tests load; alerts.yaml has the budget alerts (as
+// without budgets); both load in promtool; the overview has the Budgets row.
+func TestMixinBudgets(t *testing.T) {
+	bin := requirePromtool(t)
+	files, err := MixinFiles(budgetFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records, alerts RuleFile
+	if err := yaml.UnmarshalStrict(files[MixinRulesFile], &records); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(files[MixinAlertsFile], &alerts); err != nil {
+		t.Fatal(err)
+	}
+	var fixture RuleFile
+	b, err := os.ReadFile(filepath.FromSlash(BudgetFixtureRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &fixture); err != nil {
+		t.Fatal(err)
+	}
+	var group *RuleGroup
+	for i, g := range records.Groups {
+		if g.Name == ruleGroupBudgets {
+			group = &records.Groups[i]
+		}
+	}
+	if group == nil || !reflect.DeepEqual(*group, fixture.Groups[0]) {
+		t.Fatalf("rules.yaml's %s group differs from %s", ruleGroupBudgets, BudgetFixtureRules)
+	}
+	per := map[string][]string{}
+	for _, r := range group.Rules {
+		per[r.Labels["budget"]] = append(per[r.Labels["budget"]], r.Record)
+		if r.Labels["source"] == "" || r.Labels["window"] == "" {
+			t.Errorf("%s of %s lacks source or window: %v", r.Record, r.Labels["budget"], r.Labels)
+		}
+	}
+	want := []string{RecordCostBudgetAmount, RecordCostBudgetSpend, RecordCostBudgetRemaining, RecordCostBudgetForecast, RecordCostBudgetBurnRate}
+	for _, name := range []string{"sessions-daily", "review-monthly"} {
+		if !reflect.DeepEqual(per[name], want) {
+			t.Errorf("budget %s records %v, want %v", name, per[name], want)
+		}
+	}
+	var r string
+	for _, rule := range group.Rules {
+		r += rule.Expr + "\n"
+	}
+	for _, s := range []string{`increase(cbc_cost_usd_total{demo!="true"}[1d])`, `cbc_workflow_cost_usd_total{namespace="team-a", workflow=~"sim-review|sim-fanout", demo!="true"}[30d]`} {
+		if !strings.Contains(r, s) {
+			t.Errorf("the budget rules lack %q", s)
+		}
+	}
+	names := map[string]bool{}
+	for _, g := range alerts.Groups {
+		for _, a := range g.Rules {
+			names[a.Alert] = true
+		}
+	}
+	for _, a := range []string{AlertCostBudgetBurn, AlertCostBudgetExceeded, AlertRunCostAnomaly} {
+		if !names[a] {
+			t.Errorf("alerts.yaml lacks %s", a)
+		}
+	}
+	if !bytes.Contains(files[MixinDashboardsDir+"/"+mixinOverviewFile], []byte(RecordCostBudgetForecast)) {
+		t.Errorf("the overview does not draw %s", RecordCostBudgetForecast)
+	}
+	checkMixinRules(t, bin, files)
+	// Without budgets there is no budget group (an empty group is noise),
+	// but the alerts are there, silent.
+	def, err := MixinFiles(readMixinConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(def[MixinRulesFile], []byte(ruleGroupBudgets)) || !bytes.Contains(def[MixinAlertsFile], []byte(AlertCostBudgetExceeded)) {
+		t.Errorf("default mixin: want no %s group and the budget alerts", ruleGroupBudgets)
+	}
+}
+
+// TestBudgetConfigErrors proves a bad budget or anomaly setting is refused
+// rather than rendered into rules that never fire or fail to load.
+func TestBudgetConfigErrors(t *testing.T) {
+	ok := "  - {name: b, source: session, window: 1d, amountUSD: 10}\n"
+	if _, err := MixinFiles([]byte("budgets:\n" + ok)); err != nil {
+		t.Fatalf("a valid budget is refused: %v", err)
+	}
+	// A regex with backslashes and quotes is escaped into the PromQL string.
+	files, err := MixinFiles([]byte("budgets:\n  - {name: r, source: workflow, workflow: 'rev\\d+|say \"hi\"', window: 1h, amountUSD: 1}\n"))
+	if err != nil {
+		t.Fatalf("a regex with a backslash and quotes: %v", err)
+	}
+	if want := `workflow=~"rev\\d+|say \"hi\""`; !bytes.Contains(files[MixinRulesFile], []byte(want)) {
+		t.Errorf("rules.yaml lacks %s:\n%s", want, files[MixinRulesFile])
+	}
+	for _, cfg := range []string{
+		"budgets:\n" + ok + ok, // duplicate name
+		"budgets:\n  - {name: 'a b', source: session, window: 1d, amountUSD: 10}\n",                            // name not a label value we allow
+		"budgets:\n  - {name: '', source: session, window: 1d, amountUSD: 10}\n",                               // no name
+		"budgets:\n  - {name: b, source: tokens, window: 1d, amountUSD: 10}\n",                                 // unknown source
+		"budgets:\n  - {name: b, source: session, workflow: review, window: 1d, amountUSD: 10}\n",              // session has no workflow label
+		"budgets:\n  - {name: b, source: workflow, workflow: 'rev(', window: 1d, amountUSD: 10}\n",             // bad regex
+		"budgets:\n  - {name: b, source: session, matchers: ['namespace'], window: 1d, amountUSD: 10}\n",       // not a matcher
+		"budgets:\n  - {name: b, source: session, matchers: ['a=\"1\",b=\"2\"'], window: 1d, amountUSD: 10}\n", // two matchers in one
+		"budgets:\n  - {name: b, source: session, window: 30m, amountUSD: 10}\n",                               // window too short
+		"budgets:\n  - {name: b, source: session, window: 60d, amountUSD: 10}\n",                               // window too long
+		"budgets:\n  - {name: b, source: session, window: 1d, amountUSD: 0}\n",                                 // no amount
+		"budgets:\n  - {name: b, source: session, window: 1d, amountUSD: -5}\n",                                // negative
+		"budgets:\n  - {name: b, source: session, window: 1d, amountUSD: 10, horizon: 2d}\n",                   // horizon past the window
+		"budgets:\n  - {name: b, source: session, window: 1d, amountUSD: 10, lookback: 30s}\n",                 // lookback under 1m
+		"budgets:\n  - {name: b, source: session, window: 1d, amountUSD: 10, amount: 5}\n",                     // unknown key
+		"runCostAnomaly: {factor: 1}\n",
+		"runCostAnomaly: {recent: 7d, baseline: 1d}\n",
+		"runCostAnomaly: {minRuns: -1}\n",
+	} {
+		if _, err := MixinFiles([]byte(cfg)); err == nil {
+			t.Errorf("MixinFiles(%q) succeeded, want an error", cfg)
+		}
+	}
+}
+
+// checkMixinRules runs promtool check rules on a rendered mixin's alerts.yaml
+// and rules.yaml.
+func checkMixinRules(t *testing.T, bin string, files map[string][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range []string{MixinAlertsFile, MixinRulesFile} {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, files[n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		promtool(t, bin, "check", "rules", p)
 	}
 }

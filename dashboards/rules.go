@@ -95,6 +95,12 @@ type RuleOptions struct {
 	// seconds. Rule names and sloth_window labels keep the nominal
 	// windows, so a scaled rendering has the same series and alerts.
 	WindowScale float64
+	// Budgets are the cost budgets, each recorded by its own rules (the
+	// budget alerts are there without any); none by default.
+	Budgets []Budget
+	// RunCostAnomaly parameterizes CbcWorkflowRunCostAnomaly; zero fields
+	// take its defaults.
+	RunCostAnomaly RunCostAnomaly
 }
 
 // withDefaults fills the zero fields and validates the rest.
@@ -150,7 +156,7 @@ func (o RuleOptions) withDefaults() (RuleOptions, error) {
 	if !(o.WindowScale > 0) || math.IsInf(o.WindowScale, 0) {
 		return o, fmt.Errorf("dashboards: bad window scale %v", o.WindowScale)
 	}
-	return o, nil
+	return o.budgetsWithDefaults()
 }
 
 // ErrorBudget returns 1 − target as the rules write it.
@@ -323,14 +329,19 @@ func Rules(opts RuleOptions) (RuleFile, error) {
 	if err != nil {
 		return RuleFile{}, err
 	}
-	return RuleFile{Groups: []RuleGroup{
+	rf := RuleFile{Groups: []RuleGroup{
 		o.sliRecordings(),
 		o.metaRecordings(),
 		o.sloAlerts(),
 		o.exporterAlerts(),
 		o.workflowAlerts(),
 		o.costRecordings(),
-	}}, nil
+	}}
+	if len(o.Budgets) > 0 {
+		rf.Groups = append(rf.Groups, o.budgetRecordings())
+	}
+	rf.Groups = append(rf.Groups, o.costAlerts())
+	return rf, nil
 }
 
 // RenderRules renders the rule file for opts as YAML, with a header that

@@ -237,7 +237,9 @@ func TestRuleOptionsValidate(t *testing.T) {
 func TestRulesLeaveOutTheDemo(t *testing.T) {
 	p := parser.NewParser(parser.Options{})
 	for _, demo := range []DemoPolicy{"", DemoIncluded} {
-		rf, err := Rules(RuleOptions{Demo: demo})
+		o := budgetOptions(t) // the budgets' selectors too
+		o.Demo = demo
+		rf, err := Rules(o)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -130,13 +130,5 @@ func TestSLOPageAlertFiresEndToEnd(t *testing.T) {
 	if v, err := prom.scalar(`slo:sli_error:ratio_rate1h`); err != nil || v < 0.99 {
 		t.Errorf("slo:sli_error:ratio_rate1h = %v (%v), want 1", v, err)
 	}
-	health, err := prom.ruleHealth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, h := range health {
-		if !strings.HasPrefix(h, "ok") && !strings.HasPrefix(h, "unknown") {
-			t.Errorf("rule %s: %s", name, h)
-		}
-	}
+	prom.requireRulesHealthy(t)
 }

@@ -39,9 +39,10 @@ func TestRunCostPanelsAndExemplar(t *testing.T) {
 			queries = append(queries, vars.Replace(e))
 		}
 	}
-	// p50 and p95, the heatmap, runs of known and unknown cost.
-	if len(queries) != 5 {
-		t.Fatalf("%d run-cost panel queries in the overview, want 5: %q", len(queries), queries)
+	// p50 and p95, the heatmap, runs of known and unknown cost; the
+	// budgets row's anomaly panel: the last hour's p50 and the week's p95.
+	if len(queries) != 7 {
+		t.Fatalf("%d run-cost panel queries in the overview, want 7: %q", len(queries), queries)
 	}
 	for _, q := range queries {
 		promPollNumber(t, prom, q)

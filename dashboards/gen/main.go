@@ -68,10 +68,30 @@ func main() {
 		// A rendering elsewhere (-dir) without a mixin config has no mixin.
 		err = runMixin(mixCfg, filepath.Join(dir, dashboards.MixinDir))
 	}
+	if err == nil {
+		err = runBudgetFixture(dir)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
+}
+
+// runBudgetFixture renders the budget tests' recording rules from their
+// configuration, when dir has it (a rendering elsewhere has not).
+func runBudgetFixture(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(dashboards.BudgetFixtureConfig)))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	out, err := dashboards.RenderBudgetRules(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dashboards.BudgetFixtureConfig, err)
+	}
+	return write(dir, map[string][]byte{dashboards.BudgetFixtureRules: out})
 }
 
 // runMixin renders the mixin of the configuration file cfg into out.
