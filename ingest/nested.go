@@ -87,7 +87,7 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	}
 	ref := AgentRef{TaskID: p.TaskID, RunID: p.RunID, Index: idx, Workflow: p.Name}
 	ref.RootTask, ref.RootRun = p.root()
-	if ref.RootTask == r.TaskID && ref.RootRun == r.RunID {
+	if (ref.RootTask == r.TaskID && ref.RootRun == r.RunID) || t.descends(p, r) {
 		return // the launcher descends from r: a stream that says so lies
 	}
 	if a := p.agent(idx); a != nil {
@@ -95,6 +95,39 @@ func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	}
 	r.Parent = ref
 	r.ParentTaskID = p.TaskID
+}
+
+// maxChainWalk bounds the launchers descends follows up from a run:
+// Claude Code nests 3 deep (MaxSpawnDepth bounds what a stream may claim);
+// a longer chain is a stream not worth a longer walk per task_started.
+const maxChainWalk = 4 * streamjson.MaxSpawnDepth
+
+// descends reports whether p has r among its launchers, following the
+// unfinalized runs' Parent up the chain. The roots the refs keep cannot
+// say it alone: a run adopted from a snapshot learns its launcher from a
+// task_started that may come after it launched others, and their roots
+// stay its own. A chain longer than maxChainWalk is treated as descending
+// (no parent rather than a possible cycle).
+func (t *Tracker) descends(p, r *Run) bool {
+	for range maxChainWalk {
+		if p == r {
+			return true
+		}
+		if p.Parent.TaskID == "" {
+			return false
+		}
+		next := (*Run)(nil)
+		for _, x := range t.byTask[p.Parent.TaskID] {
+			if x.RunID == p.Parent.RunID {
+				next = x
+			}
+		}
+		if next == nil {
+			return false // finalized: it gains no launcher any more
+		}
+		p = next
+	}
+	return true
 }
 
 // linkParent sets the launcher r is only linked to: the parent task's
