@@ -71,12 +71,17 @@ func forever() {
 //	               at stdin EOF) or hang
 //	stdio          write "out" to stdout and "err" to stderr
 //	closestdin     close stdin, print "closed", then hang
+//	ctl            echo each stdin line to stdout; after a line that is a
+//	               control_request, write its control_response (success,
+//	               same request_id); exit 0 at stdin EOF
 //	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
 //	               wrapper's own child in MODE, print "wrapper N" to stderr,
 //	               then hang: the wrapper's parent in parent-death tests
 func RunChild(mode string, args []string) int {
 	name, arg, _ := strings.Cut(mode, ":")
 	switch name {
+	case "ctl":
+		return ctl()
 	case "cat":
 		buf := make([]byte, 64<<10)
 		if _, err := io.CopyBuffer(os.Stdout, os.Stdin, buf); err != nil {
@@ -267,4 +272,28 @@ func WaitGone(pid int, within time.Duration) bool {
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}
 	return !Alive(pid)
+}
+
+// ctl echoes stdin lines and answers control requests as a CLI does: the
+// control_response after what came before it.
+func ctl() int {
+	r := bufio.NewReaderSize(os.Stdin, 1<<20)
+	w := bufio.NewWriter(os.Stdout)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			w.Write(line)
+			if len(line) > 0 && line[len(line)-1] == '\n' && strings.HasPrefix(string(line), `{"type":"control_request"`) {
+				_, rest, _ := strings.Cut(string(line), `"request_id":"`)
+				id, _, _ := strings.Cut(rest, `"`)
+				fmt.Fprintf(w, `{"type":"control_response","response":{"subtype":"success","request_id":"%s"}}`+"\n", id)
+			}
+			if w.Flush() != nil {
+				return 1
+			}
+		}
+		if err != nil {
+			return 0
+		}
+	}
 }
