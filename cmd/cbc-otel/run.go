@@ -37,13 +37,14 @@ type runConfig struct {
 	stepSummary  string // --step-summary, else $GITHUB_STEP_SUMMARY
 	tel          telemetryFlags
 	spool        spoolFlags
-	joinCLI      bool // --join-cli-telemetry
+	joinCLI      bool            // --join-cli-telemetry
+	collect      bool            // keep the runs seen for the caller (demo)
+	explicit     map[string]bool // flags set on the command line
+	command      []string        // CMD [ARGS...], after --
+
 	// --budget.max-cost-usd (0: no cap) and --budget.stop-timeout
 	budgetMaxCost     float64
 	budgetStopTimeout time.Duration
-	collect           bool            // keep the runs seen for the caller (demo)
-	explicit          map[string]bool // flags set on the command line
-	command           []string        // CMD [ARGS...], after --
 }
 
 func defaultRunConfig() runConfig {
