@@ -16,11 +16,11 @@ var ErrStdinClosed = errors.New("the child's stdin is closed")
 // has not been answered.
 var ErrRequestPending = errors.New("an injected request is still unanswered")
 
-// responseMarker starts every control_response line the CLIs write (Claude
-// Code and cbc put "type" first): only lines that start with it are held
-// while a request of ours is unanswered, and for no longer than it takes to
-// tell.
-var responseMarker = []byte(`{"type":"control_response"`)
+// responseType marks a control_response line. Where it stands in the line
+// is not relied on: Claude Code writes "type" first on its
+// control_response lines but not on its result lines, so key order is not
+// a contract.
+var responseType = []byte(`"type":"control_response"`)
 
 // maxHeld bounds a held line: an interrupt's acknowledgement is ~150 bytes,
 // so a longer line is not it and is passed on as it streams.
@@ -58,8 +58,8 @@ func NewInjector() *Injector { return &Injector{atStart: true} }
 // Send writes line (one JSON object; a newline is added) to the child's
 // stdin at the next line boundary of Stdin: at once when Stdin is between
 // lines, else right after the newline that ends its current line. The
-// stdout line that starts with {"type":"control_response" and carries
-// "request_id":"<requestID>" is withheld from Stdout and sent, once, on the
+// stdout line that is a control_response ("type":"control_response") and
+// carries "request_id":"<requestID>" is withheld from Stdout and sent, once, on the
 // returned channel. If Stdin stays mid-line the line waits, with no bound
 // of its own: the caller bounds its wait for the answer (it may never come).
 // The line is tapped (StdinTap) and counted like Stdin's bytes.
@@ -163,7 +163,7 @@ func (j *Injector) armed() bool {
 func (j *Injector) take(line []byte) bool {
 	j.fmu.Lock()
 	defer j.fmu.Unlock()
-	if j.needle == nil || !bytes.HasPrefix(line, responseMarker) || !bytes.Contains(line, j.needle) {
+	if j.needle == nil || len(line) == 0 || line[0] != '{' || !bytes.Contains(line, j.needle) || !bytes.Contains(line, responseType) {
 		return false
 	}
 	j.answer <- bytes.Clone(line)
@@ -173,9 +173,11 @@ func (j *Injector) take(line []byte) bool {
 }
 
 // respFilter is Stdout when an Injector is set: byte-exact passthrough, one
-// Write per Write, while no response is awaited; while one is, lines that
-// start like a control_response are held until their newline (bounded by
-// maxHeld) and the awaited one is withheld.
+// Write per Write, while no response is awaited; while one is (from the
+// request's writing to its answer: the CLI acknowledges at once), each
+// line is held until its newline, at most maxHeld bytes, and the awaited
+// one is withheld. A CLI writes a line in one write, so holding it delays
+// nothing in practice.
 type respFilter struct {
 	w       io.Writer
 	j       *Injector
@@ -189,11 +191,6 @@ func newRespFilter(w io.Writer, j *Injector) *respFilter {
 		w = io.Discard
 	}
 	return &respFilter{w: w, j: j, atStart: true}
-}
-
-// couldBe reports whether held may still be a control_response line.
-func couldBe(held []byte) bool {
-	return bytes.HasPrefix(responseMarker, held) || bytes.HasPrefix(held, responseMarker)
 }
 
 // Write passes p on, less the awaited response line. A chunk read before
@@ -229,7 +226,7 @@ func (f *respFilter) Write(p []byte) (int, error) {
 		switch {
 		case i >= 0 && f.j.take(f.hold):
 			f.hold, f.holding, f.atStart = f.hold[:0], false, true
-		case i >= 0 || !couldBe(f.hold) || len(f.hold) > maxHeld:
+		case i >= 0 || len(f.hold) > maxHeld:
 			f.atStart = i >= 0
 			if err := f.flushHeld(); err != nil {
 				return n - len(p), err

@@ -255,16 +255,20 @@ func TestInjectorIdleByteExact(t *testing.T) {
 func TestRespFilterSplits(t *testing.T) {
 	ours := responseLine("cbc-9")
 	streams := map[string][]string{
-		"alone":        {ours},
-		"between":      {`{"type":"assistant"}` + "\n", ours, `{"type":"result"}` + "\n"},
-		"others first": {responseLine("sdk-1"), `{"type":"control_response_x"}` + "\n", `{"type":"control_request","request_id":"cbc-9"}` + "\n", ours, ours},
-		"partial end":  {ours, `{"type":"control_respon`},
-		"near miss":    {`{"type":"control_response","response":{"request_id":"cbc-90"}}` + "\n", ours},
-		"long":         {`{"type":"control_response","x":"` + strings.Repeat("y", maxHeld+10) + `"}` + "\n", ours},
+		"alone":          {ours},
+		"between":        {`{"type":"assistant"}` + "\n", ours, `{"type":"result"}` + "\n"},
+		"others first":   {responseLine("sdk-1"), `{"type":"control_response_x"}` + "\n", `{"type":"control_request","request_id":"cbc-9"}` + "\n", ours, ours},
+		"partial end":    {ours, `{"type":"control_respon`},
+		"keys reordered": {`{"type":"assistant"}` + "\n", `{"response":{"subtype":"success","request_id":"cbc-9"},"type":"control_response"}` + "\n"},
+		"near miss":      {`{"type":"control_response","response":{"request_id":"cbc-90"}}` + "\n", ours},
+		"long":           {`{"type":"control_response","x":"` + strings.Repeat("y", maxHeld+10) + `"}` + "\n", ours},
 	}
 	for name, lines := range streams {
 		in := strings.Join(lines, "")
-		want := strings.Replace(in, ours, "", 1)
+		want, wantAns := strings.Replace(in, ours, "", 1), ours
+		if name == "keys reordered" {
+			want, wantAns = lines[0], lines[1]
+		}
 		if name == "near miss" || name == "long" {
 			want = strings.TrimSuffix(in, ours)
 		}
@@ -288,7 +292,7 @@ func TestRespFilterSplits(t *testing.T) {
 			}
 			select {
 			case a := <-ans:
-				if string(a) != ours {
+				if string(a) != wantAns {
 					t.Errorf("%s/%d: answer %q", name, step, a)
 				}
 			default:
