@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestClaudeCodeBudgetCap: the real Claude Code under `cbc-otel run
@@ -112,5 +117,127 @@ func TestClaudeCodeBudgetCap(t *testing.T) {
 	if d := os.Getenv("CBC_E2E_KEEP"); d != "" {
 		os.WriteFile(filepath.Join(d, "budget-stdout.ndjson"), r.stdout, 0o644)
 		os.WriteFile(filepath.Join(d, "budget-stderr.txt"), []byte(r.stderr), 0o644)
+	}
+}
+
+// budgetDriver is a Claude Agent SDK application: one query() with
+// streaming input, one user turn carrying the scenario marker; its input
+// ends at the workflow's task_notification (so the CLI's stdin is open
+// while the wrapper stops the session). Every message the SDK yields is
+// written to OUT, one JSON line each; a thrown error is written to ERR.
+const budgetDriver = `import fs from 'node:fs';
+const [sdk, cli, cwd, out, errFile, scenario] = process.argv.slice(2);
+const { query } = await import(sdk);
+const w = fs.createWriteStream(out);
+let wake = null, ended = false;
+async function* prompt() {
+  yield { type: 'user', message: { role: 'user', content: '[[SCENARIO:' + scenario + ']] Please run the workflow.' }, parent_tool_use_id: null, session_id: '' };
+  while (!ended) await new Promise((r) => { wake = r; });
+}
+try {
+  const q = query({ prompt: prompt(), options: { cwd, allowedTools: ['Workflow'], pathToClaudeCodeExecutable: cli, stderr: (d) => process.stderr.write(d) } });
+  for await (const m of q) {
+    w.write(JSON.stringify(m) + '\n');
+    if (m.type === 'system' && m.subtype === 'task_notification') {
+      ended = true;
+      if (wake) wake();
+    }
+  }
+} catch (e) {
+  fs.writeFileSync(errFile, String(e));
+}
+await new Promise((r) => w.end(r));
+`
+
+// TestClaudeAgentSDKBudgetCap: the same stop under the Claude Agent SDK
+// itself (its query() runs a script exec'ing the wrapper over the real
+// Claude Code): what the SDK yields is the CLI's session, stopped, and the
+// SDK raises no error; the wrapper's request and answer never reach it.
+func TestClaudeAgentSDKBudgetCap(t *testing.T) {
+	dir := sdkDir(t)
+	cli := claudeBin(t)
+	bin := promBuildCLI(t)
+	api := startMockAnthropic(t, false)
+	tmp := t.TempDir()
+	f := func(n string) string { return filepath.Join(tmp, n) }
+	for _, d := range []string{"home", "config", "work", "tmp"} {
+		if err := os.MkdirAll(f(d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+exec %s run --web.listen-address= --grace=1s --log.level warn --summary-file %s --metrics-file %s --budget.max-cost-usd 0.0001 -- %s "$@" 2>>%s
+`, sdkShq(bin), sdkShq(f("summary")), sdkShq(f("metrics")), sdkShq(cli), sdkShq(f("stderr")))
+	if err := os.WriteFile(f("cli.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f("drive.mjs"), []byte(budgetDriver), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sdkMJS := filepath.Join(dir, "node_modules/@anthropic-ai/claude-agent-sdk/sdk.mjs")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", f("drive.mjs"), sdkMJS, f("cli.sh"), f("work"), f("yielded"), f("error"), "interrupt")
+	cmd.Env = append(claudeEnv(tmp, api.URL), joinModelEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	if err := cmd.Run(); err != nil || ctx.Err() != nil {
+		y, _ := os.ReadFile(f("yielded"))
+		e, _ := os.ReadFile(f("stderr"))
+		t.Fatalf("the SDK application: %v (%v); output:\n%s\nyielded:\n%s\nwrapper and CLI stderr:\n%s", err, ctx.Err(), out.String(), sdkTrunc(y, 6000), e)
+	}
+	if b, err := os.ReadFile(f("error")); err == nil {
+		t.Errorf("the SDK raised: %s", b)
+	}
+	yielded := sdkJSONLines(t, f("yielded"))
+	var status string
+	var firstCost float64
+	results := 0
+	for _, m := range yielded {
+		switch {
+		case m["type"] == "system" && m["subtype"] == "task_notification":
+			status, _ = m["status"].(string)
+		case m["type"] == "result":
+			results++
+			if results == 1 {
+				firstCost, _ = m["total_cost_usd"].(float64)
+			}
+		case m["type"] == "control_response":
+			t.Errorf("the SDK yielded a control_response: %v", m)
+		}
+	}
+	raw, _ := os.ReadFile(f("yielded"))
+	if bytes.Contains(raw, []byte("cbc-otel-budget-")) {
+		t.Errorf("the wrapper's request id reached the SDK")
+	}
+	t.Logf("the SDK yielded %d messages; the last ones:\n%s", len(yielded), sdkTrunc(raw[max(0, len(raw)-4000):], 4000))
+	if status != "stopped" {
+		t.Errorf("the workflow's notification status %q, want stopped", status)
+	}
+	stderr, _ := os.ReadFile(f("stderr"))
+	logLine := regexp.MustCompile(`budget: the session's spend passed --budget.max-cost-usd; interrupting it" spend_usd=([0-9.e-]+) `)
+	m := logLine.FindAllSubmatch(stderr, -1)
+	if len(m) != 1 {
+		t.Fatalf("%d budget log lines, want 1; stderr:\n%s", len(m), stderr)
+	}
+	if spend, _ := strconv.ParseFloat(string(m[0][1]), 64); spend != firstCost {
+		t.Errorf("spend_usd %v, want the first result's total_cost_usd %v", spend, firstCost)
+	}
+	if bytes.Contains(stderr, []byte("SIGINT")) {
+		t.Errorf("escalated to SIGINT:\n%s", stderr)
+	}
+	runs, _ := sdkSummaryRuns(t, f("summary"))
+	if len(runs) != 1 || runs[0]["status"] != "stopped" || runs[0]["stop_reason"] != "budget" {
+		t.Errorf("summary runs %v, want one stopped with stop_reason budget", runs)
+	}
+	if met := sdkMetricsFile(t, f("metrics")); met["cbc_budget_stops_total"] != 1 {
+		t.Errorf("metrics: cbc_budget_stops_total %v, want 1", met["cbc_budget_stops_total"])
 	}
 }
