@@ -103,9 +103,9 @@ var budgetResponse = regexp.MustCompile(`(?m)^\{"type":"control_response","respo
 // is the CLI's own.
 func TestBudgetStopsSession(t *testing.T) {
 	dir := t.TempDir()
-	summary, step, prom := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "step.md"), filepath.Join(dir, "m.prom")
+	summary, step, prom, traces := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "step.md"), filepath.Join(dir, "m.prom"), filepath.Join(dir, "traces.jsonl")
 	saw, wrote, stderr, code := budgetSession(t, "budgetcli", 2, "stopped", "--budget.max-cost-usd", "1",
-		"--summary-file", summary, "--step-summary", step, "--metrics-file", prom)
+		"--summary-file", summary, "--step-summary", step, "--metrics-file", prom, "--traces-file", traces, "--summary")
 	if code != 0 {
 		t.Errorf("exit %d, want the CLI's 0; stderr: %s", code, stderr)
 	}
@@ -144,6 +144,12 @@ func TestBudgetStopsSession(t *testing.T) {
 	}
 	if md, _ := os.ReadFile(step); !bytes.Contains(md, []byte("stopped (budget)")) {
 		t.Errorf("step summary:\n%s", md)
+	}
+	if tr, _ := os.ReadFile(traces); !regexp.MustCompile(`"name":"invoke_workflow spend".*\{"key":"cbc.stop.reason","value":\{"stringValue":"budget"\}\}`).Match(tr) {
+		t.Errorf("no span with cbc.stop.reason budget:\n%s", tr)
+	}
+	if !strings.Contains(stderr, "stop reason: budget") {
+		t.Errorf("--summary lacks the stop reason:\n%s", stderr)
 	}
 	if m, _ := os.ReadFile(prom); !regexp.MustCompile(`(?m)^cbc_budget_stops_total(\{[^}]*\})? 1$`).Match(m) {
 		t.Errorf("metrics file has no cbc_budget_stops_total 1:\n%s", m)
