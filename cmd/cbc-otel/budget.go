@@ -107,8 +107,8 @@ func (b *budgetCap) Observe(l ingest.Lifecycle) {
 	if b.joined > spend {
 		spend, source = b.joined, "joined"
 	}
-	if b.tripped || spend <= b.max {
-		return
+	if b.tripped || spend <= b.max || b.childGone() {
+		return // a session already over (the last result read after the exit) is not stopped
 	}
 	b.tripped = true
 	go b.stop(spend, source, b.sessionID)
@@ -171,8 +171,21 @@ func isSuccess(line []byte) bool {
 	return json.Unmarshal(line, &r) == nil && r.Response.Subtype == "success"
 }
 
+// childGone reports whether the child is done.
+func (b *budgetCap) childGone() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // escalate SIGINTs the child through the supervisor, as a user's Ctrl-C.
 func (b *budgetCap) escalate(why error) {
+	if b.childGone() {
+		return
+	}
 	b.log.Warn("budget: sending SIGINT to the child", "why", why)
 	select {
 	case b.sigs <- syscall.SIGINT:

@@ -76,6 +76,19 @@ func awaitLog(t *testing.T, b *budgetCap, log *syncBuffer) string {
 	return log.String()
 }
 
+// A result read after the child is done (a one-turn session's last line)
+// stops nothing: no log, no count.
+func TestBudgetCapAfterExit(t *testing.T) {
+	var log syncBuffer
+	cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
+	b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
+	b.childDone()
+	b.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: 5}})
+	if b.Tripped() || log.String() != "" {
+		t.Errorf("tripped %v; log: %s", b.Tripped(), log.String())
+	}
+}
+
 func TestInterruptRequestShape(t *testing.T) {
 	for sid, want := range map[string]string{
 		"":    `{"type":"control_request","request_id":"cbc-otel-budget-ab","request":{"subtype":"interrupt"}}`,
