@@ -35,6 +35,9 @@ type claudeOpts struct {
 	scenario  string // mock scenario
 	wrapped   bool   // run under cbc-otel run with telemetry files
 	interrupt bool   // send an interrupt once the hanging agent's request arrived
+	// budget: the wrapper's --budget.max-cost-usd stops the session (its
+	// interrupt and ack unseen here): done at the stopped notification.
+	budget bool
 	// runArgs, when set (with wrapped), replaces the wrapper's default
 	// flags: `cbc-otel run RUNARGS -- cli ...`; the summary, metrics and
 	// traces files are then whatever runArgs name.
@@ -223,6 +226,9 @@ func runClaude(t *testing.T, bin, cli string, api *mockAnthropic, o claudeOpts) 
 		done := notified && results >= 2
 		if o.interrupt {
 			done = notified && acked && results >= 1
+		}
+		if o.budget {
+			done = notified && results >= 1
 		}
 		if done && !closed {
 			closed = true

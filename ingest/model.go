@@ -183,7 +183,7 @@ type Run struct {
 
 	Status      RunStatus
 	PatchStatus string // last task_updated status spelling
-	Reason      string // task_notification reason (e.g. worker_restart)
+	Reason      string // task_notification reason (e.g. worker_restart), or StopReasonBudget
 	Error       string // task_updated patch.error
 	Summary     string // opt-in
 
@@ -230,6 +230,9 @@ type Run struct {
 	// from it to the stopped notification, -1 when not applicable.
 	InterruptAt        int64
 	InterruptLatencyMs int64
+	// budgetInterrupt: the interrupt was the wrapper's budget cap's
+	// (its request_id starts with BudgetRequestIDPrefix).
+	budgetInterrupt bool
 
 	Finished  bool  // task_notification seen (or abandoned at stream end)
 	Finalized bool  // grace window closed: nothing changes any more
@@ -282,3 +285,12 @@ func (r *Run) phase(index int) *Phase {
 	}
 	return nil
 }
+
+// BudgetRequestIDPrefix starts the request_id of the interrupt that `run
+// --budget.max-cost-usd` writes to the child's stdin: a run it stops ends
+// stopped with Reason StopReasonBudget (unless the notification gives a
+// reason of its own).
+const BudgetRequestIDPrefix = "cbc-otel-budget-"
+
+// StopReasonBudget is the Reason of a run stopped by the budget cap.
+const StopReasonBudget = "budget"

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/internal/fifo"
@@ -814,6 +815,9 @@ func (t *Tracker) notified(ev *streamjson.Event, at int64) {
 	}
 	r.Status = st
 	r.Reason = ev.Reason
+	if st == StatusStopped && r.Reason == "" && r.budgetInterrupt {
+		r.Reason = StopReasonBudget
+	}
 	r.Summary = ev.Summary
 	if ev.HasUsage {
 		r.Usage = mergeUsage(r.Usage, ev.Usage)
@@ -1079,6 +1083,7 @@ func (t *Tracker) control(ev *streamjson.Event) {
 				continue
 			}
 			r.InterruptAt = t.now
+			r.budgetInterrupt = strings.HasPrefix(ev.RequestID, BudgetRequestIDPrefix)
 		}
 		t.emit(Lifecycle{Kind: InterruptRequested})
 	case "stop_task":

@@ -859,6 +859,32 @@ func TestTrackerInterrupt(t *testing.T) {
 		}
 		eq(t, "latency", res.matched[0].LatencyMs, 300)
 	})
+	// The budget cap's interrupt (run --budget.max-cost-usd) is told apart
+	// by its request_id: a run it stops has reason budget; an SDK's
+	// interrupt, a completed run or the notification's own reason keep
+	// theirs.
+	for _, tc := range []struct {
+		name, requestID, status, reason, want string
+	}{
+		{"budget stop", ingest.BudgetRequestIDPrefix + "0123456789abcdef", "stopped", "", ingest.StopReasonBudget},
+		{"sdk stop", "k3j2h1", "stopped", "", ""},
+		{"budget, completed anyway", ingest.BudgetRequestIDPrefix + "01", "completed", "", ""},
+		{"budget, the CLI's own reason", ingest.BudgetRequestIDPrefix + "01", "stopped", "worker_restart", "worker_restart"},
+		{"prefix elsewhere", "x-" + ingest.BudgetRequestIDPrefix, "stopped", "", ""},
+	} {
+		t.Run("reason: "+tc.name, func(t *testing.T) {
+			res := run(func(r *pipeRig, clk *fakeClock) {
+				r.out(lnWorkflow("w1"))
+				r.in(set(lnInterrupt("S1"), "request_id", tc.requestID))
+				n := lnNotify("w1", tc.status)
+				if tc.reason != "" {
+					n = set(n, "reason", tc.reason)
+				}
+				r.out(n)
+			})
+			eq(t, "Reason", finalRun(t, res.rec, "w1", "").Reason, tc.want)
+		})
+	}
 	t.Run("completed after an interrupt is not matched", func(t *testing.T) {
 		res := run(func(r *pipeRig, clk *fakeClock) {
 			r.out(lnWorkflow("w1"))

@@ -101,6 +101,10 @@ func appendWorkflowRun(b []byte, r *ingest.Run) []byte {
 	if r.Stalls != 0 {
 		b = appendIntField(b, `,"stalls":`, int64(r.Stalls))
 	}
+	if sr := StopReason(r); sr != "" {
+		b = append(b, `,"stop_reason":`...)
+		b = appendJSONString(b, sr)
+	}
 	b = appendNesting(b, r)
 	b = appendRunCost(b, &r.Cost)
 	return append(b, '}')

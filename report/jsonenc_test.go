@@ -212,7 +212,7 @@ func (g jsonGen) run() ingest.Run {
 	r := ingest.Run{
 		TaskID: g.str(), RunID: g.str(), SessionID: g.str(), TaskType: g.str(), Name: g.str(),
 		Workflow: g.r.IntN(5) > 0, Status: ingest.RunStatus(g.r.IntN(5)),
-		Start: g.int64(), End: g.int64(), Stalls: g.int(), SpawnDepth: g.int(),
+		Start: g.int64(), End: g.int64(), Stalls: g.int(), SpawnDepth: g.int(), Reason: g.str(),
 		Usage: streamjson.Usage{TotalTokens: g.int64(), ToolUses: g.int64(), DurationMs: g.int64()},
 		Cost:  g.cost(),
 	}
@@ -322,14 +322,16 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 		return c
 	}
 	cases := map[string]func(r *ingest.Run){
-		"bare":             func(r *ingest.Run) {},
-		"task":             func(r *ingest.Run) { r.Workflow, r.TaskType = false, "local_bash" },
-		"no times":         func(r *ingest.Run) { r.Start, r.End = 0, 0 },
-		"end before start": func(r *ingest.Run) { r.End = 10 },
-		"negatives":        func(r *ingest.Run) { r.Start, r.End, r.Stalls, r.SpawnDepth = -5, -1, -2, -3 },
-		"cli duration":     func(r *ingest.Run) { r.Usage = streamjson.Usage{TotalTokens: 5, ToolUses: 2, DurationMs: 59_000} },
-		"stalls":           func(r *ingest.Run) { r.Stalls = 2 },
-		"spawn depth":      func(r *ingest.Run) { r.SpawnDepth = 2 },
+		"bare":               func(r *ingest.Run) {},
+		"task":               func(r *ingest.Run) { r.Workflow, r.TaskType = false, "local_bash" },
+		"no times":           func(r *ingest.Run) { r.Start, r.End = 0, 0 },
+		"end before start":   func(r *ingest.Run) { r.End = 10 },
+		"negatives":          func(r *ingest.Run) { r.Start, r.End, r.Stalls, r.SpawnDepth = -5, -1, -2, -3 },
+		"cli duration":       func(r *ingest.Run) { r.Usage = streamjson.Usage{TotalTokens: 5, ToolUses: 2, DurationMs: 59_000} },
+		"stalls":             func(r *ingest.Run) { r.Stalls = 2 },
+		"stopped budget":     func(r *ingest.Run) { r.Status, r.Reason = ingest.StatusStopped, ingest.StopReasonBudget },
+		"reason not stopped": func(r *ingest.Run) { r.Reason = "worker_restart" },
+		"spawn depth":        func(r *ingest.Run) { r.SpawnDepth = 2 },
 		"launched by, all": func(r *ingest.Run) {
 			r.Parent = ingest.AgentRef{TaskID: "w0", RunID: "r0", Index: 3, AgentID: "A3", Label: "planner", Workflow: "outer"}
 		},
@@ -567,7 +569,7 @@ func TestJSONWritesInChunks(t *testing.T) {
 // the comparisons above would not see it.
 func TestJSONEncoderKnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeFor[Workflow](): 19, reflect.TypeFor[Agent](): 13, reflect.TypeFor[Phase](): 5,
+		reflect.TypeFor[Workflow](): 20, reflect.TypeFor[Agent](): 13, reflect.TypeFor[Phase](): 5,
 		reflect.TypeFor[LaunchedBy](): 6, reflect.TypeFor[Cost](): 4, reflect.TypeFor[ModelCost](): 3,
 		reflect.TypeFor[TokensByType](): 4, reflect.TypeFor[Task](): 8, reflect.TypeFor[Session](): 3,
 		reflect.TypeFor[StatsLine](): 8,

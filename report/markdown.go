@@ -164,7 +164,11 @@ func writeMDRow(b *strings.Builder, r *ingest.Run, withCost bool) {
 		// Nested: its own row, counted once (its launcher's row has none of it).
 		name = strings.Repeat("↳ ", max(1, r.SpawnDepth-1)) + name
 	}
-	fmt.Fprintf(b, "| %s | %s %s | %s | %s | %d |", name, mdStatusMark(r.Status), r.Status,
+	status := r.Status.String()
+	if sr := StopReason(r); sr != "" {
+		status += " (" + mdEscape(sr, 40) + ")"
+	}
+	fmt.Fprintf(b, "| %s | %s %s | %s | %s | %d |", name, mdStatusMark(r.Status), status,
 		durtext.Millis(r.DurationMs()), agentsText(r.Agents), r.Usage.TotalTokens)
 	if withCost {
 		cost := "—"

@@ -172,6 +172,9 @@ type Workflow struct {
 	Agents        []Agent `json:"agents"`
 	// Stalls counts the run's silences of --stall-after (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
+	// StopReason says why a stopped run stopped, when known: the
+	// notification's reason, or "budget" (run --budget.max-cost-usd).
+	StopReason string `json:"stop_reason,omitempty"`
 	// SpawnDepth is the run's nesting depth when the stream said
 	// (spawn_depth); LaunchedBy what launched a nested run; Resumes the
 	// run of the same task this run resumes.
@@ -303,6 +306,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
 		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: r.Resumes.RunID,
+		StopReason: StopReason(r),
 	}
 	for _, p := range r.Phases {
 		w.Phases = append(w.Phases, Phase{Index: p.Index, Title: p.Title, Start: p.Start, End: p.End, Kind: phaseKind(&p)})
@@ -479,4 +483,13 @@ func sortedKeys(m map[string]int64) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// StopReason is why a stopped run stopped, when known ("budget": run
+// --budget.max-cost-usd; else the notification's reason), "" otherwise.
+func StopReason(r *ingest.Run) string {
+	if r.Status != ingest.StatusStopped {
+		return ""
+	}
+	return r.Reason
 }

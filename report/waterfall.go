@@ -112,6 +112,9 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	if r.Error != "" {
 		fmt.Fprintf(b, "  error: %s\n", cut(r.Error, 200))
 	}
+	if sr := StopReason(r); sr != "" {
+		fmt.Fprintf(b, "  stop reason: %s\n", cut(sr, 80))
+	}
 	if r.InterruptLatencyMs >= 0 {
 		fmt.Fprintf(b, "  interrupt → stopped in %s\n", durtext.Millis(r.InterruptLatencyMs))
 	}

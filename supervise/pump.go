@@ -178,6 +178,9 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
+			if !flushHeld(w) {
+				return
+			}
 			if stdout && s.cfg.StdoutEOF != nil {
 				s.cfg.StdoutEOF()
 			}
@@ -186,6 +189,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 			// Either the consumer was slow and the rest is buffered in the
 			// pipe, or someone else (a grandchild) still holds it open.
 			if s.sweep(r, buf, emit) {
+				flushHeld(w)
 				return
 			}
 			s.log.Warn("child exited but its "+name+" is still open (a grandchild?); killing its process group",
@@ -195,6 +199,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 			st.mu.Unlock()
 			s.killGroup()
 			s.sweep(r, buf, emit)
+			flushHeld(w)
 			return
 		default:
 			if !errors.Is(err, os.ErrClosed) { // closed by Run abandoning us
@@ -243,23 +248,61 @@ type inPump struct {
 	bufSize int
 	log     *slog.Logger
 
+	inj      *Injector // nil unless Config.Inject
 	mu       sync.Mutex
 	detached bool
 	n        int64
 }
 
-func newInPump(src io.Reader, dst *os.File, tap io.Writer, bufSize int, log *slog.Logger) *inPump {
-	return &inPump{src: src, dst: dst, tap: tap, bufSize: bufSize, log: log}
+func newInPump(src io.Reader, dst *os.File, tap io.Writer, bufSize int, log *slog.Logger, inj *Injector) *inPump {
+	p := &inPump{src: src, dst: dst, tap: tap, bufSize: bufSize, log: log, inj: inj}
+	if inj != nil {
+		inj.attach(dst, p.tapChunk, p.count)
+	}
+	return p
+}
+
+// tapChunk taps b unless Run is done with the pump.
+func (p *inPump) tapChunk(b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.detached {
+		return false
+	}
+	if p.tap != nil {
+		p.tap.Write(b)
+	}
+	return true
+}
+
+// count counts n bytes written to the child's stdin.
+func (p *inPump) count(n int) {
+	p.mu.Lock()
+	p.n += int64(n)
+	p.mu.Unlock()
 }
 
 // run pumps until EOF on src (then closes the child's stdin, which is how the
 // child sees EOF), or until the child stops taking input.
 func (p *inPump) run() {
 	defer p.dst.Close()
+	if p.inj != nil {
+		defer p.inj.close() // first: nothing is written to a closed stdin
+	}
 	buf := make([]byte, p.bufSize)
 	for {
 		n, err := p.src.Read(buf)
-		if n > 0 {
+		if n > 0 && p.inj != nil {
+			// Whole lines are what the injector needs to see: it taps,
+			// writes and counts, in stream order with its own line.
+			if werr := p.inj.pass(buf[:n]); werr != nil {
+				p.log.Debug("write child stdin", "err", werr)
+				if errors.Is(werr, syscall.EPIPE) {
+					p.closeSrc()
+				}
+				return
+			}
+		} else if n > 0 {
 			// Tap before passing on: the tap stamps the bytes' passage,
 			// and a request (an interrupt) must be stamped before the
 			// child can react to it on stdout.

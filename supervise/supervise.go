@@ -158,6 +158,10 @@ type Config struct {
 	BufSize int
 	// Logger receives the supervisor's own diagnostics (never payloads).
 	Logger *slog.Logger
+	// Inject, when set, lets the caller write lines of its own to the
+	// child's stdin between two whole lines of Stdin and keeps the child's
+	// answer from Stdout (see Injector). Nil: not one byte changes.
+	Inject *Injector
 }
 
 // Result is how the child ended and what went through.
@@ -188,6 +192,9 @@ type Result struct {
 	// StdoutBytes counts what was read from the child's stdout (and
 	// tapped); StdinBytes what was written to the child's stdin.
 	StdoutBytes, StdinBytes int64
+	// StdoutWithheld counts the stdout bytes read, tapped and kept from
+	// Stdout on purpose: the answers to Config.Inject's requests.
+	StdoutWithheld int64
 }
 
 // stopSignals are the forwarded signals that also ask the supervisor to stop.
@@ -328,10 +335,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// superviseSignals); stdin is not (see Config.Stdin).
 	var outWG sync.WaitGroup
 	outSt, errSt := newOutPump(), newOutPump()
+	stdout := cfg.Stdout
+	if cfg.Inject != nil {
+		stdout = newRespFilter(cfg.Stdout, cfg.Inject)
+	}
 	outWG.Add(1)
 	go func() {
 		defer outWG.Done()
-		s.pumpOut(outSt, stdoutR, cfg.Stdout, cfg.StdoutTap, true)
+		s.pumpOut(outSt, stdoutR, stdout, cfg.StdoutTap, true)
 	}()
 	if stderrR != nil {
 		outWG.Add(1)
@@ -347,7 +358,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}()
 	var in *inPump
 	if stdinW != nil {
-		in = newInPump(cfg.Stdin, stdinW, cfg.StdinTap, cfg.BufSize, log)
+		in = newInPump(cfg.Stdin, stdinW, cfg.StdinTap, cfg.BufSize, log, cfg.Inject)
 		go in.run()
 	}
 
@@ -377,6 +388,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.DrainTimedOut = o.timedOut || e.timedOut
 	if in != nil {
 		res.StdinBytes = in.detach()
+	}
+	if cfg.Inject != nil {
+		res.StdoutWithheld = cfg.Inject.Withheld()
 	}
 
 	if ch.werr != nil {

@@ -54,7 +54,7 @@
 //	cbc.workflow.abandoned       workflow           bool: the stream ended without the notification
 //	cbc.workflow.agents          workflow           number of agents in the run
 //	cbc.task.status              task               completed | failed | stopped | abandoned
-//	cbc.stop.reason              workflow, task     task_notification reason (e.g. worker_restart)
+//	cbc.stop.reason              workflow, task     task_notification reason (e.g. worker_restart); "budget": stopped by run --budget.max-cost-usd
 //	cbc.interrupt.latency_ms     workflow           interrupt request → stopped notification
 //	cbc.usage.total_tokens       workflow, agent, task  total tokens (run usage / agent tokens)
 //	cbc.usage.tool_uses          workflow, agent, task  tool uses (run usage / agent toolCalls)

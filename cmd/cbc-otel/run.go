@@ -42,6 +42,10 @@ type runConfig struct {
 	collect      bool            // keep the runs seen for the caller (demo)
 	explicit     map[string]bool // flags set on the command line
 	command      []string        // CMD [ARGS...], after --
+
+	// --budget.max-cost-usd (0: no cap) and --budget.stop-timeout
+	budgetMaxCost     float64
+	budgetStopTimeout time.Duration
 }
 
 func defaultRunConfig() runConfig {
@@ -51,6 +55,8 @@ func defaultRunConfig() runConfig {
 		logLevel:     "error",
 		logFormat:    defaultLogFormat,
 		tapQueue:     2 << 20,
+
+		budgetStopTimeout: defaultBudgetStopTimeout,
 	}
 	// The telemetry flags keep their defaults in their registration.
 	c.tel.metrics.noListen = true
@@ -70,6 +76,8 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.stepSummary, "step-summary", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
 	fs.StringVar(&c.stepOutput, "step-output", c.stepOutput, "when the child exits, append the session's cost, tokens by type and runs by status to this file (GitHub Actions step outputs; default $GITHUB_OUTPUT)")
 	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
+	fs.Float64Var(&c.budgetMaxCost, "budget.max-cost-usd", c.budgetMaxCost, "stop the session (an interrupt on the CLI's stdin, as an SDK sends) once its spend passes this many USD: the result lines' total_cost_usd, or the joined cost with --join-cli-telemetry, whichever is higher; 0: no cap (see the README)")
+	fs.DurationVar(&c.budgetStopTimeout, "budget.stop-timeout", c.budgetStopTimeout, "with --budget.max-cost-usd, SIGINT the child if the CLI has not acknowledged the interrupt within this (the SDK's stdin line in progress included)")
 	c.tel.metrics.noListen = true // no port, no page unless --web.listen-address
 	c.tel.register(fs, true)
 	c.spool.register(fs)
@@ -103,6 +111,15 @@ func (c *runConfig) Validate() error {
 	}
 	if c.explicit["step-output"] && c.stepOutput != "" {
 		errs = append(errs, checkOutputPath("step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
+	}
+	if c.budgetMaxCost < 0 || c.budgetMaxCost != c.budgetMaxCost {
+		errs = append(errs, fmt.Errorf("--budget.max-cost-usd must be 0 (no cap) or positive, got %v", c.budgetMaxCost))
+	}
+	if c.budgetStopTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--budget.stop-timeout must be positive, got %v", c.budgetStopTimeout))
+	}
+	if c.budgetMaxCost > 0 && c.spool.dir != "" && !c.spool.process {
+		errs = append(errs, errors.New("--budget.max-cost-usd needs the pipeline: with --spool-dir, add --spool.process"))
 	}
 	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
 		errs = append(errs, errors.New("--join-cli-telemetry needs the pipeline: with --spool-dir, add --spool.process"))
@@ -221,9 +238,19 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	if cfg.joinCLI {
 		join = newCLIJoin(&cfg, log)
 	}
-	c, err := r.startConsumers(ctx, &cfg, log, join)
+	var budget *budgetCap
+	if cfg.budgetMaxCost > 0 {
+		budget = newBudgetCap(&cfg, log, sigs)
+		defer budget.childDone()
+		sigs = budget.sigs
+	}
+	c, err := r.startConsumers(ctx, &cfg, log, join, budget)
 	if err != nil {
 		return outcome{code: fail(sio.err, name, exitUsage, err)}
+	}
+	var inject *supervise.Injector
+	if budget != nil {
+		inject = budget.inj
 	}
 	if r.started != nil {
 		r.started(c.tel)
@@ -242,8 +269,12 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
 		Logger:       log,
+		Inject:       inject,
 	})
 	sio.endStdout(log)
+	if budget != nil {
+		budget.childDone()
+	}
 	c.join.childDone(ctx)
 	out := c.finish(ctx, r.consumerWait, log)
 	out.code, out.err = res.ExitCode, err
@@ -306,7 +337,7 @@ type consumers struct {
 // startConsumers starts the telemetry and the spool writer that cfg asks
 // for. With --spool-dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
-func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin) (*consumers, error) {
+func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin, budget *budgetCap) (*consumers, error) {
 	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != "" || cfg.stepOutput != ""}
 	if cfg.spool.dir == "" || cfg.spool.process {
 		var err error
@@ -344,6 +375,10 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		if cfg.stepOutput != "" {
 			c.spend = &report.Spend{}
 			extra = append(extra, c.spend)
+		}
+		if budget != nil {
+			extra = append(extra, budget)
+			budget.register(c.tel.metrics.registry(), log)
 		}
 		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
 		if join != nil {

@@ -71,12 +71,22 @@ func forever() {
 //	               at stdin EOF) or hang
 //	stdio          write "out" to stdout and "err" to stderr
 //	closestdin     close stdin, print "closed", then hang
+//	ctl            echo each stdin line to stdout; after a line that is a
+//	               control_request, write its control_response (success,
+//	               same request_id); exit 0 at stdin EOF
+//	budgetcli[:deaf|free]  a CLI speaking stream-json whose spend grows by
+//	               $0.6 a turn (see BudgetCLI); deaf ignores control requests
+//	               and exits 130 on SIGINT; free reports 0 (as CodeBuddy)
 //	spawn-wrapper:MODE  start args (a wrapper's argv) sharing stdio, with the
 //	               wrapper's own child in MODE, print "wrapper N" to stderr,
 //	               then hang: the wrapper's parent in parent-death tests
 func RunChild(mode string, args []string) int {
 	name, arg, _ := strings.Cut(mode, ":")
 	switch name {
+	case "ctl":
+		return ctl()
+	case "budgetcli":
+		return BudgetCLI(arg)
 	case "cat":
 		buf := make([]byte, 64<<10)
 		if _, err := io.CopyBuffer(os.Stdout, os.Stdin, buf); err != nil {
@@ -267,4 +277,96 @@ func WaitGone(pid int, within time.Duration) bool {
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}
 	return !Alive(pid)
+}
+
+// ctl echoes stdin lines and answers control requests as a CLI does: the
+// control_response after what came before it.
+func ctl() int {
+	r := bufio.NewReaderSize(os.Stdin, 1<<20)
+	w := bufio.NewWriter(os.Stdout)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			w.Write(line)
+			if len(line) > 0 && line[len(line)-1] == '\n' && strings.HasPrefix(string(line), `{"type":"control_request"`) {
+				_, rest, _ := strings.Cut(string(line), `"request_id":"`)
+				id, _, _ := strings.Cut(rest, `"`)
+				fmt.Fprintf(w, `{"type":"control_response","response":{"subtype":"success","request_id":"%s"}}`+"\n", id)
+			}
+			if w.Flush() != nil {
+				return 1
+			}
+		}
+		if err != nil {
+			return 0
+		}
+	}
+}
+
+// EnvBudgetOut names the file where BudgetCLI copies all it writes.
+const EnvBudgetOut = "GO_HELPER_BUDGET_OUT"
+
+// BudgetCLI fakes a Claude Code session on stream-json: system/init, then
+// for each user line a turn whose result adds $0.6 to total_cost_usd, the
+// first one launching workflow "spend" (task wf-1) that runs until an
+// interrupt. To an interrupt it answers as the CLI does: the
+// control_response, the run killed and stopped, the turn's result. It exits
+// 0 at stdin EOF. Everything it writes is copied to $GO_HELPER_BUDGET_OUT.
+// how is "deaf" (control requests ignored, exit 130 on SIGINT), "free"
+// (total_cost_usd 0, as CodeBuddy writes) or "".
+func BudgetCLI(how string) int {
+	deaf, perTurn := how == "deaf", 0.6
+	if how == "free" {
+		perTurn = 0
+	}
+	if deaf {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT)
+		go func() {
+			<-c
+			os.Exit(130)
+		}()
+	}
+	copyTo, err := os.Create(os.Getenv(EnvBudgetOut))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer copyTo.Close()
+	w := bufio.NewWriter(io.MultiWriter(os.Stdout, copyTo))
+	say := func(format string, a ...any) {
+		fmt.Fprintf(w, format+"\n", a...)
+	}
+	say(`{"type":"system","subtype":"init","session_id":"sess-1","model":"fake"}`)
+	w.Flush()
+	r := bufio.NewReader(os.Stdin)
+	turns, running := 0, false
+	for {
+		line, err := r.ReadString('\n')
+		switch {
+		case strings.HasPrefix(line, `{"type":"user"`):
+			turns++
+			if turns == 1 {
+				running = true
+				say(`{"type":"system","subtype":"task_started","task_id":"wf-1","tool_use_id":"tu-1","task_type":"local_workflow","workflow_name":"spend","description":"d","session_id":"sess-1"}`)
+			}
+			say(`{"type":"result","subtype":"success","is_error":false,"duration_ms":10,"num_turns":%d,"session_id":"sess-1","total_cost_usd":%.1f,"usage":{}}`, turns, perTurn*float64(turns))
+		case strings.HasPrefix(line, `{"type":"control_request"`) && !deaf:
+			_, rest, _ := strings.Cut(line, `"request_id":"`)
+			id, _, _ := strings.Cut(rest, `"`)
+			say(`{"type":"control_response","response":{"subtype":"success","request_id":"%s"}}`, id)
+			if running {
+				running = false
+				say(`{"type":"system","subtype":"task_updated","task_id":"wf-1","patch":{"status":"killed","end_time":1700000000000}}`)
+				say(`{"type":"system","subtype":"task_notification","task_id":"wf-1","tool_use_id":"tu-1","status":"stopped","summary":"","session_id":"sess-1"}`)
+			}
+			say(`{"type":"result","subtype":"error_during_execution","is_error":true,"duration_ms":1,"num_turns":%d,"session_id":"sess-1","total_cost_usd":%.1f,"usage":{}}`, turns, perTurn*float64(turns))
+		}
+		if w.Flush() != nil {
+			return 1
+		}
+		if err != nil {
+			return 0
+		}
+	}
 }

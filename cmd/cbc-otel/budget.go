@@ -1,0 +1,204 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/supervise"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// defaultBudgetStopTimeout bounds the wait for the CLI to acknowledge the
+// budget interrupt (the SDK's current stdin line ending included) before
+// the child gets SIGINT.
+const defaultBudgetStopTimeout = 10 * time.Second
+
+// budgetStopsName counts the stops of --budget.max-cost-usd.
+const budgetStopsName = "cbc_budget_stops_total"
+
+// budgetCap is `run --budget.max-cost-usd`: it sums the session's spend as
+// the pipeline sees it and, once spend passes the cap, stops the work the
+// way an SDK does (an interrupt control request on the child's stdin),
+// escalating to SIGINT if the CLI does not acknowledge it in time.
+type budgetCap struct {
+	max         float64
+	stopTimeout time.Duration
+	log         *slog.Logger
+	inj         *supervise.Injector
+	sigs        chan os.Signal // what the supervisor reads: the forwarded signals, and ours
+	done        chan struct{}  // closed when the child is done
+	stops       prometheus.Counter
+	doneOnce    sync.Once
+
+	mu        sync.Mutex
+	session   float64 // Σ of the result lines' total_cost_usd growth
+	joined    float64 // Σ of the joined model calls' cost (--join-cli-telemetry)
+	sessionID string
+	tripped   bool
+	stopped   chan struct{} // closed once the stop is done (acknowledged or escalated)
+}
+
+// newBudgetCap wraps the forwarded signals (sigs) so that the cap can
+// escalate through the supervisor's own stop path.
+func newBudgetCap(cfg *runConfig, log *slog.Logger, sigs <-chan os.Signal) *budgetCap {
+	b := &budgetCap{
+		max: cfg.budgetMaxCost, stopTimeout: cfg.budgetStopTimeout, log: log,
+		inj: supervise.NewInjector(), sigs: make(chan os.Signal, 16), done: make(chan struct{}),
+		stopped: make(chan struct{}),
+		stops: prometheus.NewCounter(prometheus.CounterOpts{Name: budgetStopsName,
+			Help: "Stops of the session by run --budget.max-cost-usd (an interrupt written to the CLI's stdin)."}),
+	}
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				select {
+				case b.sigs <- s:
+				case <-b.done:
+					return
+				}
+			case <-b.done:
+				return
+			}
+		}
+	}()
+	return b
+}
+
+// register adds the stops counter to the telemetry's registry.
+func (b *budgetCap) register(reg prometheus.Registerer, log *slog.Logger) {
+	if err := reg.Register(b.stops); err != nil {
+		log.Error("registering the budget metrics", "err", err)
+	}
+}
+
+// childDone ends the cap's goroutines: nothing is stopped any more.
+func (b *budgetCap) childDone() { b.doneOnce.Do(func() { close(b.done) }) }
+
+// Observe is the cap's ingest.Sink: it sums the spend and trips the cap.
+// It runs on the consumer goroutine, so the stop itself runs on its own.
+func (b *budgetCap) Observe(l ingest.Lifecycle) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case l.Kind == ingest.TurnEnded && l.Turn != nil:
+		b.session += l.Turn.CostUSD
+		b.sessionID = cmpOr(l.Turn.SessionID, b.sessionID)
+	case l.Kind == ingest.ModelCallSeen && l.Call != nil:
+		b.joined += l.Call.Usage.CostUSD
+		b.sessionID = cmpOr(b.sessionID, l.Call.SessionID)
+	case l.Kind == ingest.RunStarted && l.Run != nil:
+		b.sessionID = cmpOr(b.sessionID, l.Run.SessionID)
+		return
+	default:
+		return
+	}
+	spend, source := b.session, "result"
+	if b.joined > spend {
+		spend, source = b.joined, "joined"
+	}
+	if b.tripped || spend <= b.max || b.childGone() {
+		return // a session already over (the last result read after the exit) is not stopped
+	}
+	b.tripped = true
+	go b.stop(spend, source, b.sessionID)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// interruptRequest is the control request an SDK sends to stop the
+// session, with the session id when known (cbc wants it; Claude Code's SDK
+// sends none and the CLI ignores it).
+func interruptRequest(id, sessionID string) []byte {
+	b := []byte(`{"type":"control_request","request_id":` + strconv.Quote(id) + `,"request":{"subtype":"interrupt"`)
+	if sessionID != "" {
+		b = append(b, `,"session_id":`+strconv.Quote(sessionID)...)
+	}
+	return append(b, "}}"...)
+}
+
+// stop writes the interrupt and waits for its acknowledgement, at most
+// stopTimeout (the SDK's current stdin line ending included), then SIGINTs
+// the child (and the supervisor SIGKILLs it --kill-timeout later).
+func (b *budgetCap) stop(spend float64, source, sessionID string) {
+	defer close(b.stopped)
+	var r [8]byte
+	rand.Read(r[:])
+	id := ingest.BudgetRequestIDPrefix + hex.EncodeToString(r[:])
+	b.stops.Inc()
+	b.log.Warn("budget: the session's spend passed --budget.max-cost-usd; interrupting it",
+		"spend_usd", spend, "max_cost_usd", b.max, "source", source, "request_id", id, "session_id", sessionID)
+	t := time.NewTimer(b.stopTimeout)
+	defer t.Stop()
+	ans, err := b.inj.Send(interruptRequest(id, sessionID), id)
+	if err != nil {
+		b.escalate(fmt.Errorf("cannot write the interrupt: %w", err))
+		return
+	}
+	select {
+	case a := <-ans:
+		if !isSuccess(a) {
+			b.escalate(errors.New("the CLI refused the interrupt"))
+		}
+	case <-t.C:
+		b.escalate(fmt.Errorf("the CLI did not acknowledge the interrupt within --budget.stop-timeout %v", b.stopTimeout))
+	case <-b.done:
+	}
+}
+
+// isSuccess reports whether a control_response says success.
+func isSuccess(line []byte) bool {
+	var r struct {
+		Response struct {
+			Subtype string `json:"subtype"`
+		} `json:"response"`
+	}
+	return json.Unmarshal(line, &r) == nil && r.Response.Subtype == "success"
+}
+
+// childGone reports whether the child is done.
+func (b *budgetCap) childGone() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// escalate SIGINTs the child through the supervisor, as a user's Ctrl-C.
+func (b *budgetCap) escalate(why error) {
+	if b.childGone() {
+		return
+	}
+	b.log.Warn("budget: sending SIGINT to the child", "why", why)
+	select {
+	case b.sigs <- syscall.SIGINT:
+	case <-b.done:
+	}
+}
+
+// Tripped reports whether the cap stopped the session.
+func (b *budgetCap) Tripped() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tripped
+}
