@@ -127,19 +127,33 @@ func RunChild(mode string, args []string) int {
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("ready")
 		forever()
-	case "sleeper":
+	case "sleeper", "sleeper-after":
+		if name == "sleeper-after" {
+			// Its parent's line first: wait until the parent closes the
+			// pipe on fd 3 after writing it, so that tests can read the
+			// pids from the first line.
+			_, _ = io.Copy(io.Discard, os.NewFile(3, "after"))
+		}
 		fmt.Printf("pid %d\n", os.Getpid())
 		forever()
 	case "grandchild", "grandchild-wait":
+		after, release, err := os.Pipe()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "grandchild:", err)
+			return 1
+		}
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = Env("sleeper")
+		cmd.Env = Env("sleeper-after")
 		cmd.Stdout = os.Stdout
 		cmd.Stderr = os.Stderr
+		cmd.ExtraFiles = []*os.File{after}
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, "grandchild:", err)
 			return 1
 		}
+		after.Close()
 		fmt.Printf("child %d grandchild %d\n", os.Getpid(), cmd.Process.Pid)
+		release.Close()
 		if name == "grandchild-wait" {
 			forever()
 		}
