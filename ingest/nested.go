@@ -25,7 +25,7 @@ func (r *Run) root() (task, run string) {
 	switch {
 	case r.Parent.TaskID != "":
 		return r.Parent.RootTask, r.Parent.RootRun
-	case r.Resumes.TaskID != "":
+	case r.Resumes != nil:
 		return r.Resumes.RootTask, r.Resumes.RootRun
 	}
 	return r.TaskID, r.RunID
@@ -71,7 +71,7 @@ const maxLauncherScan = 4096
 func (t *Tracker) nest(r *Run, ev *streamjson.Event) {
 	r.SpawnDepth = ev.SpawnDepth
 	t.resumes(r)
-	if r.Parent.TaskID != "" || r.ParentLink.TaskID != "" {
+	if r.Parent.TaskID != "" || r.ParentLink != nil {
 		return // set once: a run re-announced keeps its place (no cycles)
 	}
 	var p *Run
@@ -142,14 +142,14 @@ func (t *Tracker) linkParent(r *Run, task string) {
 		return
 	}
 	r.ParentTaskID = task
-	r.ParentLink = ref
+	r.ParentLink = &ref
 }
 
 // resumes sets the run of r's task that r resumes: the latest one seen
 // whose run_id sorts before r's (run ids of a task sort in the order the
 // runs opened, PROTOCOL.md), open or finalized. Set once.
 func (t *Tracker) resumes(r *Run) {
-	if r.Resumes.TaskID != "" || r.RunID == "" {
+	if r.Resumes != nil || r.RunID == "" {
 		return
 	}
 	var ref AgentRef
@@ -168,7 +168,7 @@ func (t *Tracker) resumes(r *Run) {
 	if ref.TaskID == "" || (ref.RootTask == r.TaskID && ref.RootRun == r.RunID) {
 		return
 	}
-	r.Resumes = ref
+	r.Resumes = &ref
 }
 
 // launcher finds the unfinished workflow run and the index of its agent

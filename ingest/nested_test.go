@@ -157,6 +157,14 @@ type runRef struct{ task, run, rootTask, rootRun string }
 
 func refOf(a ingest.AgentRef) runRef { return runRef{a.TaskID, a.RunID, a.RootTask, a.RootRun} }
 
+// refOfP is refOf of a link held out of line (Run.ParentLink, Run.Resumes).
+func refOfP(a *ingest.AgentRef) runRef {
+	if a == nil {
+		return runRef{}
+	}
+	return refOf(*a)
+}
+
 // startedRun is the run r.at recorded for the task_started of (task, run).
 func startedRun(t *testing.T, r *clockRig, task, run string) ingest.Run {
 	t.Helper()
@@ -235,13 +243,13 @@ func TestLateChildLinked(t *testing.T) {
 			if got := refOf(c.Parent); got != tc.nested {
 				t.Errorf("Parent %+v, want %+v", got, tc.nested)
 			}
-			if got := refOf(c.ParentLink); got != tc.linked {
+			if got := refOfP(c.ParentLink); got != tc.linked {
 				t.Errorf("ParentLink %+v, want %+v", got, tc.linked)
 			}
 			if want := tc.nested.task + tc.linked.task; c.ParentTaskID != want {
 				t.Errorf("ParentTaskID %q, want %q", c.ParentTaskID, want)
 			}
-			if c.Parent.TaskID != "" && c.Parent.Index != -1 || c.ParentLink.TaskID != "" && c.ParentLink.Index != -1 {
+			if c.Parent.TaskID != "" && c.Parent.Index != -1 || c.ParentLink != nil && c.ParentLink.Index != -1 {
 				t.Errorf("a task launcher has an agent index: %+v %+v", c.Parent, c.ParentLink)
 			}
 			if n := r.stats.LaunchersEvicted(); n != tc.wantEvicted {
@@ -256,7 +264,7 @@ func TestLateChildLinked(t *testing.T) {
 					t.Fatal(err)
 				}
 				r2.at(at, set(subAgent("C2", "rC2", 2, tc.linked.task)))
-				if got := refOf(startedRun(t, r2, "C2", "rC2").ParentLink); got != tc.linked {
+				if got := refOfP(startedRun(t, r2, "C2", "rC2").ParentLink); got != tc.linked {
 					t.Errorf("after a checkpoint: ParentLink %+v, want %+v", got, tc.linked)
 				}
 			}
@@ -316,10 +324,10 @@ func TestResumedRun(t *testing.T) {
 			at := tc.drive(r)
 			r.at(at, tc.resumed)
 			c := startedRun(t, r, "A", tc.resumed["run_id"].(string))
-			if got := refOf(c.Resumes); got != tc.want {
+			if got := refOfP(c.Resumes); got != tc.want {
 				t.Errorf("Resumes %+v, want %+v", got, tc.want)
 			}
-			if c.Parent.TaskID != "" || c.ParentLink.TaskID != "" {
+			if c.Parent.TaskID != "" || c.ParentLink != nil {
 				t.Errorf("a resume without parent_task_id has a launcher: %+v %+v", c.Parent, c.ParentLink)
 			}
 			if v := violationCounts(r.stats); len(v) != 0 {
@@ -405,7 +413,13 @@ func checkLinksSeen(t *testing.T, ops []byte) (refs [3]int) {
 				continue
 			}
 			self := [2]string{e.Run.TaskID, e.Run.RunID}
-			for j, ref := range []ingest.AgentRef{e.Run.Parent, e.Run.ParentLink, e.Run.Resumes} {
+			deref := func(p *ingest.AgentRef) ingest.AgentRef {
+				if p == nil {
+					return ingest.AgentRef{}
+				}
+				return *p
+			}
+			for j, ref := range []ingest.AgentRef{e.Run.Parent, deref(e.Run.ParentLink), deref(e.Run.Resumes)} {
 				if ref.TaskID == "" {
 					continue
 				}

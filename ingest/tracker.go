@@ -635,7 +635,7 @@ func (t *Tracker) mergeAgent(r *Run, e *streamjson.Entry) bool {
 		}
 		a = r.insertAgent(e.Index)
 	}
-	if !st.Final() && e.EndedWithRun != "" {
+	if !st.Final() && e.EndedWithRun {
 		// The run's outcome (whatever its spelling) ended the agent while
 		// it was live: the stream says how it ended, so it is not left to
 		// be abandoned, nor charged as missing its terminal state. One

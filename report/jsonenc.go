@@ -126,7 +126,7 @@ func appendNesting(b []byte, r *ingest.Run) []byte {
 		b = appendOptString(b, `,"label":`, p.Label)
 		b = append(b, '}')
 	}
-	return appendOptString(b, `,"resumes":`, r.Resumes.RunID)
+	return appendOptString(b, `,"resumes":`, resumedRun(r))
 }
 
 // appendAgent appends the JSON of the Agent WorkflowOf makes of a.

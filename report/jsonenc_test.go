@@ -223,10 +223,10 @@ func (g jsonGen) run() ingest.Run {
 		r.Parent = ingest.AgentRef{TaskID: g.str(), RunID: g.str(), Index: g.int(), AgentID: g.str(), Workflow: g.str(), Label: g.str()}
 	}
 	if g.r.IntN(3) == 0 {
-		r.ParentLink = ingest.AgentRef{TaskID: g.str(), RunID: g.str(), Index: -1, Workflow: g.str()}
+		r.ParentLink = &ingest.AgentRef{TaskID: g.str(), RunID: g.str(), Index: -1, Workflow: g.str()}
 	}
 	if g.r.IntN(3) == 0 {
-		r.Resumes = ingest.AgentRef{TaskID: r.TaskID, RunID: g.str(), Index: -1}
+		r.Resumes = &ingest.AgentRef{TaskID: r.TaskID, RunID: g.str(), Index: -1}
 	}
 	if n := g.r.IntN(5); n > 0 {
 		for range n - 1 { // n == 1: empty, not nil
@@ -337,16 +337,16 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 		},
 		"launched by, minimal": func(r *ingest.Run) { r.Parent = ingest.AgentRef{TaskID: "w0", Index: -1} },
 		"linked to an ended launcher": func(r *ingest.Run) {
-			r.ParentLink = ingest.AgentRef{TaskID: "t0", RunID: "r0", Index: -1}
+			r.ParentLink = &ingest.AgentRef{TaskID: "t0", RunID: "r0", Index: -1}
 		},
 		"nested and linked": func(r *ingest.Run) {
-			r.Parent, r.ParentLink = ingest.AgentRef{TaskID: "w0", Index: 2}, ingest.AgentRef{TaskID: "t0", Index: -1}
+			r.Parent, r.ParentLink = ingest.AgentRef{TaskID: "w0", Index: 2}, &ingest.AgentRef{TaskID: "t0", Index: -1}
 		},
-		"resumes": func(r *ingest.Run) { r.Resumes = ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1} },
+		"resumes": func(r *ingest.Run) { r.Resumes = &ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1} },
 		"nested task": func(r *ingest.Run) {
 			r.Workflow, r.TaskType, r.SpawnDepth = false, "local_agent", 2
 			r.Parent = ingest.AgentRef{TaskID: "t0", RunID: "r0", Index: -1}
-			r.Resumes = ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1}
+			r.Resumes = &ingest.AgentRef{TaskID: "w1", RunID: "r0", Index: -1}
 		},
 		"task without run id":   func(r *ingest.Run) { r.Workflow, r.TaskType, r.RunID = false, "Bash", "" },
 		"launched by, no task":  func(r *ingest.Run) { r.Parent = ingest.AgentRef{RunID: "r0", Index: 3} },
@@ -604,7 +604,7 @@ func FuzzJSONMatchesEncodingJSON(f *testing.F) {
 			Cost: cost,
 		}
 		task := ingest.Run{TaskID: s2, RunID: s3, TaskType: s1, Status: ingest.StatusFailed, SpawnDepth: int(n % 4),
-			ParentLink: ingest.AgentRef{TaskID: s1, RunID: s2, Index: -1, Workflow: s3}, Resumes: ingest.AgentRef{TaskID: s2, RunID: s1}}
+			ParentLink: &ingest.AgentRef{TaskID: s1, RunID: s2, Index: -1, Workflow: s3}, Resumes: &ingest.AgentRef{TaskID: s2, RunID: s1}}
 		sessions := []Session{{Kind: "session", SessionID: s1, Cost: CostOf(&cost)}, {Kind: s2, SessionID: s3}}
 		if isFinite(f2) {
 			sessions = append(sessions, Session{Kind: "session", SessionID: s2, Cost: Cost{CostUSD: &f2, Models: []ModelCost{{Model: s1, CostUSD: &f2}}}})

@@ -305,7 +305,7 @@ func WorkflowOf(r *ingest.Run) Workflow {
 		Workflow: r.Name, Status: r.Status.String(), Start: r.Start, End: r.End,
 		DurationMs: r.DurationMs(), CLIDurationMs: r.Usage.DurationMs, Tokens: r.Usage.TotalTokens, ToolUses: r.Usage.ToolUses,
 		Phases: make([]Phase, 0, len(r.Phases)), Agents: make([]Agent, 0, len(r.Agents)), Cost: CostOf(&r.Cost),
-		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: r.Resumes.RunID,
+		Stalls: r.Stalls, SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: resumedRun(r),
 		StopReason: StopReason(r),
 	}
 	for _, p := range r.Phases {
@@ -332,7 +332,7 @@ func phaseKind(p *ingest.Phase) string {
 // TaskOf converts a finalized non-workflow task.
 func TaskOf(r *ingest.Run) Task {
 	return Task{Kind: "task", TaskID: r.TaskID, RunID: r.RunID, TaskType: r.TaskType, Status: r.Status.String(),
-		SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: r.Resumes.RunID}
+		SpawnDepth: r.SpawnDepth, LaunchedBy: launchedBy(r), Resumes: resumedRun(r)}
 }
 
 // launcher is what launched r, when the stream named it and it was seen:
@@ -341,10 +341,18 @@ func launcher(r *ingest.Run) *ingest.AgentRef {
 	if r.Parent.TaskID != "" {
 		return &r.Parent
 	}
-	if r.ParentLink.TaskID != "" {
-		return &r.ParentLink
+	if r.ParentLink != nil {
+		return r.ParentLink
 	}
 	return nil
+}
+
+// resumedRun is the run id of the run r resumes, "" when none.
+func resumedRun(r *ingest.Run) string {
+	if r.Resumes == nil {
+		return ""
+	}
+	return r.Resumes.RunID
 }
 
 // launchedBy is LaunchedBy of r's launcher, nil without one.

@@ -172,7 +172,7 @@ func nesting(r *ingest.Run) string {
 		}
 		parts = append(parts, what+": launched by "+by)
 	}
-	if r.Resumes.RunID != "" {
+	if r.Resumes != nil && r.Resumes.RunID != "" {
 		parts = append(parts, "resumes run "+cut(r.Resumes.RunID, 40))
 	}
 	return strings.Join(parts, "; ")

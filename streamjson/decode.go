@@ -926,7 +926,7 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 		Tokens:         count(w.num[eTokens], &badFields),
 		ToolCalls:      count(w.num[eToolCalls], &badFields),
 		Error:          d.errorText(w.str[eError]),
-		EndedWithRun:   Clean(w.str[eEndedWithRun], maxIDLen),
+		EndedWithRun:   Clean(w.str[eEndedWithRun], maxIDLen) != "",
 	}
 	if d.opts.KeepPreviews {
 		e.ResultPreview = Clean(w.str[eResultPreview], maxPreviewLen)

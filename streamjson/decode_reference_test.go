@@ -30,7 +30,8 @@ type refEntry struct {
 	Tokens             int64
 	// Issue 28: the row fields the SDK's reader knows.
 	QueuedAt, LastProgressAt, DurationMs, ToolCalls int64
-	EndedWithRun, Error                             string
+	EndedWithRun                                    bool
+	Error                                           string
 }
 
 // refEvent is what the comparison checks of a decoded line.
@@ -408,7 +409,7 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 	case raw != "":
 		e.Error = WithheldError
 	}
-	e.EndedWithRun = Clean(r.str(o, "endedWithRun"), maxIDLen)
+	e.EndedWithRun = Clean(r.str(o, "endedWithRun"), maxIDLen) != ""
 	e.Cached = r.boolean(o, "cached")
 	if e.PhaseIndex, ok = refIndex(o["phaseIndex"]); !ok {
 		r.bad++

@@ -75,7 +75,7 @@ func IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
 	tid := TraceID(r.TaskID, r.RunID)
 	if p := &r.Parent; p.TaskID != "" {
 		tid = TraceID(p.RootTask, p.RootRun)
-	} else if p := &r.Resumes; p.TaskID != "" {
+	} else if p := r.Resumes; p != nil {
 		tid = TraceID(p.RootTask, p.RootRun)
 	}
 	return tid, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)

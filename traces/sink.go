@@ -171,9 +171,9 @@ func (s *Sink) traceID(task, run string) trace.TraceID {
 func (s *Sink) nested(r *ingest.Run) {
 	p := &r.Parent
 	if p.TaskID == "" {
-		p = &r.Resumes
+		p = r.Resumes
 	}
-	if p.TaskID == "" {
+	if p == nil || p.TaskID == "" {
 		return // not nested: no map lookup on every event of every run
 	}
 	k := runKey{r.TaskID, r.RunID}
@@ -290,7 +290,7 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 		}
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
 			TraceID: tid, SpanID: psid, TraceFlags: s.flags(), TraceState: s.parent.TraceState()}))
-	} else if p := &r.Resumes; p.TaskID != "" {
+	} else if p := r.Resumes; p != nil {
 		// A resumed run continues its task: in its first run's trace,
 		// under its first run's span, where Jaeger shows the two together.
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
@@ -432,9 +432,10 @@ func (s *Sink) link(r *ingest.Run) []trace.Link {
 		return nil // no parent task, or its agent is the span's parent
 	}
 	var tid trace.TraceID
-	run := r.ParentLink.RunID
-	if r.ParentLink.TaskID == r.ParentTaskID {
-		tid = TraceID(r.ParentLink.RootTask, r.ParentLink.RootRun)
+	var run string
+	if l := r.ParentLink; l != nil && l.TaskID == r.ParentTaskID {
+		run = l.RunID
+		tid = TraceID(l.RootTask, l.RootRun)
 		if s.parent.IsValid() {
 			tid = s.parent.TraceID()
 		}
