@@ -51,6 +51,13 @@ func positive(v float64) float64 {
 	return 0
 }
 
+// Costs returns the session's cost as each source has it so far: the
+// result lines' and the joined calls' (0 when a source reported none).
+// Totals' CostUSD is the higher of the two.
+func (s *Spend) Costs() (result, joined float64) {
+	return s.result.CostUSD, s.joined.CostUSD
+}
+
 // SpendTotals is what a session spent, each value nil when no source
 // knows it.
 type SpendTotals struct {

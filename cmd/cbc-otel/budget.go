@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -41,8 +42,7 @@ type budgetCap struct {
 	doneOnce    sync.Once
 
 	mu        sync.Mutex
-	session   float64 // Σ of the result lines' total_cost_usd growth
-	joined    float64 // Σ of the joined model calls' cost (--join-cli-telemetry)
+	spend     report.Spend // the session's spend, summed as the step outputs sum it
 	sessionID string
 	tripped   bool
 	stopped   chan struct{} // closed once the stop is done (acknowledged or escalated)
@@ -92,10 +92,8 @@ func (b *budgetCap) Observe(l ingest.Lifecycle) {
 	defer b.mu.Unlock()
 	switch {
 	case l.Kind == ingest.TurnEnded && l.Turn != nil:
-		b.session += l.Turn.CostUSD
 		b.sessionID = cmpOr(l.Turn.SessionID, b.sessionID)
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil:
-		b.joined += l.Call.Usage.CostUSD
 		b.sessionID = cmpOr(b.sessionID, l.Call.SessionID)
 	case l.Kind == ingest.RunStarted && l.Run != nil:
 		b.sessionID = cmpOr(b.sessionID, l.Run.SessionID)
@@ -103,15 +101,17 @@ func (b *budgetCap) Observe(l ingest.Lifecycle) {
 	default:
 		return
 	}
-	spend, source := b.session, "result"
-	if b.joined > spend {
-		spend, source = b.joined, "joined"
+	b.spend.Observe(l)
+	spend, joined := b.spend.Costs()
+	src := "result"
+	if joined > spend {
+		spend, src = joined, "joined"
 	}
 	if b.tripped || spend <= b.max || b.childGone() {
 		return // a session already over (the last result read after the exit) is not stopped
 	}
 	b.tripped = true
-	go b.stop(spend, source, b.sessionID)
+	go b.stop(spend, src, b.sessionID)
 }
 
 func cmpOr(a, b string) string {
