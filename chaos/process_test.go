@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/cbc-otel/cbc-otel/internal/promfam"
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
 )
 
@@ -237,33 +238,15 @@ func pfTurns(t *testing.T, scenarios ...string) string {
 	return path
 }
 
-// pfPromSums reads Prometheus text and sums name's series by label.
+// pfPromSums reads Prometheus text and sums name's series by label
+// (internal/promfam's rule).
 func pfPromSums(r io.Reader, name, label string) (map[string]float64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, fmt.Errorf("parsing metrics: %w", err)
 	}
-	out := map[string]float64{}
-	mf := fams[name]
-	if mf == nil {
-		return out, nil
-	}
-	for _, m := range mf.Metric {
-		key := ""
-		for _, l := range m.Label {
-			if l.GetName() == label {
-				key = l.GetValue()
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			out[key] += m.Counter.GetValue()
-		case m.Gauge != nil:
-			out[key] += m.Gauge.GetValue()
-		}
-	}
-	return out, nil
+	return promfam.ByLabel(fams, name, label), nil
 }
 
 func pfPromFile(t *testing.T, path, name, label string) map[string]float64 {
