@@ -18,6 +18,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
 	"github.com/cbc-otel/cbc-otel/bench/internal/serveproc"
 	"github.com/cbc-otel/cbc-otel/bench/internal/streamgen"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // Targets of the cpu section, in µs of the cbc-otel process's CPU (user +
@@ -606,9 +607,7 @@ func buildRev(ctx context.Context, root, hash, bin string) error {
 	if err := errors.Join(errA, errU); err != nil {
 		return fmt.Errorf("baseline: git archive %s | tar -x: %w", hash, err)
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/cbc-otel")
-	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if _, err := testbin.Build(ctx, bin, testbin.Dir(src)); err != nil {
 		return fmt.Errorf("baseline: go build of %s: %w", hash, err)
 	}
 	return nil

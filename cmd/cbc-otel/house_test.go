@@ -89,6 +89,8 @@ func TestPackageGraph(t *testing.T) {
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		// Test support: builds the binary (tests, bench harness); a leaf.
+		"internal/testbin": {},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
