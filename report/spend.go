@@ -3,6 +3,7 @@ package report
 import (
 	"math"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -13,9 +14,9 @@ import (
 // own telemetry when joined (every model call it reported, whatever its
 // scope, as cbc_cli_cost_usd_total counts it).
 type Spend struct {
-	result       ingest.Cost
+	result       cost.Sum
 	resultTokens bool // a result line's modelUsage grew
-	joined       ingest.Cost
+	joined       cost.Sum
 }
 
 // Observe sums turns and model calls.
@@ -34,8 +35,8 @@ func (s *Spend) Observe(l ingest.Lifecycle) {
 		}
 		s.result.CostUSD += max(positive(l.Turn.CostUSD), models)
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil:
-		u := ingest.ModelUsage{CostUSD: positive(l.Call.Usage.CostUSD)}
-		for k, v := range l.Call.Usage.Tokens {
+		u := cost.Model{CostUSD: positive(l.Call.Cost.CostUSD)}
+		for k, v := range l.Call.Cost.Tokens {
 			u.Tokens[k] = max(0, v)
 		}
 		s.joined.Add(u, 1)
@@ -80,7 +81,7 @@ func (s *Spend) Totals() SpendTotals {
 		t.CostUSD = &v
 	}
 	if s.resultTokens || joined {
-		var tok ingest.Tokens
+		var tok cost.Tokens
 		for k := range tok {
 			tok[k] = max(s.result.Tokens[k], s.joined.Tokens[k])
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
@@ -238,7 +239,7 @@ func runOf(e *entry, nowMs int64) runView {
 // costText is a known cost in dollars, "" when unknown: four decimals,
 // enough for one cheap model call; an absurd one (the CLI's telemetry is
 // input too) stays short.
-func costText(c *ingest.Cost) string {
+func costText(c *cost.Sum) string {
 	switch {
 	case !c.Known():
 		return ""

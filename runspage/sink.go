@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -272,8 +273,8 @@ func keepAgent(prev, a *ingest.Agent) ingest.Agent {
 
 // costTotal is what the page shows of a cost: the totals, without the
 // per-model list, which is the Tracker's slice and would be shared.
-func costTotal(c *ingest.Cost) ingest.Cost {
-	return ingest.Cost{CostUSD: c.CostUSD, Tokens: c.Tokens, Calls: c.Calls}
+func costTotal(c *cost.Sum) cost.Sum {
+	return cost.Sum{CostUSD: c.CostUSD, Tokens: c.Tokens, Calls: c.Calls}
 }
 
 // keep is s, as old when they are equal, else a copy.

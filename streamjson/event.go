@@ -150,7 +150,7 @@ type Event struct {
 type ResultModel struct {
 	Model   string
 	CostUSD float64
-	Tokens  [4]int64 // input, output, cache read, cache creation: ingest.TokenType's order
+	Tokens  [4]int64 // input, output, cache read, cache creation: cost.TokenType's order
 	// Known: which of Tokens (KnownTokens<<k) and CostUSD (KnownCost) the
 	// line gave usably. The others (absent or bad) read 0, not their value.
 	Known uint8

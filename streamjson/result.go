@@ -18,7 +18,7 @@ const maxCostUSD = 1e6
 // then the cost (mCost).
 var modelNums = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "costUSD"}
 
-// Bits of ResultModel.Known, those of usage.Known: KnownTokens<<k for
+// Bits of ResultModel.Known, those of cost.Known: KnownTokens<<k for
 // Tokens[k], KnownCost for CostUSD.
 const (
 	mCost             = len(modelNums) - 1
@@ -83,7 +83,7 @@ func (d *Decoder) result(ev *Event) {
 			continue
 		}
 		// A value absent or bad is unknown, not 0: a 0 would read as a
-		// cumulative value gone down, a session reset (usage.Sessions).
+		// cumulative value gone down, a session reset (cost.Sessions).
 		ev.BadFields += bits.OnesCount8(wm.bad)
 		for k := range modelNums {
 			before := ev.BadFields

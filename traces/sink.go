@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
@@ -561,16 +562,16 @@ func providerName(r *ingest.Run) string {
 // costAttrs adds what the CLI's own telemetry said a run or an agent cost,
 // when it said anything. gen_ai.usage.input_tokens includes the cached
 // input, as the conventions ask; the cache split has names of its own.
-func costAttrs(kv []attribute.KeyValue, c *ingest.Cost) []attribute.KeyValue {
+func costAttrs(kv []attribute.KeyValue, c *cost.Sum) []attribute.KeyValue {
 	if !c.Known() {
 		return kv
 	}
 	t := c.Tokens
 	return append(kv,
-		attribute.Int64(AttrUsageInputTokens, t[ingest.TokensInput]+t[ingest.TokensCacheRead]+t[ingest.TokensCacheCreation]),
-		attribute.Int64(AttrUsageOutputTokens, t[ingest.TokensOutput]),
-		attribute.Int64(AttrUsageCacheRead, t[ingest.TokensCacheRead]),
-		attribute.Int64(AttrUsageCacheWrite, t[ingest.TokensCacheCreation]),
+		attribute.Int64(AttrUsageInputTokens, t[cost.TokensInput]+t[cost.TokensCacheRead]+t[cost.TokensCacheCreation]),
+		attribute.Int64(AttrUsageOutputTokens, t[cost.TokensOutput]),
+		attribute.Int64(AttrUsageCacheRead, t[cost.TokensCacheRead]),
+		attribute.Int64(AttrUsageCacheWrite, t[cost.TokensCacheCreation]),
 		attribute.Float64(AttrUsageCostUSD, c.CostUSD),
 		attribute.Int64(AttrUsageModelCalls, c.Calls),
 	)

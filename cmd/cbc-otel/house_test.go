@@ -75,20 +75,20 @@ func TestPackageGraph(t *testing.T) {
 		"tap":        {},
 		"ndjson":     {},
 		"streamjson": {"tap"},
-		"usage":      {},
-		"ingest":     {"tap", "ndjson", "streamjson", "usage", "internal/fifo"},
+		"cost":       {},
+		"ingest":     {"tap", "ndjson", "streamjson", "cost", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
-		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
+		"traces":     {"ingest", "cost", "streamjson", "internal/otlpjson"},
+		"metrics":    {"tap", "streamjson", "ingest", "cost"},
+		"report":     {"tap", "streamjson", "ingest", "cost", "internal/durtext", "internal/count"},
+		"runspage":   {"tap", "streamjson", "ingest", "cost", "internal/durtext", "internal/count"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
-		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		"join":         {"tap", "streamjson", "ingest", "cost", "clitelemetry"},
 		// Test support: builds the binary (tests, bench harness); a leaf.
 		"internal/testbin": {},
 	}
