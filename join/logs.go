@@ -12,7 +12,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // Attribute keys of Claude Code's api_request event.
@@ -86,10 +86,10 @@ func modelCall(lr *logspb.LogRecord) (ingest.ModelCall, bool) {
 		return ingest.ModelCall{}, false
 	}
 	c := ingest.ModelCall{
-		AgentID:   streamjson.Clean(str(attrs, keyAgentID), maxIDLen),
-		SessionID: streamjson.Clean(str(attrs, keySessionID), maxIDLen),
+		AgentID:   safetext.Clean(str(attrs, keyAgentID), maxIDLen),
+		SessionID: safetext.Clean(str(attrs, keySessionID), maxIDLen),
 		Cost: cost.Model{
-			Model:   streamjson.Clean(str(attrs, keyModel), maxModelLen),
+			Model:   safetext.Clean(str(attrs, keyModel), maxModelLen),
 			CostUSD: num(attrs, keyCostUSD),
 		},
 		DurationMs: int64(num(attrs, keyDurationMs)),

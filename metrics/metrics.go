@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -276,7 +277,7 @@ func New(opts Options) (*Metrics, error) {
 		Name: "cbc_otel_build_info",
 		Help: "Always 1; the labels say which cbc-otel build is running.",
 	}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(streamjson.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
+	buildInfo.WithLabelValues(safetext.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
 
 	cs := []prometheus.Collector{
 		m.runsStarted, m.runsTotal, m.runsActive, m.duration, m.agentsTotal, m.agentDuration,
@@ -613,7 +614,7 @@ func (c *labelCap) allows(label string) bool {
 // seen for the first time (its series should be pre-created), folded why a
 // name became "other". The allow-list applies first, then the cap.
 func (c *labelCap) resolve(raw string) (label string, added bool, folded folding) {
-	label = streamjson.Clean(raw, maxLabelLen)
+	label = safetext.Clean(raw, maxLabelLen)
 	if label == "" {
 		label = LabelUnknown
 	}

@@ -16,7 +16,7 @@
 //
 // Every name, title and label comes from the stream: html/template escapes
 // it, and it is cleaned again of control and bidirectional formatting
-// characters (streamjson.Clean). Prompt and result previews are never
+// characters (safetext.Clean). Prompt and result previews are never
 // shown; error texts are what the Tracker kept (withheld unless
 // --capture-errors).
 package runspage

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -508,7 +509,7 @@ func (d *Decoder) scanModels(i int) (int, scanStatus) {
 	s, w := &d.scan, &d.w
 	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
 		name := unsafe.String(unsafe.SliceData(key), len(key))
-		if len(w.models) == maxScannedModels || !plainASCII(name) || slices.ContainsFunc(w.models, func(m wireModel) bool { return m.name == name }) {
+		if len(w.models) == maxScannedModels || !safetext.IsPlain(name) || slices.ContainsFunc(w.models, func(m wireModel) bool { return m.name == name }) {
 			return 0, false, scanUnsure
 		}
 		m := wireModel{name: string(key)}

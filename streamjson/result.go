@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // MaxResultModels bounds a result line's models (a session uses one to three):
@@ -67,7 +69,7 @@ func (d *Decoder) plainModels(raw []byte) bool {
 func (d *Decoder) result(ev *Event) {
 	w := &d.w
 	ev.SessionID = cleanID(w.str[fSessionID])
-	ev.ResultSubtype = Clean(w.str[fSubtype], maxIDLen)
+	ev.ResultSubtype = safetext.Clean(w.str[fSubtype], maxIDLen)
 	ev.IsError = w.isError
 	ev.DurationMs = count(w.durationMs, &ev.BadFields)
 	if w.costSet {

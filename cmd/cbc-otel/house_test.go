@@ -74,21 +74,22 @@ func TestPackageGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"tap":        {},
 		"ndjson":     {},
-		"streamjson": {"tap"},
+		"streamjson": {"tap", "safetext"},
 		"cost":       {},
+		"safetext":   {},
 		"ingest":     {"tap", "ndjson", "streamjson", "cost", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "cost", "streamjson", "internal/otlpjson"},
-		"metrics":    {"tap", "streamjson", "ingest", "cost"},
+		"traces":     {"ingest", "cost", "safetext", "internal/otlpjson"},
+		"metrics":    {"tap", "streamjson", "ingest", "cost", "safetext"},
 		"report":     {"tap", "streamjson", "ingest", "cost", "internal/durtext", "internal/count"},
-		"runspage":   {"tap", "streamjson", "ingest", "cost", "internal/durtext", "internal/count"},
+		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
-		"join":         {"tap", "streamjson", "ingest", "cost", "clitelemetry"},
+		"join":         {"ingest", "cost", "safetext", "clitelemetry"},
 		// Test support: builds the binary (tests, bench harness); a leaf.
 		"internal/testbin": {},
 	}
