@@ -32,8 +32,6 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Collector is an ingest.Sink that keeps every finalized run, in order of
@@ -368,24 +366,24 @@ func launchedBy(r *ingest.Run) *LaunchedBy {
 // StatsOf summarizes a pipeline's counters over all sources.
 func StatsOf(s *ingest.Stats) StatsLine {
 	out := StatsLine{Kind: "stats", Rejected: map[string]int64{}, Violations: map[string]int64{}}
-	for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
-		out.Lines += s.Lines(src)
-		out.Bytes += s.Bytes(src)
-		out.DroppedBytes += s.Dropped(src)
-		out.IncompleteBytes += s.Incomplete(src)
+	for _, n := range s.PerSource() {
+		out.Lines += n.Lines
+		out.Bytes += n.Bytes
+		out.DroppedBytes += n.Dropped
+		out.IncompleteBytes += n.Incomplete
 	}
-	for _, r := range streamjson.Reasons() {
-		if n := s.Rejected(r); n > 0 {
-			out.Rejected[r.String()] = n
+	for r, n := range s.PerReason() {
+		if n.Lines > 0 {
+			out.Rejected[r] = n.Lines
 			if out.RejectedBytes == nil {
 				out.RejectedBytes = map[string]int64{}
 			}
-			out.RejectedBytes[r.String()] = s.RejectedBytes(r)
+			out.RejectedBytes[r] = n.Bytes
 		}
 	}
-	for _, v := range ingest.Violations() {
-		if n := s.Violations(v); n > 0 {
-			out.Violations[v.String()] = n
+	for v, n := range s.PerViolation() {
+		if n > 0 {
+			out.Violations[v] = n
 		}
 	}
 	return out

@@ -48,9 +48,10 @@ func TestNoLongFunctions(t *testing.T) {
 }
 
 // TestPackageGraph holds the direction of the imports (README, Layout):
-// the taps know no protocol, the wire format knows only the taps, the
-// Tracker knows no sink, no sink knows another, and no source (supervise,
-// spool, follow) knows a sink. Only this command knows them all.
+// the taps know no protocol, the wire format knows only the taps and
+// safetext, the Tracker knows no sink, no sink knows another or the
+// decoder, and no source (supervise, spool, follow) knows a sink. Only this
+// command knows them all.
 func TestPackageGraph(t *testing.T) {
 	const mod = "github.com/cbc-otel/cbc-otel/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"...").Output()
@@ -82,8 +83,8 @@ func TestPackageGraph(t *testing.T) {
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "cost", "safetext", "internal/otlpjson"},
-		"metrics":    {"tap", "streamjson", "ingest", "cost", "safetext"},
-		"report":     {"tap", "streamjson", "ingest", "cost", "internal/durtext", "internal/count"},
+		"metrics":    {"ingest", "cost", "safetext"},
+		"report":     {"ingest", "cost", "internal/durtext", "internal/count"},
 		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
@@ -109,6 +110,16 @@ func TestPackageGraph(t *testing.T) {
 		for _, imp := range imports[s] {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
+			}
+		}
+	}
+	// The sinks (and the join) see the Tracker's events only: text hygiene
+	// is safetext's, the counters iterate themselves (ingest.Stats), so no
+	// decoder, framer or tap (issue 30).
+	for _, s := range append(sinks, "join") {
+		for _, imp := range imports[s] {
+			if slices.Contains([]string{"streamjson", "ndjson", "tap"}, imp) {
+				t.Errorf("%s imports %s; a sink needs no decoder, framer or tap", s, imp)
 			}
 		}
 	}
