@@ -104,24 +104,36 @@ var (
 )
 
 // Interesting reports whether line may be a message the Tracker consumes.
-// It is the cheap prefilter in front of Decode. "task\u005fid" is
-// "task_id" (RFC 8259 §7) but hides the markers: see escapedASCII.
+// It is the cheap prefilter in front of Decode. A name or value written
+// with escapes is the same name ("task\u005fid" is "task_id", RFC 8259
+// §7) but hides the markers, so a line that holds an escaped printable
+// ASCII character is decoded too (escapedASCII).
 func Interesting(line []byte) bool {
 	return markedAtStart(line) || bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
 		bytes.Contains(line, markerResult) || escapedASCII(line)
 }
 
-// escapedASCII reports whether line holds a \u escape of printable ASCII
-// (\u0020-\u007f), the only way to write a marker's bytes otherwise. No
-// common encoder writes one; a false positive costs a decode only.
+// escapedASCII reports whether line holds a \u escape of a printable
+// ASCII character (\u0020 to \u007f), the only way to write a marker's
+// bytes differently. No common encoder writes one (they escape control
+// characters, and at most non-ASCII), so real streams pay one search for
+// `\u00`, on the lines with no marker that leadingType did not dismiss. A
+// false positive (an escaped backslash before "u00...", text quoting an
+// escape) costs a decode only.
 func escapedASCII(line []byte) bool {
-	for i := bytes.Index(line, []byte(`\u00`)); i >= 0 && i+4 < len(line); i = bytes.Index(line, []byte(`\u00`)) {
-		if line = line[i+4:]; '2' <= line[0] && line[0] <= '7' {
+	for {
+		i := bytes.Index(line, escPrefix)
+		if i < 0 || i+len(escPrefix) >= len(line) {
+			return false
+		}
+		if c := line[i+len(escPrefix)]; '2' <= c && c <= '7' {
 			return true
 		}
+		line = line[i+len(escPrefix):]
 	}
-	return false
 }
+
+var escPrefix = []byte(`\u00`)
 
 // LongLineOfInterest reports whether the prefix of an over-long line is a
 // message the Tracker consumes. The marker prefilter is not enough here: a

@@ -139,10 +139,10 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 			end, st, bad = structField(s, i, &w.hasPatch, d.scanPatch)
 		case fRequest:
 			w.request = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasRequest, func(i int) (int, scanStatus) { return d.scanStrings(i, requestFields[:], &w.request) })
+			end, st, bad = structField(s, i, &w.hasRequest, d.scanRequest)
 		case fResponse:
 			w.response = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasResponse, func(i int) (int, scanStatus) { return d.scanStrings(i, responseFields[:], &w.response) })
+			end, st, bad = structField(s, i, &w.hasResponse, d.scanResponse)
 		case fSpawnDepth:
 			end, st, bad = s.floatField(i, &w.spawnDepth)
 		case fIsError:
@@ -264,6 +264,17 @@ func (d *Decoder) scanPatch(i int) (int, scanStatus) {
 		}
 		return end, true, st
 	})
+}
+
+// scanRequest scans a control_request's request object (requestFields).
+func (d *Decoder) scanRequest(i int) (int, scanStatus) {
+	return d.scanStrings(i, requestFields[:], &d.w.request)
+}
+
+// scanResponse scans a control_response's response object
+// (responseFields).
+func (d *Decoder) scanResponse(i int) (int, scanStatus) {
+	return d.scanStrings(i, responseFields[:], &d.w.response)
 }
 
 // scanStrings scans an object whose fields of interest are all strings:

@@ -84,8 +84,9 @@ func (d *Decoder) result(ev *Event) {
 			ev.BadFields++
 			continue
 		}
-		// A value absent or bad is unknown, not 0: a 0 would read as a
-		// cumulative value gone down, a session reset (cost.Sessions).
+		// A value absent, null, bad or out of range is unknown (Known),
+		// never 0: a 0 would read as a cumulative value gone down, a
+		// session reset (see cost.Sessions).
 		ev.BadFields += bits.OnesCount8(wm.bad)
 		for k := range modelNums {
 			before := ev.BadFields
