@@ -16,7 +16,6 @@ import (
 	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
 	"github.com/cbc-otel/cbc-otel/bench/internal/procstat"
 	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
-	"github.com/cbc-otel/cbc-otel/bench/internal/serveproc"
 	"github.com/cbc-otel/cbc-otel/bench/internal/streamgen"
 	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
@@ -352,12 +351,12 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 
 // startServe starts `serve` of bin with args and /metrics on a free
 // loopback port; its files are named from tag in dir.
-func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveproc.Proc, error) {
+func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	return serveproc.Start(ctx, bin, port, args, dir, tag)
+	return startServeProc(ctx, bin, port, args, dir, tag)
 }
 
 // cpuServeFile runs `serve --follow FILE` on a hard link of the stream
