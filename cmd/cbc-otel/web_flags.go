@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/exposition"
 )
 
 // webFlags are the exporter conventions node_exporter has (issue 21): the
@@ -23,9 +23,9 @@ type webFlags struct {
 
 func (w *webFlags) register(fs *flag.FlagSet) {
 	w.registered = true
-	fs.StringVar(&w.telemetryPath, "web.telemetry-path", metrics.DefaultTelemetryPath,
+	fs.StringVar(&w.telemetryPath, "web.telemetry-path", exposition.DefaultTelemetryPath,
 		"path under which the metrics are served (/, /healthz and /readyz stay where they are)")
-	fs.IntVar(&w.maxRequests, "web.max-requests", metrics.DefaultMaxRequests,
+	fs.IntVar(&w.maxRequests, "web.max-requests", exposition.DefaultMaxRequests,
 		"most scrapes served in parallel; beyond it a scrape gets 503 (0 = no limit)")
 	fs.BoolVar(&w.noExporterMetrics, "web.disable-exporter-metrics", false,
 		"leave cbc-otel's own go_* and process_* metrics out of the metrics endpoint and file")
@@ -39,7 +39,7 @@ func (w *webFlags) validate(listen string) error {
 		return nil
 	}
 	var errs []error
-	if err := metrics.CheckTelemetryPath(w.telemetryPath); err != nil {
+	if err := exposition.CheckTelemetryPath(w.telemetryPath); err != nil {
 		errs = append(errs, fmt.Errorf("--web.telemetry-path %q: %w", w.telemetryPath, err))
 	}
 	if w.maxRequests < 0 {

@@ -1,4 +1,4 @@
-package metrics
+package exposition
 
 import (
 	"net/http"
@@ -13,7 +13,7 @@ import (
 // TestServeTelemetryPath: the metrics move to the path; /metrics is then
 // 404, /healthz and /readyz stay.
 func TestServeTelemetryPath(t *testing.T) {
-	addr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), TelemetryPath: "/x/metrics"})
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), TelemetryPath: "/x/metrics"})
 	c := &http.Client{Timeout: 5 * time.Second}
 	for path, want := range map[string]int{"/x/metrics": 200, "/metrics": 404, "/healthz": 200, "/readyz": 200} {
 		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
@@ -33,7 +33,7 @@ func TestCheckTelemetryPath(t *testing.T) {
 			t.Errorf("CheckTelemetryPath(%q) = %v", p, err)
 		}
 	}
-	if _, err := Listen(ServeOptions{Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), TelemetryPath: "/healthz"}); err == nil {
+	if _, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), TelemetryPath: "/healthz"}); err == nil {
 		t.Error("Listen accepted /healthz as the telemetry path")
 	}
 }
@@ -55,7 +55,7 @@ func (g blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
 // 503 at once; the two held ones then succeed.
 func TestServeMaxRequests(t *testing.T) {
 	g := blockingGatherer{entered: make(chan struct{}), release: make(chan struct{})}
-	addr := startServer(t, ServeOptions{Gatherer: g, MaxRequests: 2})
+	addr := startServer(t, Options{Gatherer: g, MaxRequests: 2})
 	c := &http.Client{Timeout: 10 * time.Second}
 	codes := make(chan int, 2)
 	for range 2 {
