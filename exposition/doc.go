@@ -7,9 +7,10 @@
 //     package (TLS and basic auth from a web config file, systemd socket
 //     activation) answering the telemetry path (/metrics by default;
 //     OpenMetrics negotiated, so exemplars show; parallel scrapes bounded),
-//     /healthz, /readyz (a Ready func says why not) and an optional page at
-//     "/" exactly (cbc-otel's runs page). Every route sits behind the same
-//     web config; anything else is 404. DefaultAddr is cbc-otel's
+//     /healthz, /readyz (a Ready func says why not), an optional page at
+//     "/" exactly (cbc-otel's runs page) and, with Options.EnablePprof, the
+//     Go runtime's profiles under /debug/pprof/. Every route sits behind the
+//     same web config; anything else is 404. DefaultAddr is cbc-otel's
 //     documented address, 127.0.0.1:9478 (loopback; 9464 is Claude Code's).
 //   - WriteFile: the text exposition, written atomically (node_exporter's
 //     textfile collector, a CI artifact).

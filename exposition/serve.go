@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -60,6 +61,10 @@ type Options struct {
 	// ShutdownTimeout bounds the graceful shutdown once the context ends;
 	// 0 means 5 s.
 	ShutdownTimeout time.Duration
+	// EnablePprof serves the Go runtime's profiles under /debug/pprof/
+	// (net/http/pprof), behind the same web config (TLS, basic auth) as
+	// /metrics. Off, /debug/pprof/ is 404 like any unknown path.
+	EnablePprof bool
 }
 
 // Server is a bound metrics server. Listen binds it; Serve runs it.
@@ -147,14 +152,20 @@ func listeners(opts Options) ([]net.Listener, error) {
 	return out, nil
 }
 
+// pprofPath is where EnablePprof serves the profiles.
+const pprofPath = "/debug/pprof/"
+
 // CheckTelemetryPath accepts an absolute URL path other than the ones the
-// server answers itself: "/" (the landing page), /healthz and /readyz.
+// server answers itself: "/" (the landing page), /healthz, /readyz and
+// anything under /debug/pprof (the profiles, when enabled).
 func CheckTelemetryPath(p string) error {
 	switch {
 	case !strings.HasPrefix(p, "/"):
 		return errors.New("must start with /")
 	case p == "/" || p == "/healthz" || p == "/readyz":
 		return errors.New("must not be /, /healthz or /readyz")
+	case p+"/" == pprofPath || strings.HasPrefix(p, pprofPath):
+		return errors.New("must not be under /debug/pprof")
 	case strings.ContainsAny(p, "{}?# \t"):
 		return errors.New("must be a plain path")
 	}
@@ -210,8 +221,8 @@ func Serve(ctx context.Context, opts Options) error {
 // Handler returns the server's routes, as Listen serves them: the Gatherer
 // at opts.TelemetryPath ("": /metrics; OpenMetrics negotiated, so
 // exemplars are exposed; at most opts.MaxRequests scrapes at once, 0: no
-// bound), /healthz, /readyz and the Page at "/" exactly if set; anything
-// else is 404. The web config, address and timeouts
+// bound), /healthz, /readyz, the Page at "/" exactly if set, the profiles
+// if enabled; anything else is 404. The web config, address and timeouts
 // of opts are Listen's, not its. A TelemetryPath CheckTelemetryPath
 // refuses panics.
 func Handler(opts Options) http.Handler {
@@ -249,6 +260,16 @@ func Handler(opts Options) http.Handler {
 	mux.HandleFunc("/", http.NotFound)
 	if opts.Page != nil {
 		mux.Handle("/{$}", opts.Page)
+	}
+	if opts.EnablePprof {
+		// On this mux, not http.DefaultServeMux (where the pprof package
+		// registers itself too, and which nothing of ours serves): so the
+		// web config's TLS and basic auth wrap the profiles as well.
+		mux.HandleFunc(pprofPath, pprof.Index) // the named profiles: heap, goroutine, allocs, ...
+		mux.HandleFunc(pprofPath+"cmdline", pprof.Cmdline)
+		mux.HandleFunc(pprofPath+"profile", pprof.Profile)
+		mux.HandleFunc(pprofPath+"symbol", pprof.Symbol)
+		mux.HandleFunc(pprofPath+"trace", pprof.Trace)
 	}
 	return mux
 }

@@ -1,6 +1,7 @@
 package exposition
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,13 +29,19 @@ func TestServeTelemetryPath(t *testing.T) {
 }
 
 func TestCheckTelemetryPath(t *testing.T) {
-	for p, ok := range map[string]bool{"/metrics": true, "/a/b": true, "metrics": false, "": false, "/": false, "/healthz": false, "/readyz": false, "/{x}": false} {
+	for p, ok := range map[string]bool{
+		"/metrics": true, "/a/b": true, "/debug/metrics": true, "/debug/pprofx": true,
+		"metrics": false, "": false, "/": false, "/healthz": false, "/readyz": false, "/{x}": false,
+		"/debug/pprof": false, "/debug/pprof/": false, "/debug/pprof/heap": false,
+	} {
 		if err := CheckTelemetryPath(p); (err == nil) != ok {
 			t.Errorf("CheckTelemetryPath(%q) = %v", p, err)
 		}
 	}
-	if _, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), TelemetryPath: "/healthz"}); err == nil {
-		t.Error("Listen accepted /healthz as the telemetry path")
+	for _, p := range []string{"/healthz", "/debug/pprof/"} {
+		if _, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), TelemetryPath: p, EnablePprof: true}); err == nil {
+			t.Errorf("Listen accepted %s as the telemetry path", p)
+		}
 	}
 }
 
@@ -85,5 +92,71 @@ func TestServeMaxRequests(t *testing.T) {
 		if code := <-codes; code != 200 {
 			t.Errorf("held scrape: %d, want 200", code)
 		}
+	}
+}
+
+// TestServePprof: /debug/pprof is 404 unless EnablePprof; enabled, the
+// index, a named profile and the symbol lookup are served; behind a web
+// config with basic auth they are refused (401) without the credentials,
+// like /metrics.
+func TestServePprof(t *testing.T) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	get := func(c *http.Client, url, user, pass string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		return status(t, c, req)
+	}
+	paths := []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline", "/debug/pprof/symbol"}
+
+	off := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed")})
+	for _, p := range paths {
+		if code, _ := get(c, "http://"+off+p, "", ""); code != http.StatusNotFound {
+			t.Errorf("pprof off: %s: %d, want 404", p, code)
+		}
+	}
+
+	on := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), EnablePprof: true})
+	want := map[string]string{
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/heap?debug=1":      "heap profile",
+		"/debug/pprof/goroutine?debug=1": "goroutine profile",
+		"/debug/pprof/cmdline":           "",
+		"/debug/pprof/symbol":            "num_symbols",
+	}
+	for _, p := range paths {
+		if code, body := get(c, "http://"+on+p, "", ""); code != 200 || !strings.Contains(body, want[p]) {
+			t.Errorf("pprof on: %s: %d, want 200 with %q", p, code, want[p])
+		}
+	}
+	// The other routes are unchanged beside it.
+	if code, body := get(c, "http://"+on+"/metrics", "", ""); code != 200 || !strings.Contains(body, "cbc_otel_build_info") {
+		t.Errorf("/metrics beside pprof: %d", code)
+	}
+
+	cfgPath, pool := writeTLSConfig(t)
+	auth := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), EnablePprof: true, WebConfigFile: cfgPath})
+	tc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for _, p := range paths {
+		for _, cred := range [][2]string{{"", ""}, {testUser, "wrong"}} {
+			if code, body := get(tc, "https://"+auth+p, cred[0], cred[1]); code != http.StatusUnauthorized || strings.Contains(body, want[p]) && want[p] != "" {
+				t.Errorf("pprof behind basic auth as %q/%q: %s: %d, want 401", cred[0], cred[1], p, code)
+			}
+		}
+		if code, body := get(tc, "https://"+auth+p, testUser, testPass); code != 200 || !strings.Contains(body, want[p]) {
+			t.Errorf("pprof with the credentials: %s: %d, want 200", p, code)
+		}
+	}
+}
+
+// TestServePprofCPUProfile: a CPU profile of a second is served as a
+// protobuf profile (gzip), the form `go tool pprof` reads.
+func TestServePprofCPUProfile(t *testing.T) {
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), EnablePprof: true})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds=1", nil)
+	code, body := status(t, &http.Client{Timeout: 30 * time.Second}, req)
+	if code != 200 || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("CPU profile: %d, %d bytes, want 200 and a gzip'd profile", code, len(body))
 	}
 }

@@ -247,6 +247,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		TelemetryPath: r.flags.web.telemetryPath,
 		MaxRequests:   r.flags.web.maxRequests,
 		SystemdSocket: r.flags.web.systemdSocket,
+		EnablePprof:   r.flags.web.pprof,
 	})
 	if err != nil {
 		return err
@@ -258,7 +259,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	r.stopServer = cancel
 	r.served = make(chan error, 1)
 	go func() { r.served <- srv.Serve(sctx) }()
-	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
+	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "", "pprof", r.flags.web.pprof)
 	return nil
 }
 

@@ -18,6 +18,7 @@ type webFlags struct {
 	maxRequests       int
 	noExporterMetrics bool
 	systemdSocket     bool
+	pprof             bool // --web.enable-pprof
 	registered        bool // replay has none of them
 }
 
@@ -31,6 +32,8 @@ func (w *webFlags) register(fs *flag.FlagSet) {
 		"leave cbc-otel's own go_* and process_* metrics out of the metrics endpoint and file")
 	fs.BoolVar(&w.systemdSocket, "web.systemd-socket", false,
 		"serve on the sockets systemd passes (socket activation, Linux only) instead of binding --web.listen-address")
+	fs.BoolVar(&w.pprof, "web.enable-pprof", false,
+		"serve the Go runtime's profiles under /debug/pprof/ on --web.listen-address, behind the same --web.config.file (TLS, basic auth) as the metrics")
 }
 
 // validate checks the values; listen is --web.listen-address.
