@@ -223,11 +223,15 @@ func Serve(ctx context.Context, opts Options) error {
 // exemplars are exposed; at most opts.MaxRequests scrapes at once, 0: no
 // bound), /healthz, /readyz, the Page at "/" exactly if set, the profiles
 // if enabled; anything else is 404. The web config, address and timeouts
-// of opts are Listen's, not its. A TelemetryPath CheckTelemetryPath
-// refuses panics.
+// of opts are Listen's, not its. opts.TelemetryPath must pass
+// CheckTelemetryPath (Listen checks it first): Handler panics otherwise,
+// as a ServeMux does on a bad pattern.
 func Handler(opts Options) http.Handler {
 	if opts.TelemetryPath == "" {
 		opts.TelemetryPath = DefaultTelemetryPath
+	}
+	if err := CheckTelemetryPath(opts.TelemetryPath); err != nil {
+		panic(fmt.Sprintf("exposition: telemetry path %q: %v", opts.TelemetryPath, err))
 	}
 	logger := opts.Logger
 	if logger == nil {

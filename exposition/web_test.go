@@ -43,6 +43,16 @@ func TestCheckTelemetryPath(t *testing.T) {
 			t.Errorf("Listen accepted %s as the telemetry path", p)
 		}
 	}
+	// Handler alone, without Listen's check: a refused path is a panic, even
+	// one the mux would take (pprof off, nothing else at /debug/pprof/heap).
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Handler accepted /debug/pprof/heap as the telemetry path")
+			}
+		}()
+		Handler(Options{Gatherer: prometheus.NewRegistry(), TelemetryPath: "/debug/pprof/heap"})
+	}()
 }
 
 // blockingGatherer holds every Gather until release is closed, saying on
