@@ -89,6 +89,9 @@ func TestPackageGraph(t *testing.T) {
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		// Exposure (server, file, push, totals across restarts) knows no
+		// sink: it takes a Gatherer.
+		"exposition": {},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
@@ -106,6 +109,9 @@ func TestPackageGraph(t *testing.T) {
 		for _, imp := range imports[s] {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
+			}
+			if imp == "exposition" {
+				t.Errorf("sink %s imports exposition: a sink fills a registry, the command exposes it", s)
 			}
 		}
 	}
