@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -172,5 +173,107 @@ func TestReadmeLength(t *testing.T) {
 		if !strings.Contains(string(b), "]("+doc+")") {
 			t.Errorf("README.md does not link %s: the map of the docs is incomplete", doc)
 		}
+	}
+}
+
+// metricLiteral is a Go string literal that is a metric family name of
+// ours: cbc_ and at least one more word.
+var metricLiteral = regexp.MustCompile(`"(cbc_[a-z0-9_]*[a-z0-9])"`)
+
+// docMetric is a metric name in backticks in the docs, labels or a
+// selector possibly after it.
+var docMetric = regexp.MustCompile("`(cbc_[a-z0-9_]*[a-z0-9])(?:\\{[^`]*\\})?`")
+
+// notSources are the directories whose Go code declares no metric of
+// ours: queries, tests and tools quote the names, they do not make them.
+var notSources = map[string]bool{"bench": true, "chaos": true, "dashboards": true, "deploy": true, "e2e": true, "simulate": true, "testdata": true, "tools": true, "docs": true}
+
+// declaredMetrics returns the metric family names the module's non-test Go
+// code spells, with the file that spells each (wherever a package moves
+// them, the scan finds them).
+func declaredMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if notSources[d.Name()] || (p != root && strings.HasPrefix(d.Name(), ".")) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range metricLiteral.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMetricsDocNamesEveryFamily holds docs/metrics.md to the metric
+// families the code declares, both ways: every family is named there (in
+// the table, or in the lines on serve's and the spool writer's own), every
+// name the docs give outside code blocks is a family (or a histogram's
+// _bucket, _count, _sum), and every row of the metrics table names one.
+func TestMetricsDocNamesEveryFamily(t *testing.T) {
+	declared := declaredMetrics(t)
+	if len(declared) < 40 {
+		t.Fatalf("found %d metric names in the code; is the scan broken?", len(declared))
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := func(name string) bool {
+		for _, suffix := range []string{"", "_bucket", "_count", "_sum"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && declared[base] != "" {
+				return true
+			}
+		}
+		return false
+	}
+	documented := map[string]bool{}
+	for _, l := range mdtable.Lines(string(b)) {
+		if l.Code {
+			continue
+		}
+		for _, m := range docMetric.FindAllStringSubmatch(l.Text, -1) {
+			documented[m[1]] = true
+			if !known(m[1]) {
+				t.Errorf("docs/metrics.md names %s, which no code declares", m[1])
+			}
+		}
+	}
+	for name, file := range declared {
+		if !documented[name] {
+			t.Errorf("docs/metrics.md does not name %s (declared in %s)", name, file)
+		}
+	}
+	rows := 0
+	for _, tb := range mdtable.Tables(string(b)) {
+		if tb.Column("name") != 0 || tb.Column("type") != 1 {
+			continue
+		}
+		for _, row := range tb.Rows {
+			rows++
+			if names := docMetric.FindAllString(row[0], -1); len(names) == 0 {
+				t.Errorf("docs/metrics.md: the metrics table's row %q names no metric", row[0])
+			}
+		}
+	}
+	if rows < 30 {
+		t.Errorf("docs/metrics.md: %d rows in the metrics table (| name | type | ...); want every family", rows)
 	}
 }
