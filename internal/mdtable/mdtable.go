@@ -111,30 +111,40 @@ func isParagraphLine(l string) bool {
 }
 
 // Cells splits a table row into its trimmed cells, as GitHub does: the
-// leading and trailing pipes are no cells, `\|` is a pipe inside a cell
-// (also within a code span).
+// leading and trailing pipes are no cells, a backslash escapes the ASCII
+// punctuation after it, and an escaped pipe (`\|`, also within a code
+// span) is a pipe inside a cell; other escapes are left for the inline
+// text (`\\|` is an escaped backslash, then a delimiter).
 func Cells(row string) []string {
-	row = strings.TrimSpace(row)
-	row = strings.TrimPrefix(row, "|")
-	if strings.HasSuffix(row, "|") && !strings.HasSuffix(row, `\|`) {
-		row = row[:len(row)-1]
-	}
+	row = strings.TrimPrefix(strings.TrimSpace(row), "|")
 	var out []string
 	var b strings.Builder
+	end := false // the row ended with a delimiter
 	for i := 0; i < len(row); i++ {
-		switch {
-		case row[i] == '\\' && i+1 < len(row) && row[i+1] == '|':
-			b.WriteByte('|')
+		end = false
+		switch c := row[i]; {
+		case c == '\\' && i+1 < len(row) && strings.IndexByte(asciiPunct, row[i+1]) >= 0:
+			if row[i+1] != '|' {
+				b.WriteByte(c)
+			}
+			b.WriteByte(row[i+1])
 			i++
-		case row[i] == '|':
+		case c == '|':
 			out = append(out, strings.TrimSpace(b.String()))
 			b.Reset()
+			end = true
 		default:
-			b.WriteByte(row[i])
+			b.WriteByte(c)
 		}
 	}
-	return append(out, strings.TrimSpace(b.String()))
+	if !end || len(out) == 0 {
+		out = append(out, strings.TrimSpace(b.String()))
+	}
+	return out
 }
+
+// asciiPunct is what a backslash escapes in CommonMark.
+const asciiPunct = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 // Line is a line of a Markdown document.
 type Line struct {

@@ -112,6 +112,8 @@ func TestCells(t *testing.T) {
 		{"| a \\| b | c \\|", []string{"a | b", "c |"}},
 		{"| | |", []string{"", ""}},
 		{"|", []string{""}},
+		{`| a \\| b |`, []string{`a \\`, "b"}},
+		{`| \_x\* \a |`, []string{`\_x\* \a`}},
 	} {
 		if got := Cells(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("Cells(%q) = %q, want %q", c.in, got, c.want)
