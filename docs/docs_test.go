@@ -277,3 +277,40 @@ func TestMetricsDocNamesEveryFamily(t *testing.T) {
 		t.Errorf("docs/metrics.md: %d rows in the metrics table (| name | type | ...); want every family", rows)
 	}
 }
+
+// TestDocsOpenWithTitleAndIntro: each file of docs/ opens with one
+// level-1 heading, its title, and a paragraph saying what the file holds
+// before its first section, so that a reader sent there from a link knows
+// where they landed.
+func TestDocsOpenWithTitleAndIntro(t *testing.T) {
+	for _, doc := range documents(t, []string{"docs/*.md"}) {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(doc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := mdtable.Headings(string(b))
+		if len(hs) == 0 || hs[0].Line != 1 || hs[0].Level != 1 {
+			t.Errorf("%s does not open with a level-1 heading", doc)
+			continue
+		}
+		for _, h := range hs[1:] {
+			if h.Level == 1 {
+				t.Errorf("%s:%d: a second level-1 heading %q", doc, h.Line, h.Text)
+			}
+		}
+		lines := mdtable.Lines(string(b))
+		end := len(lines)
+		if len(hs) > 1 {
+			end = hs[1].Line - 1
+		}
+		intro := 0
+		for _, l := range lines[1:end] {
+			if !l.Code && strings.TrimSpace(l.Text) != "" && !strings.HasPrefix(l.Text, "|") {
+				intro++
+			}
+		}
+		if intro == 0 {
+			t.Errorf("%s has no introduction between its title and its first section", doc)
+		}
+	}
+}
