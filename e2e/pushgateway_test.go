@@ -24,14 +24,14 @@ func requirePushgateway(t *testing.T) string {
 
 // TestPushgatewayBatchJobs: batch jobs (`cbc-otel run --push.gateway URL
 // --push.job J -- simulate`, exiting when their stdin ends) push to a real
-// Pushgateway that a real Prometheus scrapes with honor_labels, as the
-// "Batch jobs" of docs/metrics.md says to. Prometheus sees each job's counts exactly,
-// under job=J and instance=<host name>, without go_*/process_* series. A
-// second run of the same job replaces the first's group: Prometheus shows
-// the second run's counts, not the sum of both (no run counted twice, and
-// none added up: the docs say so), and increase() does not see the
-// first push (the docs warn of it). Another job name is a group of its
-// own beside it.
+// Pushgateway that a real Prometheus scrapes with honor_labels, as "Batch
+// jobs" of docs/metrics.md says to. Prometheus sees each job's counts
+// exactly, under job=J and instance=<host name>, without go_*/process_*
+// series. A second run of the same job replaces the first's group:
+// Prometheus shows the second run's counts, not the sum of both (no run
+// counted twice, and none added up: the docs say so), and increase() does
+// not see the first push (the docs warn of it). Another job name is a
+// group of its own beside it.
 func TestPushgatewayBatchJobs(t *testing.T) {
 	promBin := requirePrometheus(t)
 	pgBin := requirePushgateway(t)
