@@ -37,10 +37,7 @@ func TestSlug(t *testing.T) {
 // numbered as GitHub numbers them, #s without a space no heading.
 func TestHeadings(t *testing.T) {
 	md := "# Title\n\ntext\n\n## Flags ##\n```sh\n# a comment\n```\n~~~\n## not either\n~~~\n### Flags\n#hashtag\n#### Flags\n   ## indented\n    ## code\n"
-	var got []Heading
-	for _, h := range Headings(md) {
-		got = append(got, h)
-	}
+	got := Headings(md)
 	want := []Heading{
 		{1, 1, "Title", "title"},
 		{5, 2, "Flags", "flags"},
@@ -129,8 +126,7 @@ func TestLinks(t *testing.T) {
 		"[`--flag`](#the-flag), `[not](a-link)`, ``[nor](this)``\n" +
 		"```\n[in](code)\n```\n" +
 		"[empty]() [abs](https://example.com/a#b) [angle](<b.md>)\n"
-	var got []Link
-	got = append(got, Links(md)...)
+	got := Links(md)
 	want := []Link{{1, "docs/a.md#x"}, {1, "runs-page.png"}, {2, "#the-flag"}, {6, ""}, {6, "https://example.com/a#b"}, {6, "b.md"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Links = %+v, want %+v", got, want)
