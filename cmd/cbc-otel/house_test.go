@@ -47,7 +47,7 @@ func TestNoLongFunctions(t *testing.T) {
 	}
 }
 
-// TestPackageGraph holds the direction of the imports (README, Layout):
+// TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
 // the taps know no protocol, the wire format knows only the taps, the
 // Tracker knows no sink, no sink knows another, and no source (supervise,
 // spool, follow) knows a sink. Only this command knows them all.
