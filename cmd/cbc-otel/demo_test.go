@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -94,34 +93,13 @@ func TestDemoBudgetBurns(t *testing.T) {
 			v := spent()
 			return v > first && v > 0.25, fmt.Sprint(v)
 		})
-		for l := range strings.Lines(get(t, "http://"+addr+"/metrics")) {
+		for l := range strings.Lines(httpGet(t, "http://"+addr+"/metrics")) {
 			if strings.HasPrefix(l, "cbc_budget_stops_total") || !strings.HasPrefix(l, "#") && !strings.Contains(l, `demo="true"`) {
 				t.Errorf("the demo's series: %s", l)
 			}
 		}
-		s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			t.Fatal("demo --live did not stop after SIGINT")
-		}
-		if code := s.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Fatalf("exit %d after SIGINT, want 0", code)
+		if code := s.stop(t); code != 0 {
+			t.Fatalf("exit %d after SIGTERM, want 0", code)
 		}
 	})
-}
-
-// get is the body of url (the test fails on an error).
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
