@@ -1,7 +1,9 @@
 // Package runspage is the page at / of the metrics listener: build info,
 // links to /metrics, /healthz and /readyz, and the last runs as waterfalls
 // (phases and agents on the run's time axis, status colours, durations,
-// tokens), rendered on the server with html/template and inline SVG. The
+// tokens, and the run's cost beside its workflow's p95: internal/runcost),
+// with the session's spend against a budget when one is set (SetBudget),
+// rendered on the server with html/template and inline SVG. The
 // page holds no script and loads nothing: its Content-Security-Policy
 // forbids both.
 //

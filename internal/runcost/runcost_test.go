@@ -73,11 +73,11 @@ func TestWindowSlides(t *testing.T) {
 // more than MaxWorkflows workflows; the workflow just added to is never
 // the one forgotten.
 func TestBaselineProperties(t *testing.T) {
-	for seed := range uint64(20) {
+	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		var b Baseline
 		nwf := 1 + rng.IntN(3*MaxWorkflows)
-		for i := range 5000 {
+		for i := range 4000 {
 			name := fmt.Sprintf("wf-%d", rng.IntN(nwf))
 			usd := math.Exp(rng.NormFloat64()*3) * []float64{1e-6, 1, 1e6}[rng.IntN(3)]
 			b.Run(&ingest.Run{Workflow: true, Name: name, Cost: ingest.Cost{CostUSD: usd, Calls: 1}})
