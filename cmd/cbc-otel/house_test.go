@@ -82,8 +82,11 @@ func TestPackageGraph(t *testing.T) {
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
+		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		// A run's cost beside its workflow's p95, and spend against a cap:
+		// what the reports and the runs page both show, below both.
+		"internal/runcost": {"ingest"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
