@@ -78,6 +78,11 @@ const (
 	// readBudget bounds what one stream reads per cycle, so that a large
 	// backlog in one file does not starve the others.
 	readBudget = 4 << 20
+	// terminalGap is the least time between two checkpoints written
+	// because a run ended (CheckpointEvery if shorter). A crash loses no
+	// count either way (the bytes after a checkpoint are read again); it
+	// bounds the spans exported a second time after one.
+	terminalGap = time.Second
 )
 
 // Reasons a stream is finalized (label values).
@@ -103,8 +108,9 @@ type Options struct {
 	// growth.
 	Poll time.Duration
 	// CheckpointEvery is the longest time between checkpoints while data
-	// flows; a checkpoint is also written after every cycle in which a run
-	// reached a terminal state, and when a stream is finalized.
+	// flows; a checkpoint is also written after a cycle in which a run
+	// reached a terminal state (at most one a second), and when a stream
+	// is finalized.
 	CheckpointEvery time.Duration
 	// Keep keeps spool files once processed (they are removed otherwise).
 	Keep bool
@@ -512,10 +518,21 @@ func (e *Engine) cycle() (busy bool) {
 		}
 	}
 	e.mStreams.Set(float64(len(e.streams)))
-	if e.opts.StateDir != "" && (e.terminal || (e.dirty && e.opts.Now().Sub(e.lastCheckpoint) >= e.opts.CheckpointEvery)) {
+	if e.opts.StateDir != "" && e.checkpointDue() {
 		_ = e.checkpoint()
 	}
 	return busy
+}
+
+// checkpointDue reports that a checkpoint is to be written this cycle:
+// CheckpointEvery after the last one while offsets move, or, once a run
+// ended, terminalGap after the last one (a checkpoint of every busy stream
+// costs tens of ms: with runs ending in some stream every cycle, one per
+// cycle was most of serve's CPU).
+func (e *Engine) checkpointDue() bool {
+	since := e.opts.Now().Sub(e.lastCheckpoint)
+	return (e.terminal && since >= min(terminalGap, e.opts.CheckpointEvery)) ||
+		(e.dirty && since >= e.opts.CheckpointEvery)
 }
 
 // read reads a stream up to the budget.
@@ -832,12 +849,11 @@ func (e *Engine) evict(cands []candidate) []candidate {
 	return out
 }
 
-// checkpoint writes the state now.
+// checkpoint writes the state now. Each stream's state is taken and
+// encoded in turn (see encodeState), so the checkpoint's memory is that of
+// one stream, not of all of them.
 func (e *Engine) checkpoint() error {
-	st, err := e.state()
-	if err == nil {
-		err = SaveState(e.opts.StateDir, st)
-	}
+	err := e.saveState()
 	if err != nil {
 		e.mCkptErr.Inc()
 		if e.checkpointErr == nil {
@@ -856,34 +872,48 @@ func (e *Engine) checkpoint() error {
 	return nil
 }
 
-// state collects the checkpoint: every sink's state, every stream's, the
+// saveState writes the checkpoint: every sink's state, every stream's, the
 // finished files.
-func (e *Engine) state() (State, error) {
+func (e *Engine) saveState() error {
 	st := State{SavedAt: e.nowMs()}
 	for name, c := range e.opts.Checkpointers {
 		raw, err := c.SaveCheckpoint()
 		if err != nil {
-			return State{}, fmt.Errorf("saving the state of sink %s: %w", name, err)
+			return fmt.Errorf("saving the state of sink %s: %w", name, err)
 		}
 		st.Sinks = withRaw(st.Sinks, name, raw)
-	}
-	for _, s := range e.sorted() {
-		ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
-		open := s.pipe.Tracker().Open()
-		for name, c := range s.ckpt {
-			raw, err := c.SaveStream(open)
-			if err != nil {
-				return State{}, fmt.Errorf("saving the state of sink %s for %s: %w", name, s.path, err)
-			}
-			ss.Sinks = withRaw(ss.Sinks, name, raw)
-		}
-		st.Streams = append(st.Streams, ss)
 	}
 	for _, fs := range e.finished {
 		st.Finished = append(st.Finished, fs)
 	}
 	sort.Slice(st.Finished, func(i, j int) bool { return st.Finished[i].Path < st.Finished[j].Path })
-	return st, nil
+	streams := func(yield func(StreamState) error) error {
+		for _, s := range e.sorted() {
+			ss, err := e.streamState(s)
+			if err == nil {
+				err = yield(ss)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return writeAtomic(e.opts.StateDir, StateFile, func(w io.Writer) error { return encodeState(w, st, streams) })
+}
+
+// streamState is one stream's part of the checkpoint.
+func (e *Engine) streamState(s *stream) (StreamState, error) {
+	ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+	open := s.pipe.Tracker().Open()
+	for name, c := range s.ckpt {
+		raw, err := c.SaveStream(open)
+		if err != nil {
+			return StreamState{}, fmt.Errorf("saving the state of sink %s for %s: %w", name, s.path, err)
+		}
+		ss.Sinks = withRaw(ss.Sinks, name, raw)
+	}
+	return ss, nil
 }
 
 // withRaw sets m[name] to a saved state, leaving out an empty one.

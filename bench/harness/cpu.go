@@ -149,7 +149,7 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 		// ~12 s a run: at most 3, as the other long sections, keeps the
 		// section near 3 minutes with a baseline.
 		{"follow", 3, func(b cpuBin, i int) (cpuResult, error) {
-			return cpuFollow(ctx, c, b, dir, fmt.Sprintf("follow-%d-%s", i, b.tag()))
+			return cpuFollow(ctx, c, b, dir, fmt.Sprintf("follow-%d-%s", i, b.tag()), nil)
 		}},
 	}
 	// results[case][bin] holds every run's result, valid or not.
@@ -397,7 +397,8 @@ func cpuServeFile(ctx context.Context, c *config, b cpuBin, path string, lines, 
 // cpuFollow has serve follow c.cpuFiles plain files that the harness
 // grows by c.cpuFileRate lines/s each for c.cpuFollowDur, and measures
 // serve's CPU over that window and its peak RSS.
-func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuResult, error) {
+// extra are more flags of serve (e.g. --state-dir).
+func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string, extra []string) (cpuResult, error) {
 	fdir := filepath.Join(dir, tag)
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
 		return cpuResult{}, fmt.Errorf("follow dir: %w", err)
@@ -425,7 +426,7 @@ func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuRe
 	}
 	traces := filepath.Join(dir, tag+"-traces.jsonl")
 	defer os.Remove(traces)
-	s, err := startServe(ctx, b.path, []string{"--follow", filepath.Join(fdir, "*.ndjson"), "--traces-file", traces}, dir, tag)
+	s, err := startServe(ctx, b.path, append([]string{"--follow", filepath.Join(fdir, "*.ndjson"), "--traces-file", traces}, extra...), dir, tag)
 	if err != nil {
 		return cpuResult{}, err
 	}
