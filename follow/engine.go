@@ -104,9 +104,17 @@ type Options struct {
 	// IdleTimeout finalizes a plain file, or a spool file never marked
 	// complete (its wrapper was killed), after this long without growth.
 	IdleTimeout time.Duration
-	// Poll is how often the globs are expanded and files checked for
-	// growth.
+	// Poll is how often the files are checked for growth: those written
+	// since the last check with change notification (inotify), every file
+	// without.
 	Poll time.Duration
+	// Sweep is how often, with change notification, the globs are
+	// expanded and every file is checked all the same (a safety net, and
+	// the clock of idle timeouts and grace windows of quiet streams); 0
+	// means DefaultSweep.
+	Sweep time.Duration
+	// NoNotify polls every file every Poll, without change notification.
+	NoNotify bool
 	// CheckpointEvery is the longest time between checkpoints while data
 	// flows; a checkpoint is also written after a cycle in which a run
 	// reached a terminal state (at most one a second), and when a stream
@@ -165,6 +173,10 @@ type Engine struct {
 	lastCheckpoint time.Time
 	checkpointErr  error
 
+	// Cycles of Run: full ones (every file) and those of the written
+	// files only (change notification); for the tests.
+	fullCycles, writtenCycles int
+
 	mStreams    prometheus.Gauge
 	mFinalized  *prometheus.CounterVec
 	mEvicted    prometheus.Counter
@@ -197,6 +209,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.Sweep <= 0 {
+		opts.Sweep = DefaultSweep
 	}
 	if opts.MaxStreams < 0 {
 		return nil, errors.New("follow: MaxStreams must not be negative")
@@ -462,22 +477,50 @@ func (e *Engine) locate(fs FileState) (*os.File, string, fileID, bool) {
 // flight), writes a final checkpoint and returns. Open runs stay open: they
 // continue after a restart. The error is the last checkpoint failure, if
 // the final checkpoint failed too.
+//
+// Every Poll, a cycle reads the files: with change notification (inotify)
+// only those written since the last cycle, and every file every Sweep or
+// when something else changed in the directories; without it (or past the
+// watch limit), every file every cycle.
 func (e *Engine) Run(ctx context.Context) error {
+	n := e.startNotify()
+	defer n.close()
 	t := time.NewTicker(e.opts.Poll)
 	defer t.Stop()
+	sweepTicks := max(1, int(e.opts.Sweep/e.opts.Poll))
+	full, ticks := true, 0
 	for {
-		busy := e.cycle()
+		var busy bool
+		if full {
+			busy = e.cycle()
+			ticks = 0
+			if n != nil {
+				clear(n.written)
+				n.full = false
+			}
+		} else {
+			busy = e.cycleWritten(n)
+		}
 		e.ready.Store(true)
 		if ctx.Err() != nil {
 			break
 		}
 		if busy {
+			full = true // a stream hit its read budget: go on at once
 			continue
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		}
+		ticks++
+		if n == nil && ticks >= sweepTicks {
+			n = e.startNotify() // a watch that failed may work now
+		}
+		if n != nil {
+			n.drain()
+		}
+		full = n == nil || n.full || ticks >= sweepTicks
 	}
 	e.ready.Store(false)
 	for _, s := range e.sorted() {
@@ -501,27 +544,73 @@ func (e *Engine) sorted() []*stream {
 // cycle discovers files, reads every stream, finalizes the ended ones and
 // checkpoints when due. busy reports that some stream hit its read budget.
 func (e *Engine) cycle() (busy bool) {
+	e.fullCycles++
 	e.discover()
 	now := e.nowMs()
 	for _, s := range e.sorted() {
-		e.check(s)
-		n := e.read(s)
-		busy = busy || n >= readBudget
-		s.pipe.Tick()
-		switch {
-		case n == 0 && s.complete:
-			e.finalize(s, ReasonComplete)
-		case n == 0 && s.gone:
-			e.finalize(s, ReasonDeleted)
-		case n == 0 && s.kind != spool.Done && now-s.lastGrowth >= e.opts.IdleTimeout.Milliseconds():
-			e.finalize(s, ReasonIdle)
+		busy = e.visit(s, now) || busy
+	}
+	e.endCycle()
+	return busy
+}
+
+// cycleWritten is a cycle of the streams whose files n saw written only;
+// a written file that is not followed (new, waiting, grown again) makes it
+// a full cycle.
+func (e *Engine) cycleWritten(n *notifier) (busy bool) {
+	if len(n.written) == 0 {
+		return false
+	}
+	var todo []*stream
+	for _, s := range e.sorted() {
+		if n.written[filepath.Clean(s.path)] {
+			todo = append(todo, s)
 		}
 	}
+	if len(todo) < len(n.written) {
+		return e.cycle()
+	}
+	clear(n.written)
+	e.writtenCycles++
+	now := e.nowMs()
+	for _, s := range todo {
+		busy = e.visit(s, now) || busy
+	}
+	e.endCycle()
+	return busy
+}
+
+// visit checks and reads one stream, ticks its pipeline and finalizes it
+// when it ended. It reports that the stream hit its read budget.
+func (e *Engine) visit(s *stream, now int64) (busy bool) {
+	e.check(s)
+	n := e.read(s)
+	s.pipe.Tick()
+	switch {
+	case n == 0 && s.complete:
+		e.finalize(s, ReasonComplete)
+	case n == 0 && s.gone:
+		e.finalize(s, ReasonDeleted)
+	case n == 0 && s.kind != spool.Done && now-s.lastGrowth >= e.opts.IdleTimeout.Milliseconds():
+		e.finalize(s, ReasonIdle)
+	}
+	return n >= readBudget
+}
+
+// endCycle updates the gauge and checkpoints when due.
+func (e *Engine) endCycle() {
 	e.mStreams.Set(float64(len(e.streams)))
 	if e.opts.StateDir != "" && e.checkpointDue() {
 		_ = e.checkpoint()
 	}
-	return busy
+}
+
+// warnOnce logs msg once per key.
+func (e *Engine) warnOnce(key, msg string, args ...any) {
+	if !e.warned[key] {
+		e.warned[key] = true
+		e.log.Warn(msg, args...)
+	}
 }
 
 // checkpointDue reports that a checkpoint is to be written this cycle:
