@@ -76,16 +76,9 @@ type cpuCase struct {
 // both, interleaved, and the rows show both and their ratio.
 func cpuSection(ctx context.Context, c *config, rep *report) error {
 	start := time.Now()
-	bins := []cpuBin{{name: "new", path: c.bin}}
-	base, err := baselineBinary(ctx, c)
+	bins, err := measuredBins(ctx, c, rep, "cpu")
 	if err != nil {
 		return err
-	}
-	if base.path != "" {
-		bins = append(bins, base)
-		rep.note("cpu: baseline = %s, `%s` (%s), measured in turn with the current binary in every run of every case", base.desc, base.path, binVersion(ctx, base.path))
-	} else {
-		rep.note("cpu: no baseline was given (-baseline-bin, $CBC_OTEL_BASELINE_BIN or -baseline-rev): only the current binary was measured")
 	}
 	path, err := taskFile(ctx, c, c.cpuTaskMB)
 	if err != nil {
@@ -223,6 +216,23 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 	rep.note("cpu: the section took %s (%d runs of every case, the follow case %d, × %d binaries, interleaved)", time.Since(start).Round(time.Second), c.runs, min(c.runs, 3), len(bins))
 	c.log.Info("cpu section done", "elapsed", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// measuredBins is the binary under test and the baseline, if one was
+// given; the notes of section sec say which.
+func measuredBins(ctx context.Context, c *config, rep *report, sec string) ([]cpuBin, error) {
+	bins := []cpuBin{{name: "new", path: c.bin}}
+	base, err := baselineBinary(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if base.path != "" {
+		bins = append(bins, base)
+		rep.note("%s: baseline = %s, `%s` (%s), measured in turn with the current binary in every run of every case", sec, base.desc, base.path, binVersion(ctx, base.path))
+	} else {
+		rep.note("%s: no baseline was given (-baseline-bin, $CBC_OTEL_BASELINE_BIN or -baseline-rev): only the current binary was measured", sec)
+	}
+	return bins, nil
 }
 
 // tag is a file-name-safe short name of the binary.

@@ -28,14 +28,9 @@ const (
 // as in the cpu section.
 func serveSection(ctx context.Context, c *config, rep *report) error {
 	start := time.Now()
-	bins := []cpuBin{{name: "new", path: c.bin}}
-	base, err := baselineBinary(ctx, c)
+	bins, err := measuredBins(ctx, c, rep, "serve")
 	if err != nil {
 		return err
-	}
-	if base.path != "" {
-		bins = append(bins, base)
-		rep.note("serve: baseline = %s, `%s` (%s), measured in turn with the current binary in every run", base.desc, base.path, binVersion(ctx, base.path))
 	}
 	dir := filepath.Join(c.work, "serve")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
