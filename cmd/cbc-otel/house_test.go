@@ -47,7 +47,7 @@ func TestNoLongFunctions(t *testing.T) {
 	}
 }
 
-// TestPackageGraph holds the direction of the imports (README, Layout):
+// TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
 // the taps know no protocol, the wire format knows only the taps and
 // safetext, the Tracker knows no sink, no sink knows another or the
 // decoder, and no source (supervise, spool, follow) knows a sink. Only this
@@ -84,13 +84,19 @@ func TestPackageGraph(t *testing.T) {
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "cost", "safetext", "internal/otlpjson"},
 		"metrics":    {"ingest", "cost", "safetext"},
-		"report":     {"ingest", "cost", "internal/durtext", "internal/count"},
-		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count"},
+		"report":     {"ingest", "cost", "internal/durtext", "internal/count", "internal/runcost"},
+		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count", "internal/runcost"},
+		// A run's cost beside its workflow's p95, and spend against a cap:
+		// what the reports and the runs page both show, below both.
+		"internal/runcost": {"ingest", "cost"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"ingest", "cost", "safetext", "clitelemetry"},
+		// Exposure (server, file, push, totals across restarts) knows no
+		// sink: it takes a Gatherer.
+		"exposition": {},
 		// Test support: builds the binary (tests, bench harness); a leaf.
 		"internal/testbin": {},
 	}
@@ -110,6 +116,9 @@ func TestPackageGraph(t *testing.T) {
 		for _, imp := range imports[s] {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
+			}
+			if imp == "exposition" {
+				t.Errorf("sink %s imports exposition: a sink fills a registry, the command exposes it", s)
 			}
 		}
 	}

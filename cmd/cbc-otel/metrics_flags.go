@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/runspage"
@@ -54,7 +55,7 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 		// run serves nothing unless asked (issue 29): an SDK starts one
 		// wrapper per session, and a port they all want is a fight whose
 		// losers write errors into the CLI's stderr.
-		def := metrics.DefaultAddr
+		def := exposition.DefaultAddr
 		if m.noListen {
 			def = ""
 		}
@@ -109,7 +110,7 @@ func (m *metricsFlags) validate() error {
 	}
 	errs = append(errs, m.web.validate(m.listen))
 	if m.pushURL != "" {
-		if err := metrics.CheckPushURL(m.pushURL); err != nil {
+		if err := exposition.CheckPushURL(m.pushURL); err != nil {
 			errs = append(errs, fmt.Errorf("--push.gateway: %w", err))
 		}
 		if m.pushJob == "" {
@@ -236,7 +237,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 			return nil
 		}
 	}
-	srv, err := metrics.Listen(metrics.ServeOptions{
+	srv, err := exposition.Listen(exposition.Options{
 		Addr:          r.flags.listen,
 		WebConfigFile: r.flags.webConfig,
 		Gatherer:      r.gatherer,
@@ -246,6 +247,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		TelemetryPath: r.flags.web.telemetryPath,
 		MaxRequests:   r.flags.web.maxRequests,
 		SystemdSocket: r.flags.web.systemdSocket,
+		EnablePprof:   r.flags.web.pprof,
 	})
 	if err != nil {
 		return err
@@ -257,7 +259,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	r.stopServer = cancel
 	r.served = make(chan error, 1)
 	go func() { r.served <- srv.Serve(sctx) }()
-	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
+	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "", "pprof", r.flags.web.pprof)
 	return nil
 }
 
@@ -311,7 +313,7 @@ func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 	// The file first: it is local and quick, and a gateway that never
 	// answers must not cost it (the process may be killed while it waits).
 	if r.flags.file != "" {
-		if err := metrics.WriteFile(r.flags.file, r.gatherer); err != nil {
+		if err := exposition.WriteFile(r.flags.file, r.gatherer); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -319,8 +321,8 @@ func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 		fctx, cancel := context.WithTimeout(ctx, r.flags.flushTimeout)
 		// The job's process is gone once pushed: go_* and process_* would
 		// describe nothing.
-		g := metrics.WithPrefix(r.m.Registry(), "cbc_")
-		if err := metrics.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
+		g := exposition.WithPrefix(r.m.Registry(), "cbc_")
+		if err := exposition.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -46,6 +47,9 @@ type runConfig struct {
 	// --budget.max-cost-usd (0: no cap) and --budget.stop-timeout
 	budgetMaxCost     float64
 	budgetStopTimeout time.Duration
+	// budgetShow is the demo's budget for show (demo --budget.show-usd):
+	// spend is shown against it, nothing acts on it.
+	budgetShow float64
 }
 
 func defaultRunConfig() runConfig {
@@ -216,6 +220,7 @@ type outcome struct {
 	runs     []ingest.Run
 	sessions []report.Session // the main conversation's cost (--join-cli-telemetry)
 	stats    *ingest.Stats
+	budget   *runcost.Budget // the spend against the budget shown; nil: none
 }
 
 // exec runs cfg.command under the supervisor with telemetry and spooling
@@ -331,7 +336,11 @@ type consumers struct {
 	collect  bool
 	consumed chan struct{}
 	join     *cliJoin      // --join-cli-telemetry; nil without
-	spend    *report.Spend // --step-output; nil without
+	spend    *report.Spend // --step-output or a budget; nil without
+	// budgetUSD is the budget shown against spend (0: none); showOnly
+	// when it is the demo's, which nothing acts on.
+	budgetUSD float64
+	showOnly  bool
 }
 
 // startConsumers starts the telemetry and the spool writer that cfg asks
@@ -372,9 +381,10 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		if join != nil {
 			extra = append(extra, join.s.Joiner)
 		}
-		if cfg.stepOutput != "" {
+		if cfg.stepOutput != "" || cfg.budgetMaxCost > 0 || cfg.budgetShow > 0 {
 			c.spend = &report.Spend{}
 			extra = append(extra, c.spend)
+			c.showBudget(cfg)
 		}
 		if budget != nil {
 			extra = append(extra, budget)
@@ -398,6 +408,28 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		consume(c.pipe, c.pipeIn, log)
 	}()
 	return c, nil
+}
+
+// showBudget makes the summaries and the runs page show the session's
+// spend against the cap (--budget.max-cost-usd: the figure it weighs, as
+// c.spend sums the same events) or against the demo's budget for show.
+func (c *consumers) showBudget(cfg *runConfig) {
+	c.budgetUSD, c.showOnly = cfg.budgetMaxCost, cfg.budgetMaxCost <= 0
+	if c.showOnly {
+		c.budgetUSD = cfg.budgetShow
+	}
+	if c.budgetUSD > 0 && c.tel.page != nil {
+		c.tel.page.SetBudget(func() runcost.Budget { return *c.budget() })
+	}
+}
+
+// budget is the spend against the budget shown; nil without one.
+func (c *consumers) budget() *runcost.Budget {
+	if c.spend == nil || c.budgetUSD <= 0 {
+		return nil
+	}
+	b := c.spend.Budget(c.budgetUSD, c.showOnly)
+	return &b
 }
 
 // stdoutTap is what the supervisor writes the child's stdout to: the
@@ -439,7 +471,7 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	select {
 	case <-c.consumed: // also when both were ready
 		if c.tel != nil {
-			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
+			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats, budget: c.budget()}
 		}
 		return outcome{}
 	default:
@@ -457,7 +489,7 @@ func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Lo
 	case <-c.consumed:
 		c.tel.traces.lossLogger.Warn("telemetry fell behind: tapped bytes not read when the wrapper exited were given up and counted as dropped (cbc_otel_tap_dropped_bytes_total)",
 			"waited", wait, "given_up_bytes", c.droppedBytes()-before)
-		return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats}
+		return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats, budget: c.budget()}
 	case <-t.C:
 		c.tel.traces.lossLogger.Warn("telemetry consumer did not finish; exiting without it (its counts are incomplete)", "waited", wait+abandonWait)
 		c.collect = false // what was collected is incomplete and still being written
@@ -495,7 +527,7 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 		return
 	}
 	if cfg.summary {
-		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions()}); err != nil {
+		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions(), Budget: c.budget()}); err != nil {
 			log.Error("writing the summary", "err", err)
 		}
 	}
@@ -505,7 +537,7 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 		}
 	}
 	if cfg.stepSummary != "" {
-		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
+		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats, c.budget()); err != nil {
 			log.Error("writing the step summary", "err", err)
 		}
 	}
@@ -519,13 +551,13 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 // appendStepSummary appends the Markdown section of the runs to path
 // (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
 // file holds the job's other steps' summaries too, never truncated.
-func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats) error {
+func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats, budget *runcost.Budget) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer // one write: a half section is less likely on a full disk
-	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats}); err != nil {
+	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats, Budget: budget}); err != nil {
 		f.Close()
 		return err
 	}

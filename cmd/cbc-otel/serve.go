@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/follow"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
@@ -54,7 +55,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.spoolDirs, "spool-dir", "follow the spool files in this directory (repeatable): the same as --follow 'DIR/*.cbcspool*'")
 	fs.StringVar(&c.stateDir, "state-dir", "", "directory of the checkpoint (offsets, open runs, cumulative totals); without it a restart reads every file from the start")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file after this long without growth, or a spool file never marked complete after this long without growth or heartbeat of its wrapper (every 10s): its open runs become abandoned")
-	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often the globs are expanded and the files checked for growth")
+	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often files are checked for growth: those written since (inotify), or every file when the directories cannot be watched; with inotify every file is checked and the globs expanded every 2s all the same")
 	fs.DurationVar(&c.checkpointEvery, "checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
 	fs.BoolVar(&c.keep, "spool.keep", false, "keep spool files once processed (default: remove them)")
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
@@ -183,8 +184,9 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)
 	}
-	cum := metrics.NewCumulative(tel.metrics.m.Registry())
-	eng, err := follow.New(cfg.engineOptions(tel, cum, log))
+	cum := exposition.NewCumulative(tel.metrics.m.Registry(), "cbc_")
+	ckpt := metrics.NewCheckpoint(tel.metrics.metrics(), cum)
+	eng, err := follow.New(cfg.engineOptions(tel, ckpt, log))
 	if err != nil {
 		tel.shutdown(ctx)
 		return fail(sio.err, "serve", exitUsage, err)
@@ -203,7 +205,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		code = exitFailure
 	} else {
 		if tel.page != nil {
-			tel.page.SetFinishedBefore(cum.BaseRuns()) // /metrics counts them, the page never saw them
+			tel.page.SetFinishedBefore(ckpt.BaseRuns()) // /metrics counts them, the page never saw them
 		}
 		log.Info("following", "globs", cfg.globs(), "state_dir", cfg.stateDir, "traces", tel.traces.describe())
 		if err := eng.Run(ctx); err != nil {
@@ -277,7 +279,7 @@ func (c *serveConfig) startTelemetry(ctx context.Context, log *slog.Logger) (*te
 // engineOptions configures the follower. Every stream gets the pipeline
 // the flags describe, with the shared metrics sink and, when tracing, a
 // traces sink of its own (it keeps per-stream state); both checkpoint.
-func (c *serveConfig) engineOptions(tel *telemetry, cum *metrics.Cumulative, log *slog.Logger) follow.Options {
+func (c *serveConfig) engineOptions(tel *telemetry, ckpt *metrics.Checkpoint, log *slog.Logger) follow.Options {
 	newStream := func() follow.StreamConfig {
 		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
 		var ts *traces.Sink
@@ -301,7 +303,7 @@ func (c *serveConfig) engineOptions(tel *telemetry, cum *metrics.Cumulative, log
 		MaxSpoolBytes:   c.maxSpoolBytes,
 		MaxStreams:      c.maxFiles,
 		NewStream:       newStream,
-		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)},
+		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: ckpt},
 		Registerer:      tel.metrics.registry(),
 		Logger:          log,
 	}

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/runspage"
@@ -207,7 +207,7 @@ func (t *telemetry) shutdown(ctx context.Context) {
 		}
 		var rest []error
 		for _, e := range errs {
-			var pe *metrics.PushError
+			var pe *exposition.PushError
 			if !errors.As(e, &pe) {
 				rest = append(rest, e)
 				continue

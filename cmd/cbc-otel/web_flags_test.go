@@ -24,7 +24,7 @@ func TestWebFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := m.web; w.telemetryPath != "/metrics" || w.maxRequests != 40 || w.noExporterMetrics || w.systemdSocket {
+	if w := m.web; w.telemetryPath != "/metrics" || w.maxRequests != 40 || w.noExporterMetrics || w.systemdSocket || w.pprof {
 		t.Errorf("defaults %+v", w)
 	}
 	m, err = parseMetricsFlags(t, true, "--web.max-requests=0", "--web.telemetry-path=/m")
@@ -44,6 +44,7 @@ func TestWebFlagsUsageErrors(t *testing.T) {
 		{[]string{"demo", "--web.telemetry-path", "/"}, "must not be /, /healthz or /readyz"},
 		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/healthz"}, "must not be /, /healthz or /readyz"},
 		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/readyz"}, "must not be /, /healthz or /readyz"},
+		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/debug/pprof/m"}, "must not be under /debug/pprof"},
 		{[]string{"run", "--web.max-requests", "-1", "--", "true"}, "--web.max-requests -1: must not be negative"},
 		{[]string{"run", "--web.listen-address=", "--web.systemd-socket", "--", "true"}, "--web.systemd-socket needs a --web.listen-address"},
 		{[]string{"run", "--log.format", "xml", "--", "true"}, `--log.format must be logfmt or json, got "xml"`},
@@ -62,6 +63,34 @@ func TestWebFlagsUsageErrors(t *testing.T) {
 	}
 }
 
+// startWeb parses args as run's metrics flags, validates them and starts
+// the runtime, which must be listening.
+func startWeb(t *testing.T, args ...string) *metricsRuntime {
+	t.Helper()
+	m, err := parseMetricsFlags(t, true, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.validate(); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := m.start(context.Background(), new(ingest.Stats), nil, slog.New(slog.DiscardHandler))
+	if err != nil || rt.listenAddr() == nil {
+		t.Fatalf("start: %v, addr %v", err, rt.listenAddr())
+	}
+	return rt
+}
+
+// stopWeb shuts rt down within 10 s.
+func stopWeb(t *testing.T, rt *metricsRuntime) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
+
 // TestWebTelemetryPathAndExporterMetrics: the metrics are at
 // --web.telemetry-path (/metrics is then 404) and, with
 // --web.disable-exporter-metrics, without go_* and process_*.
@@ -71,17 +100,7 @@ func TestWebTelemetryPathAndExporterMetrics(t *testing.T) {
 		if disable {
 			args = append(args, "--web.disable-exporter-metrics")
 		}
-		m, err := parseMetricsFlags(t, true, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.validate(); err != nil {
-			t.Fatal(err)
-		}
-		rt, err := m.start(context.Background(), new(ingest.Stats), nil, slog.New(slog.DiscardHandler))
-		if err != nil || rt.listenAddr() == nil {
-			t.Fatalf("start: %v, addr %v", err, rt.listenAddr())
-		}
+		rt := startWeb(t, args...)
 		observeRun(rt.sink(), "wf")
 		base := "http://" + rt.listenAddr().String()
 		body := httpGet(t, base+"/cbc/metrics")
@@ -102,11 +121,29 @@ func TestWebTelemetryPathAndExporterMetrics(t *testing.T) {
 			t.Errorf("old path /metrics: %s, want 404", resp.Status)
 		}
 		httpGet(t, base+"/healthz")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := rt.shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+		stopWeb(t, rt)
+	}
+}
+
+// TestWebEnablePprof: /debug/pprof/ on the listen address is 404 by
+// default and the profiles' index with --web.enable-pprof (its auth and
+// TLS are exposition's TestServePprof).
+func TestWebEnablePprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		args := []string{"--web.listen-address", "127.0.0.1:0"}
+		if on {
+			args = append(args, "--web.enable-pprof")
 		}
-		cancel()
+		rt := startWeb(t, args...)
+		resp, err := http.Get("http://" + rt.listenAddr().String() + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; resp.StatusCode != want {
+			t.Errorf("--web.enable-pprof=%v: /debug/pprof/ %s, want %d", on, resp.Status, want)
+		}
+		stopWeb(t, rt)
 	}
 }
 
