@@ -27,6 +27,7 @@ type config struct {
 	pkg     string
 	trim    bool
 	race    bool
+	noVCS   bool
 	ldflags string
 	env     []string
 }
@@ -44,6 +45,10 @@ func Package(pkg string) Option { return func(c *config) { c.pkg = pkg } }
 // Trimpath builds with -trimpath, as a release is built.
 func Trimpath() Option { return func(c *config) { c.trim = true } }
 
+// NoVCS builds with -buildvcs=false, as tools/image builds the image's
+// binary, so a test can compare its own build with the image's.
+func NoVCS() Option { return func(c *config) { c.noVCS = true } }
+
 // Race builds with the race detector.
 func Race() Option { return func(c *config) { c.race = true } }
 
@@ -53,6 +58,24 @@ func LDFlags(flags string) Option { return func(c *config) { c.ldflags = flags }
 // Env adds KEY=value pairs to the build's environment, e.g.
 // "CGO_ENABLED=0"; later pairs win.
 func Env(kv ...string) Option { return func(c *config) { c.env = append(c.env, kv...) } }
+
+// args is the go command's arguments for a build to out.
+func (c *config) args(out string) []string {
+	args := []string{"build", "-o", out}
+	if c.trim {
+		args = append(args, "-trimpath")
+	}
+	if c.noVCS {
+		args = append(args, "-buildvcs=false")
+	}
+	if c.race {
+		args = append(args, "-race")
+	}
+	if c.ldflags != "" {
+		args = append(args, "-ldflags", c.ldflags)
+	}
+	return append(args, c.pkg)
+}
 
 // ModuleRoot returns the directory of the go.mod that governs dir ("" for
 // the working directory), as `go env GOMOD` reports it.
@@ -88,17 +111,7 @@ func Build(ctx context.Context, out string, opts ...Option) (string, error) {
 	if out, err = filepath.Abs(out); err != nil {
 		return "", fmt.Errorf("building %s: %w", c.pkg, err)
 	}
-	args := []string{"build", "-o", out}
-	if c.trim {
-		args = append(args, "-trimpath")
-	}
-	if c.race {
-		args = append(args, "-race")
-	}
-	if c.ldflags != "" {
-		args = append(args, "-ldflags", c.ldflags)
-	}
-	cmd := exec.CommandContext(ctx, "go", append(args, c.pkg)...)
+	cmd := exec.CommandContext(ctx, "go", c.args(out)...)
 	cmd.Dir = root
 	if len(c.env) > 0 {
 		cmd.Env = append(os.Environ(), c.env...)

@@ -32,6 +32,26 @@ func TestModuleRoot(t *testing.T) {
 	}
 }
 
+// Each option becomes its go build flag, in one order, the package last.
+func TestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		opts []Option
+		want string
+	}{
+		{nil, "build -o B ./cmd/cbc-otel"},
+		{[]Option{Trimpath(), NoVCS(), LDFlags("-s -w"), Env("CGO_ENABLED=0")}, "build -o B -trimpath -buildvcs=false -ldflags -s -w ./cmd/cbc-otel"},
+		{[]Option{Race(), Package("./x"), Dir("/elsewhere")}, "build -o B -race ./x"},
+	} {
+		c := config{pkg: Main}
+		for _, o := range tc.opts {
+			o(&c)
+		}
+		if got := strings.Join(c.args("B"), " "); got != tc.want {
+			t.Errorf("go %s, want go %s", got, tc.want)
+		}
+	}
+}
+
 // Each option reaches the binary: the linked version, the trimmed paths,
 // the environment (CGO off) and the race detector, read back from the
 // build info the binary carries.
