@@ -48,9 +48,10 @@ func TestNoLongFunctions(t *testing.T) {
 }
 
 // TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
-// the taps know no protocol, the wire format knows only the taps, the
-// Tracker knows no sink, no sink knows another, and no source (supervise,
-// spool, follow) knows a sink. Only this command knows them all.
+// the taps know no protocol, the wire format knows only the taps and
+// safetext, the Tracker knows no sink, no sink knows another or the
+// decoder, and no source (supervise, spool, follow) knows a sink. Only this
+// command knows them all.
 func TestPackageGraph(t *testing.T) {
 	const mod = "github.com/cbc-otel/cbc-otel/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"...").Output()
@@ -74,27 +75,30 @@ func TestPackageGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"tap":        {},
 		"ndjson":     {},
-		"streamjson": {"tap"},
-		"usage":      {},
-		"ingest":     {"tap", "ndjson", "streamjson", "usage", "internal/fifo"},
+		"streamjson": {"tap", "safetext"},
+		"cost":       {},
+		"safetext":   {},
+		"ingest":     {"tap", "ndjson", "streamjson", "cost", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
-		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		"traces":     {"ingest", "cost", "safetext", "internal/otlpjson"},
+		"metrics":    {"ingest", "cost", "safetext"},
+		"report":     {"ingest", "cost", "internal/durtext", "internal/count", "internal/runcost"},
+		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count", "internal/runcost"},
 		// A run's cost beside its workflow's p95, and spend against a cap:
 		// what the reports and the runs page both show, below both.
-		"internal/runcost": {"ingest"},
+		"internal/runcost": {"ingest", "cost"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
-		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		"join":         {"ingest", "cost", "safetext", "clitelemetry"},
 		// Exposure (server, file, push, totals across restarts) knows no
 		// sink: it takes a Gatherer.
 		"exposition": {},
+		// Test support: builds the binary (tests, bench harness); a leaf.
+		"internal/testbin": {},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
@@ -115,6 +119,16 @@ func TestPackageGraph(t *testing.T) {
 			}
 			if imp == "exposition" {
 				t.Errorf("sink %s imports exposition: a sink fills a registry, the command exposes it", s)
+			}
+		}
+	}
+	// The sinks (and the join) see the Tracker's events only: text hygiene
+	// is safetext's, the counters iterate themselves (ingest.Stats), so no
+	// decoder, framer or tap (issue 30).
+	for _, s := range append(sinks, "join") {
+		for _, imp := range imports[s] {
+			if slices.Contains([]string{"streamjson", "ndjson", "tap"}, imp) {
+				t.Errorf("%s imports %s; a sink needs no decoder, framer or tap", s, imp)
 			}
 		}
 	}

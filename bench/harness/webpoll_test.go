@@ -1,4 +1,4 @@
-package webpoll
+package main
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func TestPoll(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	stop := Poll(context.Background(), srv.Listener.Addr().String())
+	stop := pollWeb(context.Background(), srv.Listener.Addr().String())
 	// The poller GETs / then /metrics: once the /metrics handler ran, the
 	// page GET was answered and counted; the /metrics GET may still be
 	// reading its body when stop cancels it (then it is not counted).

@@ -1,4 +1,10 @@
-package streamjson
+// Package safetext makes untrusted text safe to keep, print, export or use
+// as a label, once, at the boundary where it enters (the stream decoder,
+// the CLI's own telemetry, the build's version): Clean. What passed Clean
+// stays clean when cut on a rune boundary, so the sinks only Cut it to
+// their own bounds (Cut(Clean(s, a), b) == Clean(Clean(s, a), b), a
+// property FuzzCutOfClean holds). It imports nothing of ours.
+package safetext
 
 import (
 	"strings"
@@ -14,9 +20,16 @@ func Clean(s string, max int) string {
 	if max <= 0 {
 		return ""
 	}
-	if len(s) <= max && plainASCII(s) {
-		return s
+	// Plain text is clean: only the bound applies, and what Clean keeps of
+	// s depends on its first max+1 bytes alone.
+	if p := s[:min(len(s), max+1)]; IsPlain(p) {
+		return Cut(p, max)
 	}
+	return clean(s, max)
+}
+
+// clean is Clean rune by rune, for text that is not plain.
+func clean(s string, max int) string {
 	var b strings.Builder
 	b.Grow(min(len(s), max))
 	space := false
@@ -45,11 +58,27 @@ func Clean(s string, max int) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-func cleanID(s string) string { return Clean(s, maxIDLen) }
+// Cut cuts text that already passed Clean to at most max bytes on a rune
+// boundary, dropping the space a cut may leave at the end: what Clean
+// would return for it, without looking at every rune again. Text that did
+// not pass Clean is cut as well, but not cleaned.
+func Cut(s string, max int) string {
+	if max <= 0 {
+		return ""
+	}
+	if len(s) <= max {
+		return s
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return strings.TrimRight(s[:i], " ")
+}
 
-// plainASCII reports whether s is printable ASCII without runs of spaces
-// that Clean would change.
-func plainASCII(s string) bool {
+// IsPlain reports whether s is printable ASCII without runs of spaces, or
+// spaces at either end: text that Clean returns unchanged when it fits.
+func IsPlain(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < 0x20 || c >= 0x7f {

@@ -1,4 +1,4 @@
-package latprobe
+package main
 
 import (
 	"context"
@@ -14,7 +14,7 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := exec.LookPath("cat"); err != nil {
 		t.Skip("no cat:", err)
 	}
-	lats, err := RoundTrip(context.Background(), []string{"cat"}, 1000, 50*time.Millisecond)
+	lats, err := latencyRoundTrip(context.Background(), []string{"cat"}, 1000, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package otlprecv
+package main
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // TestReceiver checks that the receiver counts the spans of every
 // export it gets over gRPC.
 func TestReceiver(t *testing.T) {
-	rcv, err := Start()
+	rcv, err := startOTLPReceiver()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
-// Package usage is the vocabulary of what model calls cost: tokens by type,
-// a model's usage, and the sums a run, an agent or a session keeps; and
-// Sessions, which turns the cumulative cost of a session's result lines
-// into what each turn added. It imports nothing; package ingest carries
-// these on its runs and events (and names them too, as aliases).
-package usage
+// Package cost is the vocabulary of what model calls cost: tokens by type,
+// what one model cost (Model), the Sum a run, an agent or a session keeps;
+// and Sessions, which turns the cumulative cost of a session's result
+// lines into what each turn added. It imports nothing; package ingest
+// carries these on its runs and events. ("Usage" is the stream's own
+// per-run counters, streamjson.Usage: another concept.)
+package cost
 
 // TokenType is a kind of model token, as the CLIs split them. The set is
 // closed so that it can be a metric label.
@@ -40,36 +41,36 @@ func (t Tokens) Total() int64 {
 	return n
 }
 
-// ModelUsage is what one model cost and used.
-type ModelUsage struct {
+// Model is what one model cost and used.
+type Model struct {
 	Model   string
 	CostUSD float64
 	Tokens  Tokens
 }
 
-// MaxCostModels bounds how many models a Cost keeps apart; the rest are
+// MaxModels bounds how many models a Sum keeps apart; the rest are
 // summed under OtherModel. A session uses one to three.
-const MaxCostModels = 8
+const MaxModels = 8
 
-// OtherModel is the model name under which a Cost sums the models beyond
-// MaxCostModels.
+// OtherModel is the model name under which a Sum sums the models beyond
+// MaxModels.
 const OtherModel = "other"
 
-// Cost is what a run, an agent or a session spent: the sum, and the same
+// Sum is what a run, an agent or a session spent: the sum, and the same
 // per model.
-type Cost struct {
+type Sum struct {
 	CostUSD float64
 	Tokens  Tokens
 	Calls   int64 // model calls counted in
-	Models  []ModelUsage
+	Models  []Model
 }
 
 // Known reports whether anything was counted.
-func (c *Cost) Known() bool { return c.Calls > 0 || c.CostUSD != 0 || c.Tokens.Total() != 0 }
+func (c *Sum) Known() bool { return c.Calls > 0 || c.CostUSD != 0 || c.Tokens.Total() != 0 }
 
 // Add counts one model's usage (one call when calls is 1; a session delta
 // counts as many calls as it says).
-func (c *Cost) Add(u ModelUsage, calls int64) {
+func (c *Sum) Add(u Model, calls int64) {
 	c.CostUSD += u.CostUSD
 	for i, v := range u.Tokens {
 		c.Tokens[i] += v
@@ -82,7 +83,7 @@ func (c *Cost) Add(u ModelUsage, calls int64) {
 			return
 		}
 	}
-	if len(c.Models) >= MaxCostModels {
+	if len(c.Models) >= MaxModels {
 		name = OtherModel
 		for i := range c.Models {
 			if c.Models[i].Model == name {
@@ -97,10 +98,10 @@ func (c *Cost) Add(u ModelUsage, calls int64) {
 		last.add(u)
 		return
 	}
-	c.Models = append(c.Models, ModelUsage{Model: name, CostUSD: u.CostUSD, Tokens: u.Tokens})
+	c.Models = append(c.Models, Model{Model: name, CostUSD: u.CostUSD, Tokens: u.Tokens})
 }
 
-func (m *ModelUsage) add(u ModelUsage) {
+func (m *Model) add(u Model) {
 	m.CostUSD += u.CostUSD
 	for i, v := range u.Tokens {
 		m.Tokens[i] += v

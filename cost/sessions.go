@@ -1,4 +1,4 @@
-package usage
+package cost
 
 import (
 	"cmp"
@@ -49,7 +49,7 @@ func (k Known) Tokens(t TokenType) bool { return k&(1<<t) != 0 }
 // ModelReading is one model's cumulative values in a result line (or a
 // baseline): only those Known says are values; the others are unknown.
 type ModelReading struct {
-	ModelUsage
+	Model
 	Known Known
 }
 
@@ -66,7 +66,7 @@ type sessionBase struct {
 
 // model returns the index of name's baseline, or -1.
 func (b *sessionBase) model(name string) int {
-	return slices.IndexFunc(b.models, func(p ModelReading) bool { return p.Model == name })
+	return slices.IndexFunc(b.models, func(p ModelReading) bool { return p.Model.Model == name })
 }
 
 // Sessions are the baselines, bounded: beyond the maximum the least
@@ -98,7 +98,7 @@ type Growth struct {
 	Reset bool
 	// Delta lists, per model, what cost and tokens grew by; only the
 	// models that grew.
-	Delta []ModelUsage
+	Delta []Model
 	// CostUSD is the growth of total_cost_usd (0 when the line had none).
 	CostUSD float64
 }
@@ -137,7 +137,7 @@ func (s *Sessions) Add(id string, totalCostUSD float64, hasCost bool, cur []Mode
 	b.used = s.clock
 	g.Reset = hasCost && b.hasCost && below(totalCostUSD, b.costUSD)
 	for _, m := range cur {
-		if i := b.model(m.Model); i >= 0 && wentDown(m, b.models[i]) {
+		if i := b.model(m.Model.Model); i >= 0 && wentDown(m, b.models[i]) {
 			g.Reset = true
 		}
 	}
@@ -157,16 +157,16 @@ func (s *Sessions) Add(id string, totalCostUSD float64, hasCost bool, cur []Mode
 	// The line's models go first, in its order; the others keep theirs.
 	models := make([]ModelReading, 0, len(cur)+len(b.models))
 	for _, m := range cur {
-		j := slices.IndexFunc(models, func(o ModelReading) bool { return o.Model == m.Model })
+		j := slices.IndexFunc(models, func(o ModelReading) bool { return o.Model.Model == m.Model.Model })
 		if j < 0 {
-			p := ModelReading{ModelUsage: ModelUsage{Model: m.Model}}
-			if i := b.model(m.Model); i >= 0 {
+			p := ModelReading{Model: Model{Model: m.Model.Model}}
+			if i := b.model(m.Model.Model); i >= 0 {
 				p = b.models[i]
 			}
 			models, j = append(models, p), len(models)
 		}
 		p := &models[j]
-		d := ModelUsage{Model: m.Model}
+		d := Model{Model: m.Model.Model}
 		if m.Known&KnownCost != 0 {
 			d.CostUSD = m.CostUSD
 			if p.Known&KnownCost != 0 {
@@ -190,7 +190,7 @@ func (s *Sessions) Add(id string, totalCostUSD float64, hasCost bool, cur []Mode
 		}
 	}
 	for _, p := range b.models {
-		if !slices.ContainsFunc(models, func(o ModelReading) bool { return o.Model == p.Model }) {
+		if !slices.ContainsFunc(models, func(o ModelReading) bool { return o.Model.Model == p.Model.Model }) {
 			models = append(models, p)
 		}
 	}
@@ -228,7 +228,7 @@ type SessionSnapshot struct {
 // the values no line has given yet (Known's bits); a checkpoint written
 // before values were known apart has none, as all of its were known.
 type SessionModel struct {
-	ModelUsage
+	Model
 	Unknown Known `json:"unknown,omitempty"`
 }
 
@@ -243,7 +243,7 @@ func (s *Sessions) Snapshot() []SessionSnapshot {
 	for _, b := range bs {
 		ss := SessionSnapshot{ID: b.id, CostUSD: b.costUSD, HasCost: b.hasCost}
 		for _, m := range b.models {
-			ss.Models = append(ss.Models, SessionModel{ModelUsage: m.ModelUsage, Unknown: KnownAll &^ m.Known})
+			ss.Models = append(ss.Models, SessionModel{Model: m.Model, Unknown: KnownAll &^ m.Known})
 		}
 		out = append(out, ss)
 	}
@@ -267,9 +267,9 @@ func (s *Sessions) Restore(saved []SessionSnapshot) (func(), error) {
 		b := &sessionBase{id: ss.ID, costUSD: ss.CostUSD, hasCost: ss.HasCost, used: uint64(i + 1)}
 		ok := ss.CostUSD >= 0 && len(ss.Models) <= MaxSessionModels
 		for _, m := range ss.Models {
-			ok = ok && m.Model != "" && m.CostUSD >= 0 && m.Unknown&^KnownAll == 0 && b.model(m.Model) < 0 &&
+			ok = ok && m.Model.Model != "" && m.CostUSD >= 0 && m.Unknown&^KnownAll == 0 && b.model(m.Model.Model) < 0 &&
 				!slices.ContainsFunc(m.Tokens[:], func(v int64) bool { return v < 0 })
-			b.models = append(b.models, ModelReading{ModelUsage: m.ModelUsage, Known: KnownAll &^ m.Unknown})
+			b.models = append(b.models, ModelReading{Model: m.Model, Known: KnownAll &^ m.Unknown})
 		}
 		if !ok {
 			return nil, fmt.Errorf("session %d: %w", i, errBadBaseline)

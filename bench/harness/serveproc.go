@@ -1,9 +1,11 @@
-// Package serveproc runs `cbc-otel serve` for the benchmark harness and
+// serveProc runs `cbc-otel serve` for the benchmark harness and
 // watches it from outside, as a deployment would: its /metrics (how many
 // lines it has counted) and its peak RSS, and stops it with SIGTERM. The
 // cpu section's serve cases share it: each waits until serve has taken in
 // what was written before it reads serve's CPU.
-package serveproc
+// (Folded from bench/internal/serveproc: the harness is its one user.)
+
+package main
 
 import (
 	"context"
@@ -21,8 +23,8 @@ import (
 	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
 )
 
-// Proc is a running `cbc-otel serve`.
-type Proc struct {
+// serveProc is a running `cbc-otel serve`.
+type serveProc struct {
 	cmd     *exec.Cmd
 	url     string // its /metrics
 	logPath string
@@ -35,10 +37,10 @@ type Proc struct {
 	stopErr error
 }
 
-// Start starts `serve` of the binary bin with args and a /metrics endpoint
+// startServeProc starts `serve` of the binary bin with args and a /metrics endpoint
 // on the loopback port; its stderr goes to a log file named from tag in dir,
 // next to its other files.
-func Start(ctx context.Context, bin string, port int, args []string, dir, tag string) (*Proc, error) {
+func startServeProc(ctx context.Context, bin string, port int, args []string, dir, tag string) (*serveProc, error) {
 	logPath := filepath.Join(dir, tag+"-serve.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -51,7 +53,7 @@ func Start(ctx context.Context, bin string, port int, args []string, dir, tag st
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start serve: %w", err)
 	}
-	s := &Proc{
+	s := &serveProc{
 		cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), logPath: logPath,
 		exited: make(chan error, 1), hwm: procstat.WatchHWM(cmd.Process.Pid),
 		client: &http.Client{Timeout: 2 * time.Second},
@@ -61,7 +63,7 @@ func Start(ctx context.Context, bin string, port int, args []string, dir, tag st
 }
 
 // Metric scrapes serve's /metrics for the sum of one metric's samples.
-func (s *Proc) Metric(name string) (float64, error) {
+func (s *serveProc) Metric(name string) (float64, error) {
 	resp, err := s.client.Get(s.url)
 	if err != nil {
 		return 0, fmt.Errorf("scrape: %w", err)
@@ -81,7 +83,7 @@ func (s *Proc) Metric(name string) (float64, error) {
 }
 
 // linesCounted is serve's cbc_otel_lines_total over every source.
-func (s *Proc) linesCounted() (int64, error) {
+func (s *serveProc) linesCounted() (int64, error) {
 	n, err := s.Metric("cbc_otel_lines_total")
 	return int64(n), err
 }
@@ -90,7 +92,7 @@ func (s *Proc) linesCounted() (int64, error) {
 // the last line, seldom enough that the scrapes cost serve little) until
 // serve has counted want lines. It returns the last count, and an error
 // if serve exits or the deadline passes first (the count is then < want).
-func (s *Proc) WaitLines(ctx context.Context, want int64, within time.Duration) (int64, error) {
+func (s *serveProc) WaitLines(ctx context.Context, want int64, within time.Duration) (int64, error) {
 	deadline := time.Now().Add(within)
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
@@ -120,7 +122,7 @@ func (s *Proc) WaitLines(ctx context.Context, want int64, within time.Duration) 
 // Stop sends SIGTERM, waits up to 10 s for a clean exit (then kills), and
 // returns serve's peak VmHWM and its exit error. Later calls return the
 // same, so it can also be deferred for the error paths.
-func (s *Proc) Stop() (int64, error) {
+func (s *serveProc) Stop() (int64, error) {
 	if s.stopped {
 		return s.peak, s.stopErr
 	}
@@ -145,4 +147,4 @@ func (s *Proc) Stop() (int64, error) {
 }
 
 // Pid is serve's process id, for its CPU and memory in /proc.
-func (s *Proc) Pid() int { return s.cmd.Process.Pid }
+func (s *serveProc) Pid() int { return s.cmd.Process.Pid }

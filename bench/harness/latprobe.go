@@ -1,9 +1,11 @@
-// Package latprobe measures the latency a command adds to lines: it reads
-// the stamped probe lines of pacegen back from the command's stdout and
-// takes receive − send of each (both stamps from this machine's wall
+// The latency probe (latencyRoundTrip, latencyOut) measures the latency a
+// command adds to lines: it reads the stamped probe lines of pacegen back
+// from the command's stdout and takes receive − send of each (both stamps from this machine's wall
 // clock), the lines either sent into the command's stdin (a round trip) or
 // written by the command's own child (the stdout path of a wrapped CLI).
-package latprobe
+// (Folded from bench/internal/latprobe: the harness is its one user.)
+
+package main
 
 import (
 	"bufio"
@@ -19,7 +21,6 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
-	"github.com/cbc-otel/cbc-otel/bench/internal/webpoll"
 )
 
 // startReader reads stamped lines from r: the first (warm-up) one closes
@@ -137,10 +138,10 @@ func (s *started) abandon() {
 	}
 }
 
-// RoundTrip starts argv (cat, or run -- cat), sends rate lines/s for
+// latencyRoundTrip starts argv (cat, or run -- cat), sends rate lines/s for
 // dur into its stdin and returns the sorted receive − send of every line,
 // in ns.
-func RoundTrip(ctx context.Context, argv []string, rate int, dur time.Duration) ([]int64, error) {
+func latencyRoundTrip(ctx context.Context, argv []string, rate int, dur time.Duration) ([]int64, error) {
 	total := int(int64(rate) * int64(dur) / int64(time.Second))
 	s, err := startLatency(ctx, argv, "", total)
 	if err != nil {
@@ -164,26 +165,26 @@ func RoundTrip(ctx context.Context, argv []string, rate int, dur time.Duration) 
 	return s.finish(total)
 }
 
-// Out starts argv, whose last element is the generator (the harness binary,
+// latencyOut starts argv, whose last element is the generator (the harness binary,
 // with env: pacegen.LatencyGenMain), gives it the go-ahead once its warm-up
 // line arrived, and returns the sorted receive − send of every line it
 // wrote, in ns.
 // With web (the host:port of run's listener) a poller scrapes the runs
 // page and /metrics while the lines flow, and its counts are returned.
-func Out(ctx context.Context, argv []string, env string, rate int, dur time.Duration, web string) ([]int64, webpoll.Stats, error) {
+func latencyOut(ctx context.Context, argv []string, env string, rate int, dur time.Duration, web string) ([]int64, webStats, error) {
 	total := int(int64(rate) * int64(dur) / int64(time.Second))
 	s, err := startLatency(ctx, argv, env, total)
 	if err != nil {
-		return nil, webpoll.Stats{}, err
+		return nil, webStats{}, err
 	}
 	defer s.abandon()
 	if err := s.warm(); err != nil {
-		return nil, webpoll.Stats{}, err
+		return nil, webStats{}, err
 	}
-	var ws webpoll.Stats
-	stopPoll := func() webpoll.Stats { return webpoll.Stats{} }
+	var ws webStats
+	stopPoll := func() webStats { return webStats{} }
 	if web != "" {
-		stopPoll = webpoll.Poll(ctx, web)
+		stopPoll = pollWeb(ctx, web)
 	}
 	if _, err := s.stdin.Write([]byte("g")); err != nil {
 		stopPoll()

@@ -1,7 +1,9 @@
-// Package webpoll polls a cbc-otel web listener as its readers do: a
+// The web poller (pollWeb) polls a cbc-otel web listener as its readers do: a
 // browser tab on the runs page and a Prometheus scraping /metrics, so the
 // benchmark harness measures the wrapper's latency under that load.
-package webpoll
+// (Folded from bench/internal/webpoll: the harness is its one user.)
+
+package main
 
 import (
 	"context"
@@ -11,9 +13,9 @@ import (
 	"time"
 )
 
-// Stats is what a poller of run's web listener did during one case, and
+// webStats is what a poller of run's web listener did during one case, and
 // what the OTLP receiver got from that run and what it dropped.
-type Stats struct {
+type webStats struct {
 	Page, Metrics, Failed int   // GETs of / and /metrics answered 200, GETs that were not
 	Spans                 int64 // spans the OTLP receiver got from the run
 	// TapDropped and SpansDropped are the run's own counts, from its
@@ -28,14 +30,14 @@ const (
 	metricsPollEvery = 5 * time.Second
 )
 
-// Poll GETs http://addr/ at once and every pagePollEvery, and
+// pollWeb GETs http://addr/ at once and every pagePollEvery, and
 // http://addr/metrics at once and every metricsPollEvery, reading every
 // body to the end (as a browser and a Prometheus do), until the returned
 // stop is called; stop waits for the poller and returns its counts. A GET
 // that fails is counted, not fatal: the listener may close as run exits.
-func Poll(ctx context.Context, addr string) (stop func() Stats) {
+func pollWeb(ctx context.Context, addr string) (stop func() webStats) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan Stats, 1)
+	done := make(chan webStats, 1)
 	client := &http.Client{Timeout: 2 * time.Second}
 	get := func(path string) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
@@ -53,7 +55,7 @@ func Poll(ctx context.Context, addr string) (stop func() Stats) {
 		return resp.StatusCode == http.StatusOK
 	}
 	go func() {
-		var ws Stats
+		var ws webStats
 		page := time.NewTicker(pagePollEvery)
 		defer page.Stop()
 		scrape := time.NewTicker(metricsPollEvery)
@@ -79,13 +81,13 @@ func Poll(ctx context.Context, addr string) (stop func() Stats) {
 			}
 		}
 	}()
-	return func() Stats {
+	return func() webStats {
 		cancel()
 		return <-done
 	}
 }
 
 // String is the counts for a log line.
-func (w Stats) String() string {
+func (w webStats) String() string {
 	return fmt.Sprintf("page %d, metrics %d, failed %d, spans %d, dropped %.0f B and %.0f spans", w.Page, w.Metrics, w.Failed, w.Spans, w.TapDropped, w.SpansDropped)
 }

@@ -1,29 +1,6 @@
 package ingest
 
-import "github.com/cbc-otel/cbc-otel/usage"
-
-// The cost vocabulary of package usage, under the names the Tracker's runs
-// and events use.
-type (
-	TokenType  = usage.TokenType
-	Tokens     = usage.Tokens
-	ModelUsage = usage.ModelUsage
-	Cost       = usage.Cost
-)
-
-// Token types, in label order, and the bounds of a Cost (package usage).
-const (
-	TokensInput         = usage.TokensInput
-	TokensOutput        = usage.TokensOutput
-	TokensCacheRead     = usage.TokensCacheRead
-	TokensCacheCreation = usage.TokensCacheCreation
-	NumTokenTypes       = usage.NumTokenTypes
-	MaxCostModels       = usage.MaxCostModels
-	OtherModel          = usage.OtherModel
-)
-
-// TokenTypes lists every token type, in label order.
-func TokenTypes() []TokenType { return usage.TokenTypes() }
+import "github.com/cbc-otel/cbc-otel/cost"
 
 // CallScope says whose model call a ModelCall was.
 type CallScope uint8
@@ -52,7 +29,7 @@ type ModelCall struct {
 	// twice reuses them: this tells the runs apart.
 	ToolUseID  string
 	SessionID  string
-	Usage      ModelUsage
+	Cost       cost.Model
 	DurationMs int64
 	At         int64 // epoch ms
 
@@ -96,7 +73,7 @@ type Turn struct {
 	Reset bool
 	// Delta is what the session's cumulative total_cost_usd and modelUsage
 	// grew by since its previous result line, per model.
-	Delta []ModelUsage
+	Delta []cost.Model
 	// CostUSD is the growth of total_cost_usd.
 	CostUSD float64
 }
