@@ -59,7 +59,7 @@ type ForwarderConfig struct {
 	// OTEL_EXPORTER_OTLP_PROTOCOL through Env, defaulting to grpc.
 	Protocol string
 	// Endpoint overrides the environment's endpoints, as
-	// traces.Config.Endpoint does: a URL or host:port (plaintext), "none"
+	// egress.Config.Endpoint does: a URL or host:port (plaintext), "none"
 	// for no forwarding. See the package doc for how each signal's
 	// endpoint follows from it.
 	Endpoint string

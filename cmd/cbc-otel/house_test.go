@@ -80,7 +80,7 @@ func TestPackageGraph(t *testing.T) {
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
+		"traces":     {"ingest", "streamjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
 		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
 		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
@@ -92,6 +92,9 @@ func TestPackageGraph(t *testing.T) {
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		// Everything that leaves over OTLP: knows no sink (the traces
+		// sink's IDGenerator comes in through its Config).
+		"egress": {"internal/otlpjson"},
 		// Exposure (server, file, push, totals across restarts) knows no
 		// sink: it takes a Gatherer.
 		"exposition": {},

@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"bytes"
@@ -305,7 +305,7 @@ func TestLossAbandonedSaysCause(t *testing.T) {
 	setOTelEnv(t, nil)
 	var logs logBuffer
 	p := setupOrFail(t, Config{Endpoint: refusedEndpoint(t), Protocol: ProtocolGRPC, Logger: newTestLogger(&logs)})
-	_, span := p.Tracer("test").Start(context.Background(), "op")
+	_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "op")
 	span.End()
 	const deadline = 30 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)

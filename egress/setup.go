@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 )
 
@@ -52,7 +52,7 @@ const DefaultServiceName = "cbc-otel"
 //     _INSECURE (the exporters), OTEL_SERVICE_NAME and
 //     OTEL_RESOURCE_ATTRIBUTES (resource.WithFromEnv). A field set here
 //     (Endpoint) is passed as an option and so overrides its variable. Where
-//     Setup must look at one of these itself (the endpoint, to decide
+//     New must look at one of these itself (the endpoint, to decide
 //     whether OTLP is on and to describe it; the headers, to refuse a
 //     malformed list; the timeout, see ExportTimeout) it reads the process
 //     environment too, so that it and the SDK never disagree.
@@ -98,6 +98,10 @@ type Config struct {
 	// That one bounds a whole gRPC export, retries included, but each HTTP
 	// attempt, which the HTTP exporter retries until this bound.
 	ExportTimeout time.Duration
+	// IDGenerator makes the ids of spans; nil means the SDK's random one.
+	// The traces sink passes its deterministic generator
+	// (traces.NewIDGenerator), so that a replay exports the same ids.
+	IDGenerator sdktrace.IDGenerator
 	// ServiceVersion, if set, becomes service.version unless
 	// OTEL_RESOURCE_ATTRIBUTES sets it.
 	ServiceVersion string
@@ -117,12 +121,11 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Provider is the TracerProvider Setup builds: the SDK provider with the
-// deterministic IDGenerator and one bounded batching processor per
-// exporter. A nil *Provider is valid and exports nothing.
-type Provider struct {
-	embedded.TracerProvider
-
+// Egress is everything of one process that leaves over OTLP (or to an
+// OTLP/JSON file or the console): the TracerProvider New builds (the SDK
+// provider with Config.IDGenerator and one bounded batching processor per
+// exporter). A nil *Egress is valid and exports nothing.
+type Egress struct {
 	tp    *sdktrace.TracerProvider
 	procs []*batcher
 	desc  []string
@@ -131,7 +134,7 @@ type Provider struct {
 	otlp OTLPTarget
 }
 
-// OTLPTarget is where a Provider's OTLP exporter sends, as configured: the
+// OTLPTarget is where an Egress's OTLP exporter sends, as configured: the
 // protocol, and the endpoint when a flag set it (else the exporters read
 // the environment).
 type OTLPTarget struct {
@@ -142,7 +145,7 @@ type OTLPTarget struct {
 
 // OTLP returns the OTLP target in use; On is false when spans go to no
 // OTLP endpoint.
-func (p *Provider) OTLP() OTLPTarget {
+func (p *Egress) OTLP() OTLPTarget {
 	if p == nil {
 		return OTLPTarget{}
 	}
@@ -150,9 +153,9 @@ func (p *Provider) OTLP() OTLPTarget {
 }
 
 // Forward queues spans made elsewhere (the CLI's own, re-parented) for
-// every exporter of the provider, like the spans it makes itself: never
+// every exporter of the Egress, like the spans it makes itself: never
 // blocking, dropped and counted when a queue is full.
-func (p *Provider) Forward(spans []sdktrace.ReadOnlySpan) {
+func (p *Egress) Forward(spans []sdktrace.ReadOnlySpan) {
 	if p == nil {
 		return
 	}
@@ -163,12 +166,37 @@ func (p *Provider) Forward(spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
-var _ trace.TracerProvider = (*Provider)(nil)
+// TracerProvider is where the spans that leave through p are made. It also
+// offers Dropped and ExportErrors, which the traces sink reads. On a nil
+// Egress it is a no-op provider.
+func (p *Egress) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return noop.NewTracerProvider()
+	}
+	return tracerProvider{e: p}
+}
 
-// Setup builds the Provider that cfg and the environment ask for. With no
+// tracerProvider is an Egress's trace.TracerProvider.
+type tracerProvider struct {
+	embedded.TracerProvider
+	e *Egress
+}
+
+var _ trace.TracerProvider = tracerProvider{}
+
+func (t tracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return t.e.tp.Tracer(name, opts...)
+}
+
+// Dropped and ExportErrors are the Egress's, for the traces sink.
+func (t tracerProvider) Dropped() float64 { return t.e.Dropped() }
+
+func (t tracerProvider) ExportErrors() float64 { return t.e.ExportErrors() }
+
+// New builds the Egress that cfg and the environment ask for. With no
 // OTLP endpoint, no file and no console it returns nil, nil: no export at
 // all, and the wrapper stays a pure pipe.
-func Setup(ctx context.Context, cfg Config) (*Provider, error) {
+func New(ctx context.Context, cfg Config) (*Egress, error) {
 	env := cfg.Env
 	if env == nil {
 		env = os.Getenv
@@ -211,8 +239,8 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{}
-	fail := func(err error) (*Provider, error) {
+	p := &Egress{}
+	fail := func(err error) (*Egress, error) {
 		for _, b := range p.procs {
 			_ = b.Shutdown(ctx)
 		}
@@ -245,10 +273,12 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithIDGenerator(NewIDGenerator()),
 		// The parent-based default honours a TRACEPARENT's sampled flag;
 		// without one every run is recorded.
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+	}
+	if cfg.IDGenerator != nil {
+		opts = append(opts, sdktrace.WithIDGenerator(cfg.IDGenerator))
 	}
 	for _, b := range p.procs {
 		opts = append(opts, sdktrace.WithSpanProcessor(b))
@@ -257,12 +287,12 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-func (p *Provider) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter, cfg Config, exportTimeout time.Duration) {
+func (p *Egress) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter, cfg Config, exportTimeout time.Duration) {
 	p.procs = append(p.procs, newBatcher(exp, rep, cfg.QueueSize, cfg.BatchInterval, exportTimeout))
 	p.desc = append(p.desc, desc)
 }
 
-// otlpEndpoint is the OTLP endpoint Setup found, and where it came from.
+// otlpEndpoint is the OTLP endpoint New found, and where it came from.
 type otlpEndpoint struct {
 	url *url.URL
 	// flag: from Config.Endpoint, passed to the exporter as an option (over
@@ -365,7 +395,7 @@ func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint, rep *e
 	return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
 }
 
-// CheckEndpoint reports whether s is an OTLP endpoint Setup accepts in
+// CheckEndpoint reports whether s is an OTLP endpoint New accepts in
 // Config.Endpoint: an http or https URL, host:port, or "none" (no OTLP
 // export).
 func CheckEndpoint(s string) error {
@@ -471,30 +501,9 @@ func newResource(ctx context.Context, version string) (*resource.Resource, error
 	return res, nil
 }
 
-// ParentFromEnv returns the span context of a W3C TRACEPARENT (and
-// TRACESTATE) in the environment, or an invalid one.
-func ParentFromEnv(env func(string) string) trace.SpanContext {
-	if env == nil {
-		env = os.Getenv
-	}
-	carrier := propagation.MapCarrier{}
-	if v := env("TRACEPARENT"); v != "" {
-		carrier["traceparent"] = strings.TrimSpace(v)
-	}
-	if v := env("TRACESTATE"); v != "" {
-		carrier["tracestate"] = strings.TrimSpace(v)
-	}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
-}
-
-// Tracer implements trace.TracerProvider.
-func (p *Provider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return p.tp.Tracer(name, opts...)
-}
-
 // Describe says where spans go, e.g. "OTLP grpc → http://localhost:4317",
 // for a demo to tell the user where to look.
-func (p *Provider) Describe() string {
+func (p *Egress) Describe() string {
 	if p == nil {
 		return "none"
 	}
@@ -504,7 +513,7 @@ func (p *Provider) Describe() string {
 // Dropped is how many spans will not reach a backend: dropped at a full
 // queue, ended after shutdown, lost in a failed export, or abandoned at
 // shutdown's deadline. Summed over exporters.
-func (p *Provider) Dropped() float64 {
+func (p *Egress) Dropped() float64 {
 	if p == nil {
 		return 0
 	}
@@ -517,7 +526,7 @@ func (p *Provider) Dropped() float64 {
 
 // ExportErrors is how many export calls failed, summed over exporters; a
 // call that Shutdown abandoned at its deadline counts as failed.
-func (p *Provider) ExportErrors() float64 {
+func (p *Egress) ExportErrors() float64 {
 	if p == nil {
 		return 0
 	}
@@ -531,7 +540,7 @@ func (p *Provider) ExportErrors() float64 {
 // Losses says, per exporter that did not deliver every span, how many it
 // lost, where they should have gone and why; none when all were
 // delivered. Meant for after Shutdown, for a summary at exit.
-func (p *Provider) Losses() []Loss {
+func (p *Egress) Losses() []Loss {
 	if p == nil {
 		return nil
 	}
@@ -545,7 +554,7 @@ func (p *Provider) Losses() []Loss {
 }
 
 // ForceFlush exports what is queued, waiting at most until ctx is done.
-func (p *Provider) ForceFlush(ctx context.Context) error {
+func (p *Egress) ForceFlush(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
@@ -558,7 +567,7 @@ func (p *Provider) ForceFlush(ctx context.Context) error {
 // Shutdown flushes and stops every exporter. It returns by ctx's deadline
 // whatever the backend does; spans it could not deliver are counted in
 // Dropped. Safe on nil and idempotent.
-func (p *Provider) Shutdown(ctx context.Context) error {
+func (p *Egress) Shutdown(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
