@@ -14,6 +14,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpconv"
 )
 
 // canonJSON renders an OTLP/JSON AnyValue (generic) in a form canonAttr
@@ -111,11 +113,6 @@ func canonAttrs(kvs []attribute.KeyValue) string {
 	return strings.Join(parts, ";")
 }
 
-func num(m any, key string) int64 {
-	n, _ := strconv.ParseInt(str(m, key), 10, 64)
-	return n
-}
-
 // TestReadOnlySpansCorpus converts every recorded span and compares each
 // field with the JSON.
 func TestReadOnlySpansCorpus(t *testing.T) {
@@ -128,7 +125,7 @@ func TestReadOnlySpansCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := ReadOnlySpans(req.GetResourceSpans())
+		got := otlpconv.ReadOnlySpans(req.GetResourceSpans())
 		g := generic(t, l.Body)
 		i := 0
 		for _, rs := range list(g, "resourceSpans") {
@@ -248,7 +245,7 @@ func TestReadOnlySpansFields(t *testing.T) {
 			},
 		}},
 	}}
-	got := ReadOnlySpans(rs)
+	got := otlpconv.ReadOnlySpans(rs)
 	if len(got) != 2 {
 		t.Fatalf("%d spans, want 2", len(got))
 	}

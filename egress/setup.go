@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +19,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpconv"
 )
 
 // Exporter and protocol names, as in OTEL_TRACES_EXPORTER and
@@ -98,6 +100,11 @@ type Config struct {
 	// That one bounds a whole gRPC export, retries included, but each HTTP
 	// attempt, which the HTTP exporter retries until this bound.
 	ExportTimeout time.Duration
+	// Forward also builds the forwarder of the CLI's own log records and
+	// metrics (run --join-cli-telemetry): they go where OTLP spans go, over
+	// the same protocol (resolve says each signal's endpoint), and nowhere
+	// when spans go to no OTLP endpoint.
+	Forward bool
 	// IDGenerator makes the ids of spans; nil means the SDK's random one.
 	// The traces sink passes its deterministic generator
 	// (traces.NewIDGenerator), so that a replay exports the same ids.
@@ -129,9 +136,10 @@ type Egress struct {
 	tp    *sdktrace.TracerProvider
 	procs []*batcher
 	desc  []string
-	// otlp is the OTLP target in use, for whoever forwards other signals
-	// to the same place (see OTLP).
+	// otlp is the OTLP target in use (see OTLP).
 	otlp OTLPTarget
+	// fwd forwards the CLI's logs and metrics; nil without Config.Forward.
+	fwd *forwarder
 }
 
 // OTLPTarget is where an Egress's OTLP exporter sends, as configured: the
@@ -152,18 +160,47 @@ func (p *Egress) OTLP() OTLPTarget {
 	return p.otlp
 }
 
-// Forward queues spans made elsewhere (the CLI's own, re-parented) for
-// every exporter of the Egress, like the spans it makes itself: never
-// blocking, dropped and counted when a queue is full.
-func (p *Egress) Forward(spans []sdktrace.ReadOnlySpan) {
-	if p == nil {
+// ForwardSpans queues spans made elsewhere (the CLI's own, re-parented),
+// converted to SDK spans, for every span exporter of the Egress, like the
+// spans it makes itself: never blocking, dropped and counted when a queue
+// is full.
+func (p *Egress) ForwardSpans(rs []*tracepb.ResourceSpans) {
+	if p == nil || len(p.procs) == 0 {
 		return
 	}
+	spans := otlpconv.ReadOnlySpans(rs)
 	for _, b := range p.procs {
 		for _, s := range spans {
 			b.OnEnd(s)
 		}
 	}
+}
+
+// ForwardLogs queues the CLI's log records for their OTLP endpoint; it
+// never blocks. Nothing without Config.Forward.
+func (p *Egress) ForwardLogs(req *collogspb.ExportLogsServiceRequest) {
+	if p != nil {
+		p.fwd.Logs(context.Background(), req)
+	}
+}
+
+// ForwardMetrics queues the CLI's metrics for their OTLP endpoint; it
+// never blocks. Nothing without Config.Forward.
+func (p *Egress) ForwardMetrics(req *colmetricspb.ExportMetricsServiceRequest) {
+	if p != nil {
+		p.fwd.Metrics(context.Background(), req)
+	}
+}
+
+// ForwardLost is how many of the CLI's log records and metric points were
+// not delivered so far (final after Shutdown); ok is false when they are
+// not forwarded at all.
+func (p *Egress) ForwardLost() (logRecords, metricPoints int64, ok bool) {
+	if p == nil || p.fwd == nil {
+		return 0, 0, false
+	}
+	logRecords, metricPoints = p.fwd.lost()
+	return logRecords, metricPoints, true
 }
 
 // TracerProvider is where the spans that leave through p are made. It also
@@ -221,8 +258,9 @@ func New(ctx context.Context, cfg Config) (*Egress, error) {
 		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces-file")
 	}
 
-	ep, epErr := resolveEndpoint(cfg.Endpoint)
-	protocol := firstNonEmpty(cfg.Protocol, env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), env("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolGRPC)
+	ep, epErr := resolve(cfg.Endpoint, signalTraces)
+	protocol, protoErr := resolveProtocol(cfg.Protocol, signalTraces, env)
+	epErr = errors.Join(epErr, protoErr)
 	useOTLP := !want[ExporterNone] && ep != nil && (len(want) == 0 || want[ExporterOTLP])
 	if want[ExporterOTLP] && ep == nil {
 		return nil, errors.New("traces exporter otlp: no endpoint (set --otlp.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
@@ -244,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Egress, error) {
 		for _, b := range p.procs {
 			_ = b.Shutdown(ctx)
 		}
+		_ = p.fwd.Shutdown(ctx)
 		return nil, err
 	}
 	reporter := func(endpoint, protocol string) *exportReporter {
@@ -255,10 +294,18 @@ func New(ctx context.Context, cfg Config) (*Egress, error) {
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, desc, rep, cfg, otlpExportBound(cfg.ExportTimeout))
+		p.add(exp, desc, rep, cfg, exportTimeout(cfg.ExportTimeout, signalTraces))
 		p.otlp = OTLPTarget{On: true, Protocol: protocol}
 		if ep.flag {
 			p.otlp.Endpoint = cfg.Endpoint
+		}
+		if cfg.Forward {
+			p.fwd, err = newForwarder(ctx, forwardConfig{Protocol: protocol, Endpoint: cfg.Endpoint, Env: env,
+				Logger: cfg.Logger, Now: cfg.Now, ReportEvery: cfg.ReportEvery})
+			if err != nil {
+				// The spans still go: only the CLI's logs and metrics do not.
+				logger(cfg.Logger).Error("the CLI's logs and metrics will not be forwarded", "err", err)
+			}
 		}
 	}
 	if cfg.File != "" {
@@ -292,191 +339,38 @@ func (p *Egress) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter
 	p.desc = append(p.desc, desc)
 }
 
-// otlpEndpoint is the OTLP endpoint New found, and where it came from.
-type otlpEndpoint struct {
-	url *url.URL
-	// flag: from Config.Endpoint, passed to the exporter as an option (over
-	// the environment). Otherwise the exporter reads it itself.
-	flag bool
-	// perSignal: from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, whose HTTP path
-	// the exporter uses as is.
-	perSignal bool
-}
-
-// resolveEndpoint returns the endpoint of Config.Endpoint, else of the
-// environment the exporter will read, or nil when there is none or it is
-// "none". An endpoint that is set but invalid comes back non-nil with the
-// error.
-func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
-	invalid := &otlpEndpoint{}
-	if strings.TrimSpace(flagValue) != "" {
-		if NoEndpoint(flagValue) {
-			// An explicit "none" wins over the environment and disables
-			// OTLP, leaving a --traces-file alone.
-			return nil, nil
-		}
-		u, err := parseEndpoint(flagValue)
-		if err != nil {
-			return invalid, err
-		}
-		return &otlpEndpoint{url: u, flag: true}, nil
-	}
-	// The exporter's own precedence: the per-signal variable first.
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		v := strings.TrimSpace(os.Getenv(name))
-		if v == "" {
-			continue
-		}
-		if NoEndpoint(v) {
-			return nil, nil
-		}
-		// The SDK reads host:port as a URL with scheme "host", or not at
-		// all, then falls back to https://localhost: refuse it here.
-		u, err := url.Parse(v)
-		if err != nil {
-			return invalid, fmt.Errorf("%s: not a URL (want http://host:port or https://host:port)", name)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return invalid, fmt.Errorf("%s %q: want an http:// or https:// URL with a host (host:port alone is for --otlp.endpoint)", name, u.Redacted())
-		}
-		return &otlpEndpoint{url: u, perSignal: name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}, nil
-	}
-	return nil, nil
-}
-
 // otlpExporter builds the gRPC or HTTP exporter. It passes only what a flag
 // set (the endpoint); the exporter reads every other OTEL_EXPORTER_OTLP_*
 // variable itself. It tells rep where the exporter sends and, for gRPC,
 // wires rep to each attempt.
 func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint, rep *exportReporter) (sdktrace.SpanExporter, string, error) {
-	// The SDK drops a malformed header entry with a log line and exports
-	// without it: credentials missing from every request. Refuse instead.
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
-		if err := checkHeaders(os.Getenv(name)); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", name, err)
-		}
+	if err := checkSignalHeaders(signalTraces); err != nil {
+		return nil, "", err
 	}
-	u := *ep.url
+	u, pass := ep.exportURL(protocol, signalTraces)
+	var exp sdktrace.SpanExporter
+	var err error
 	switch protocol {
 	case ProtocolGRPC:
 		opts := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpc.WithChainUnaryInterceptor(attemptInterceptor(rep)))}
-		if ep.flag {
+		if pass {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(u.String()))
 		}
-		exp, err := otlptracegrpc.New(ctx, opts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp grpc exporter: %w", err)
-		}
-		rep.endpoint, rep.protocol = fmt.Sprintf("%s://%s", u.Scheme, u.Host), ProtocolGRPC
-		return exp, "OTLP grpc → " + rep.endpoint, nil
-	case ProtocolHTTP, "http":
+		exp, err = otlptracegrpc.New(ctx, opts...)
+	case ProtocolHTTP:
 		var opts []otlptracehttp.Option
-		switch {
-		case ep.flag:
-			if u.Path == "" || u.Path == "/" {
-				u.Path = "/v1/traces"
-			}
+		if pass {
 			opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
-		case ep.perSignal:
-			// What the exporter does with the variable, for Describe.
-			if u.Path == "" {
-				u.Path = "/"
-			}
-		default:
-			u.Path = path.Join("/", u.Path, "v1/traces")
 		}
-		exp, err := otlptracehttp.New(ctx, opts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp http exporter: %w", err)
-		}
-		rep.endpoint, rep.protocol = u.Redacted(), ProtocolHTTP
-		return exp, "OTLP http/protobuf → " + rep.endpoint, nil
+		exp, err = otlptracehttp.New(ctx, opts...)
+	default:
+		return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
 	}
-	return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
-}
-
-// CheckEndpoint reports whether s is an OTLP endpoint New accepts in
-// Config.Endpoint: an http or https URL, host:port, or "none" (no OTLP
-// export).
-func CheckEndpoint(s string) error {
-	if NoEndpoint(s) {
-		return nil
-	}
-	_, err := parseEndpoint(s)
-	return err
-}
-
-// NoEndpoint reports whether s is the endpoint "none" (any case), which
-// turns OTLP export off.
-func NoEndpoint(s string) bool { return strings.EqualFold(strings.TrimSpace(s), ExporterNone) }
-
-// parseEndpoint accepts a URL or host:port (read as plaintext http://).
-func parseEndpoint(s string) (*url.URL, error) {
-	s = strings.TrimSpace(s)
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("otlp endpoint: %w", err)
+		return nil, "", fmt.Errorf("otlp %s exporter: %w", protocol, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("otlp endpoint %q: scheme must be http or https", u.Redacted())
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("otlp endpoint %q: no host", u.Redacted())
-	}
-	return u, nil
-}
-
-// checkHeaders applies the SDK's rules for OTEL_EXPORTER_OTLP_HEADERS
-// (key=value,... with token keys and URL-encoded values) and reports the
-// first entry the SDK would drop. Blank entries are skipped, as they lose
-// nothing. Values are never echoed: headers carry credentials.
-func checkHeaders(s string) error {
-	for _, part := range strings.Split(s, ",") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return errors.New("malformed entry (want key=value)")
-		}
-		if strings.IndexFunc(k, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
-			return fmt.Errorf("malformed entry: %q is not a valid header name", k)
-		}
-		if _, err := url.PathUnescape(v); err != nil {
-			return fmt.Errorf("bad escape in the value of %q", k)
-		}
-	}
-	return nil
-}
-
-// isTokenChar reports whether r may appear in an HTTP header name (RFC 9110
-// token).
-func isTokenChar(r rune) bool {
-	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
-}
-
-// otlpExportBound is the batching processor's bound on one OTLP export:
-// configured, the configured one; else DefaultExportTimeout, or the
-// exporter's own timeout when that is longer. The processor's bound must
-// not cut short what OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT allows, and the
-// SDK cannot say what it read, so the variables are read here as the SDK
-// reads them (milliseconds, the per-signal one first, an invalid value
-// ignored). 0 (no timeout in the SDK) still gets the default bound: no
-// export runs unbounded.
-func otlpExportBound(configured time.Duration) time.Duration {
-	if configured > 0 {
-		return configured
-	}
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
-		if ms, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
-			return max(DefaultExportTimeout, time.Duration(ms)*time.Millisecond)
-		}
-	}
-	return DefaultExportTimeout
+	rep.endpoint, rep.protocol = describe(u, protocol), protocol
+	return exp, "OTLP " + protocol + " → " + rep.endpoint, nil
 }
 
 // newResource is the SDK's resource: our defaults (service.name
@@ -537,16 +431,22 @@ func (p *Egress) ExportErrors() float64 {
 	return float64(n)
 }
 
-// Losses says, per exporter that did not deliver every span, how many it
-// lost, where they should have gone and why; none when all were
-// delivered. Meant for after Shutdown, for a summary at exit.
+// Losses says, per span exporter and per forwarded signal that did not
+// deliver everything, how much it lost, where it should have gone and
+// why; none when all was delivered. Meant for after Shutdown, for a
+// summary at exit.
 func (p *Egress) Losses() []Loss {
 	if p == nil {
 		return nil
 	}
 	var out []Loss
 	for _, b := range p.procs {
-		if l := b.loss(); l.Spans > 0 {
+		if l := b.loss(); l.Items > 0 {
+			out = append(out, l)
+		}
+	}
+	for _, l := range p.fwd.losses() {
+		if l.Items > 0 {
 			out = append(out, l)
 		}
 	}
@@ -564,24 +464,27 @@ func (p *Egress) ForceFlush(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown flushes and stops every exporter. It returns by ctx's deadline
-// whatever the backend does; spans it could not deliver are counted in
-// Dropped. Safe on nil and idempotent.
+// Shutdown flushes and stops every exporter, the spans' and the
+// forwarded signals' at once. It returns by ctx's deadline whatever the
+// backends do; spans it could not deliver are counted in Dropped, and
+// everything undelivered in Losses. Safe on nil and idempotent.
 func (p *Egress) Shutdown(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	if err := p.tp.Shutdown(ctx); err != nil {
-		return fmt.Errorf("shutting down traces: %w", err)
+	fwdErr := make(chan error, 1)
+	go func() { fwdErr <- p.fwd.Shutdown(ctx) }()
+	var err error
+	if e := p.tp.Shutdown(ctx); e != nil {
+		err = fmt.Errorf("shutting down traces: %w", e)
 	}
-	return nil
+	return errors.Join(err, <-fwdErr)
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if strings.TrimSpace(v) != "" {
-			return strings.TrimSpace(v)
-		}
+// logger is l, or one that discards.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	return ""
+	return l
 }

@@ -597,7 +597,7 @@ func TestOTLPExportBound(t *testing.T) {
 		{time.Second, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "30000"}, time.Second},
 	} {
 		setOTelEnv(t, c.env)
-		if got := otlpExportBound(c.configured); got != c.want {
+		if got := exportTimeout(c.configured, signalTraces); got != c.want {
 			t.Errorf("%s %v: %s, want %s", c.configured, c.env, got, c.want)
 		}
 	}

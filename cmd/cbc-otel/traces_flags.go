@@ -169,6 +169,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		Console:        f.consoleOut(),
 		ServiceVersion: buildVersion(),
 		IDGenerator:    traces.NewIDGenerator(),
+		Forward:        f.join != nil, // the CLI's logs and metrics go where our spans go
 		Env:            env,
 		Logger:         lossLog,
 	})
@@ -289,7 +290,7 @@ func (r *tracesRuntime) shutdown(ctx context.Context) error {
 	losses := r.prov.Losses()
 	if r.summarized.CompareAndSwap(false, true) {
 		for _, l := range losses {
-			r.lossLogger.Warn(l.String(), "count", l.Spans, "export_errors", l.ExportErrors)
+			r.lossLogger.Warn(l.String(), "count", l.Items, "export_errors", l.ExportErrors)
 		}
 	}
 	if err != nil && !(len(losses) > 0 && errors.Is(err, context.DeadlineExceeded)) {
