@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,6 +149,25 @@ func TestEgressForwardOff(t *testing.T) {
 					t.Errorf("loss of a signal not forwarded: %s", l)
 				}
 			}
+		})
+	}
+}
+
+// TestHeadersCheckedForEverySignal: a malformed header list, which the
+// SDK would drop with a log line (exporting without credentials), is
+// refused for the forwarded signals as for spans, naming the variable.
+func TestHeadersCheckedForEverySignal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"} {
+		t.Run(name, func(t *testing.T) {
+			cleanEnv(t)
+			t.Setenv(name, "no-equals-sign")
+			f, err := newForwarder(ctx, forwardConfig{Protocol: ProtocolHTTP, Endpoint: "127.0.0.1:1", Env: envOf(nil)})
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("newForwarder = %v, %v; want an error naming %s", f, err, name)
+			}
+			_ = f.Shutdown(ctx)
 		})
 	}
 }
