@@ -16,9 +16,7 @@ func loadCorpus(t testing.TB) []corpusLine { return clicorpus.Load(t) }
 var (
 	generic    = clicorpus.Generic
 	list       = clicorpus.List
-	obj        = clicorpus.Obj
 	str        = clicorpus.Str
-	num        = clicorpus.Num
 	jsonPoints = clicorpus.Points
 )
 
