@@ -3,13 +3,11 @@ package join
 import (
 	"context"
 	crand "crypto/rand"
-	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
@@ -105,6 +103,18 @@ type Pipeline interface {
 	EndCalls()
 }
 
+// Outlet is where the CLI's telemetry leaves the process (egress.Egress):
+// its spans, once joined, and its logs and metrics as they come. None of
+// its methods may block. A nil *egress.Egress is a valid Outlet.
+type Outlet interface {
+	ForwardSpans([]*tracepb.ResourceSpans)
+	ForwardLogs(*collogspb.ExportLogsServiceRequest)
+	ForwardMetrics(*colmetricspb.ExportMetricsServiceRequest)
+	// ForwardLost is how many log records and metric points were not
+	// delivered; ok is false when they are not forwarded at all.
+	ForwardLost() (logRecords, metricPoints int64, ok bool)
+}
+
 // Wiring connects a Session to the rest of the process; built by the
 // command, which alone knows every part.
 type Wiring struct {
@@ -112,22 +122,20 @@ type Wiring struct {
 	// AgentSpan is the traces sink's span context of an agent; nil when
 	// no spans are exported (nothing is re-parented then).
 	AgentSpan func(task, run string, index int) trace.SpanContext
-	// Spans takes the CLI's spans, converted for our span exporters.
-	Spans func([]sdktrace.ReadOnlySpan)
-	// Forward is where logs and metrics go: the protocol and the endpoint
-	// of our OTLP span exporter; Endpoint "none" forwards nothing.
-	Forward clitelemetry.ForwarderConfig
+	// Out takes the CLI's spans, logs and metrics; nil drops them.
+	Out Outlet
 }
 
 // Session is run --join-cli-telemetry for one CLI process: the receiver the
-// child exports to, the Joiner, and the forwarder of the CLI's logs and
-// metrics. Its methods follow the child's life: Start before it, ChildEnv
-// for it, ChildDone when it exited, StreamDone when its stream was read,
-// Shutdown at the end. A nil *Session does nothing.
+// child exports to and the Joiner, which hands what it joined to the
+// Outlet. Its methods follow the child's life: Start before it, ChildEnv
+// for it, ChildDone when it exited, StreamDone when its stream was read.
+// The Outlet's owner flushes what it forwarded. A nil *Session does
+// nothing.
 type Session struct {
 	Joiner  *Joiner
 	recv    *clitelemetry.Receiver
-	fwd     *clitelemetry.Forwarder
+	out     Outlet
 	pipe    Pipeline
 	parent  trace.SpanContext
 	stop    context.CancelFunc
@@ -144,27 +152,18 @@ func NewSession(parent trace.SpanContext, hold time.Duration, log *slog.Logger) 
 	return &Session{Joiner: New(Options{Hold: hold, Logger: log}), parent: parent, log: log}
 }
 
-// Start wires the Joiner and starts the forwarder and the receiver. An
-// error means the receiver did not start: the child then runs without its
-// telemetry joined, as it would without the flag.
+// Start wires the Joiner and starts the receiver. An error means the
+// receiver did not start: the child then runs without its telemetry
+// joined, as it would without the flag.
 func (s *Session) Start(ctx context.Context, w Wiring) error {
 	s.pipe = w.Pipeline
-	w.Forward.Logger = s.log
-	fwd, err := clitelemetry.NewForwarder(ctx, w.Forward)
-	if err != nil {
-		s.log.Error("the CLI's logs and metrics will not be forwarded", "err", err)
-	}
-	s.fwd = fwd
+	s.out = w.Out
 	opts := s.Joiner.opts
 	opts.Submit = w.Pipeline.Submit
 	opts.AgentSpan = w.AgentSpan
-	opts.Spans = func(rs []*tracepb.ResourceSpans) {
-		if w.Spans != nil {
-			w.Spans(clitelemetry.ReadOnlySpans(rs))
-		}
+	if w.Out != nil {
+		opts.Spans, opts.Logs, opts.Metrics = w.Out.ForwardSpans, w.Out.ForwardLogs, w.Out.ForwardMetrics
 	}
-	opts.Logs = func(r *collogspb.ExportLogsServiceRequest) { s.fwd.Logs(ctx, r) }
-	opts.Metrics = func(r *colmetricspb.ExportMetricsServiceRequest) { s.fwd.Metrics(ctx, r) }
 	s.Joiner.Configure(opts)
 	recv, err := clitelemetry.Listen(clitelemetry.ReceiverConfig{Logger: s.log}, s.Joiner)
 	if err != nil {
@@ -220,14 +219,4 @@ func (s *Session) StreamDone(ctx context.Context) {
 		<-s.expired
 	}
 	s.pipe.EndCalls()
-}
-
-// Shutdown flushes the forwarder within ctx.
-func (s *Session) Shutdown(ctx context.Context) {
-	if s == nil || s.fwd == nil {
-		return
-	}
-	if err := s.fwd.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("flushing the CLI's logs and metrics", "err", err)
-	}
 }

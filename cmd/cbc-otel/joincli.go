@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/cbc-otel/cbc-otel/clitelemetry"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/join"
 	"github.com/cbc-otel/cbc-otel/traces"
@@ -41,12 +40,7 @@ func newCLIJoin(cfg *runConfig, log *slog.Logger) *cliJoin {
 // start wires the session to the pipeline and the sinks and starts its
 // receiver; a receiver that cannot start is logged, never fatal.
 func (j *cliJoin) start(ctx context.Context, tel *telemetry, p *ingest.Pipeline, log *slog.Logger) {
-	target := tel.traces.prov.OTLP()
-	w := join.Wiring{Pipeline: p, Spans: tel.traces.prov.Forward,
-		Forward: clitelemetry.ForwarderConfig{Protocol: target.Protocol, Endpoint: target.Endpoint}}
-	if !target.On {
-		w.Forward.Endpoint = "none" // logs and metrics go where OTLP spans go: nowhere
-	}
+	w := join.Wiring{Pipeline: p, Out: tel.traces.prov}
 	if tel.traces.enabled() {
 		w.AgentSpan = tel.traces.sk.AgentSpanContext
 	}
@@ -82,8 +76,8 @@ func (j *cliJoin) streamDone(ctx context.Context) {
 	}
 }
 
-// shutdown exports the minted parent span around the child's life and
-// flushes the CLI's logs and metrics, under ctx's deadline.
+// shutdown exports the minted parent span around the child's life; the
+// CLI's logs and metrics are flushed with the spans (egress.Shutdown).
 func (j *cliJoin) shutdown(ctx context.Context, tel *telemetry, command string) {
 	if j == nil {
 		return
@@ -92,5 +86,4 @@ func (j *cliJoin) shutdown(ctx context.Context, tel *telemetry, command string) 
 		name := filepath.Base(command)
 		tel.traces.sk.ExportParent("run "+name, j.started, time.Now(), attribute.String("process.executable.name", name))
 	}
-	j.s.Shutdown(ctx)
 }

@@ -284,7 +284,7 @@ func (c *serveConfig) engineOptions(tel *telemetry, ckpt *metrics.Checkpoint, lo
 		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
 		var ts *traces.Sink
 		if tel.traces.enabled() {
-			ts = traces.New(tel.traces.prov, traces.Options{CapturePreviews: tel.traces.previews})
+			ts = traces.New(tel.traces.prov.TracerProvider(), traces.Options{CapturePreviews: tel.traces.previews})
 			ckpt[traces.CheckpointName] = ts
 		}
 		s := stream{live: true}

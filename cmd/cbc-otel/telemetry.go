@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/runspage"
 	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 // defaultStallAfter is --stall-after's default: a workflow's agents run for
@@ -212,7 +212,7 @@ func (t *telemetry) shutdown(ctx context.Context) {
 				rest = append(rest, e)
 				continue
 			}
-			t.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, traces.Cause(pe.Err)))
+			t.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, egress.Cause(pe.Err)))
 		}
 		if len(rest) > 0 {
 			t.logger.Error("flushing metrics", "err", errors.Join(rest...))

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
@@ -20,12 +21,12 @@ import (
 // Defaults of the traces flags.
 const (
 	defaultTracesFlushTimeout = 5 * time.Second
-	defaultTracesQueue        = traces.DefaultQueueSize
+	defaultTracesQueue        = egress.DefaultQueueSize
 )
 
 // tracesFlags holds the trace export flags shared by run, demo and replay.
 // Every flag left empty falls back to the standard OTEL_* variable (see
-// traces.Config), so flags override the environment. What no flag covers
+// egress.Config), so flags override the environment. What no flag covers
 // (OTLP headers, certificates, compression, timeout, insecure; the
 // resource) the OpenTelemetry SDK reads from the process environment.
 type tracesFlags struct {
@@ -89,21 +90,21 @@ func (f *tracesFlags) consoleOut() io.Writer {
 func (f *tracesFlags) validate() error {
 	var errs []error
 	switch f.exporter {
-	case "", traces.ExporterOTLP, traces.ExporterNone, traces.ExporterConsole:
+	case "", egress.ExporterOTLP, egress.ExporterNone, egress.ExporterConsole:
 	default:
 		errs = append(errs, fmt.Errorf("--traces.exporter %q: want otlp, none or console", f.exporter))
 	}
 	switch f.protocol {
-	case "", traces.ProtocolGRPC, traces.ProtocolHTTP:
+	case "", egress.ProtocolGRPC, egress.ProtocolHTTP:
 	default:
 		errs = append(errs, fmt.Errorf("--otlp.protocol %q: want grpc or http/protobuf", f.protocol))
 	}
 	if f.endpoint != "" {
-		if err := traces.CheckEndpoint(f.endpoint); err != nil {
+		if err := egress.CheckEndpoint(f.endpoint); err != nil {
 			errs = append(errs, fmt.Errorf("--otlp.endpoint: %w", err))
 		}
 	}
-	if f.exporter == traces.ExporterNone && f.endpoint != "" && !traces.NoEndpoint(f.endpoint) {
+	if f.exporter == egress.ExporterNone && f.endpoint != "" && !egress.NoEndpoint(f.endpoint) {
 		errs = append(errs, errors.New("--otlp.endpoint conflicts with --traces.exporter none"))
 	}
 	if f.file != "" {
@@ -124,7 +125,7 @@ func (f *tracesFlags) validate() error {
 // tracesRuntime is the traces side of one cbc-otel process. Its methods are
 // safe on a nil runtime and on one with tracing off.
 type tracesRuntime struct {
-	prov         *traces.Provider // nil when off
+	prov         *egress.Egress // nil when off
 	sk           *traces.Sink
 	previews     bool
 	flushTimeout time.Duration
@@ -140,7 +141,7 @@ type tracesRuntime struct {
 // (serve hides its own), OTEL_TRACES_EXPORTER and the protocol variables;
 // nil means os.Getenv. The SDK's variables (endpoint, headers,
 // certificates, compression, timeout, resource) always come from the
-// process environment (see traces.Config). With no endpoint, no file and
+// process environment (see egress.Config). With no endpoint, no file and
 // no console it returns a runtime with tracing off (the wrapper stays a
 // pure pipe). An error means the configuration cannot work (e.g.
 // --traces.exporter otlp without any endpoint, a malformed
@@ -157,7 +158,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		flush = defaultTracesFlushTimeout
 	}
 	lossLog := f.lossLogger(logger)
-	prov, err := traces.Setup(ctx, traces.Config{
+	prov, err := egress.New(ctx, egress.Config{
 		Exporter:  f.exporter,
 		Endpoint:  f.endpoint,
 		Protocol:  f.protocol,
@@ -167,6 +168,8 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		// wrapped CLI's stream (run) or the summary (replay).
 		Console:        f.consoleOut(),
 		ServiceVersion: buildVersion(),
+		IDGenerator:    traces.NewIDGenerator(),
+		Forward:        f.join != nil, // the CLI's logs and metrics go where our spans go
 		Env:            env,
 		Logger:         lossLog,
 	})
@@ -188,7 +191,7 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		// agent arrives until then.
 		opts.Parent, opts.Launcher, opts.HoldAgents = f.join.parent, f.join.launcher, true
 	}
-	r.sk = traces.New(prov, opts)
+	r.sk = traces.New(prov.TracerProvider(), opts)
 	logger.Info("exporting traces", "to", prov.Describe(), "parent", parent.IsValid(), "previews", f.capturePreviews)
 	return r, nil
 }
@@ -287,7 +290,7 @@ func (r *tracesRuntime) shutdown(ctx context.Context) error {
 	losses := r.prov.Losses()
 	if r.summarized.CompareAndSwap(false, true) {
 		for _, l := range losses {
-			r.lossLogger.Warn(l.String(), "count", l.Spans, "export_errors", l.ExportErrors)
+			r.lossLogger.Warn(l.String(), "count", l.Items, "export_errors", l.ExportErrors)
 		}
 	}
 	if err != nil && !(len(losses) > 0 && errors.Is(err, context.DeadlineExceeded)) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -159,7 +160,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	sc.Buffer(nil, 16<<20)
 	spans := 0
 	for sc.Scan() {
-		req, err := traces.UnmarshalRequest(sc.Bytes())
+		req, err := egress.UnmarshalRequest(sc.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package clitelemetry
+package otlpconv
 
 import (
 	"time"
@@ -15,11 +15,11 @@ import (
 // 10000 levels, which a recursive conversion should not follow.
 const maxValueDepth = 32
 
-// attrValue converts an OTLP AnyValue to an attribute.Value. Arrays whose
+// Value converts an OTLP AnyValue to an attribute.Value. Arrays whose
 // elements are all of one primitive type become the typed slices (what the
 // SDK itself produces for []string etc.); other arrays, and kvlists, become
 // SLICE and MAP values. A nil or unset value is EMPTY.
-func attrValue(v *commonpb.AnyValue) attribute.Value {
+func Value(v *commonpb.AnyValue) attribute.Value {
 	return attrValueDepth(v, 0)
 }
 
@@ -100,8 +100,8 @@ func homogeneous[T any](vs []*commonpb.AnyValue, get func(*commonpb.AnyValue) (T
 	return out, true
 }
 
-// keyValues converts OTLP attributes, in order, duplicates kept.
-func keyValues(kvs []*commonpb.KeyValue) []attribute.KeyValue {
+// KeyValues converts OTLP attributes, in order, duplicates kept.
+func KeyValues(kvs []*commonpb.KeyValue) []attribute.KeyValue {
 	return keyValuesDepth(kvs, 0)
 }
 
@@ -116,23 +116,23 @@ func keyValuesDepth(kvs []*commonpb.KeyValue, depth int) []attribute.KeyValue {
 	return out
 }
 
-// newResource builds the SDK resource of an OTLP resource and its schema URL.
-func newResource(r *resourcepb.Resource, schemaURL string) *resource.Resource {
-	return resource.NewWithAttributes(schemaURL, keyValues(r.GetAttributes())...)
+// Resource builds the SDK resource of an OTLP resource and its schema URL.
+func Resource(r *resourcepb.Resource, schemaURL string) *resource.Resource {
+	return resource.NewWithAttributes(schemaURL, KeyValues(r.GetAttributes())...)
 }
 
-// newScope builds the SDK instrumentation scope of an OTLP scope.
-func newScope(s *commonpb.InstrumentationScope, schemaURL string) instrumentation.Scope {
+// Scope builds the SDK instrumentation scope of an OTLP scope.
+func Scope(s *commonpb.InstrumentationScope, schemaURL string) instrumentation.Scope {
 	return instrumentation.Scope{
 		Name:       s.GetName(),
 		Version:    s.GetVersion(),
 		SchemaURL:  schemaURL,
-		Attributes: attribute.NewSet(keyValues(s.GetAttributes())...),
+		Attributes: attribute.NewSet(KeyValues(s.GetAttributes())...),
 	}
 }
 
-// unixNano converts OTLP's nanoseconds since the epoch; 0 stays the epoch,
+// Time converts OTLP's nanoseconds since the epoch; 0 stays the epoch,
 // which the SDK's exporters write back as 0.
-func unixNano(ns uint64) time.Time {
+func Time(ns uint64) time.Time {
 	return time.Unix(0, int64(ns)) //nolint:gosec // OTLP times fit int64 until 2262.
 }

@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,8 +162,10 @@ func transportWords(msg string) (string, bool) {
 
 var (
 	lookupRE = regexp.MustCompile(`lookup ([^\s:]+)`)
-	// otlptracehttp: "failed to send to URL: 401 Unauthorized (body: ...)".
-	sentRE = regexp.MustCompile(`(?s)failed to send to \S+: (\d{3})([^(]*)\(body: (.*)\)$`)
+	// otlptracehttp: "failed to send to URL: 401 Unauthorized (body: ...)";
+	// otlploghttp and otlpmetrichttp: "failed to send logs to URL: ...",
+	// "failed to send metrics to URL: ...".
+	sentRE = regexp.MustCompile(`(?s)failed to send (?:logs |metrics )?to \S+: (\d{3})([^(]*)\(body: (.*)\)$`)
 	// client_golang's push: "unexpected status code 401 while pushing to URL: body".
 	pushRE = regexp.MustCompile(`(?s)unexpected status code (\d{3}) while (?:pushing to|deleting) \S+: (.*)$`)
 	// otlptracehttp's retryable statuses (429, 502, 503, 504) lose their
@@ -217,16 +220,21 @@ func excerpt(s string) string {
 	return b.String()
 }
 
-// exportReporter says on a logger what becomes of one exporter's exports:
-// the first failure at warn, then at most one line per interval with the
-// failures since, and, at info, that exports succeed again. It keeps the
-// last cause for the exit summary. Its clock is injected for tests.
+// exportReporter says on a logger what becomes of one exporter's exports,
+// for every signal alike: the first failure at warn, then at most one line
+// per interval with the failures since, and, at info, that exports succeed
+// again. It keeps the last cause for the exit summary. Its clock is
+// injected for tests.
 type exportReporter struct {
 	log      *slog.Logger
 	now      func() time.Time
 	every    time.Duration
 	endpoint string // where, without credentials
 	protocol string // grpc, http/protobuf, file, console
+	// what the lines say: the failure and recovery messages, the key of
+	// the items lost, and attributes before the others (the signal).
+	failMsg, okMsg, lostKey string
+	attrs                   []any
 
 	mu       sync.Mutex
 	cause    string    // of the last failure
@@ -251,7 +259,16 @@ func newExportReporter(log *slog.Logger, now func() time.Time, every time.Durati
 	if every <= 0 {
 		every = DefaultReportEvery
 	}
-	return &exportReporter{log: log, now: now, every: every, endpoint: endpoint, protocol: protocol, fails: make(chan struct{}, 1)}
+	return &exportReporter{log: log, now: now, every: every, endpoint: endpoint, protocol: protocol, fails: make(chan struct{}, 1),
+		failMsg: "trace export failed", okMsg: "trace export recovered", lostKey: "spans_lost"}
+}
+
+// forwarding makes r the reporter of a forwarded signal of the CLI (logs
+// or metrics).
+func (r *exportReporter) forwarding(signal string) {
+	r.failMsg, r.okMsg = "forwarding the CLI's telemetry failed", "forwarding the CLI's telemetry recovered"
+	r.lostKey = map[string]string{signalLogs: "log_records_lost", signalMetrics: "metric_points_lost"}[signal]
+	r.attrs = []any{"signal", signal}
 }
 
 // attemptFailed reports one failed try of an export that the exporter
@@ -259,10 +276,11 @@ func newExportReporter(log *slog.Logger, now func() time.Time, every time.Durati
 // after the export's timeout.
 func (r *exportReporter) attemptFailed(err error) { r.failed(err, 0, true) }
 
-// exportFailed reports an export whose spans are lost.
-func (r *exportReporter) exportFailed(err error, spans int) { r.failed(err, spans, false) }
+// exportFailed reports an export whose items (spans, records, points) are
+// lost.
+func (r *exportReporter) exportFailed(err error, items int) { r.failed(err, items, false) }
 
-func (r *exportReporter) failed(err error, spans int, retrying bool) {
+func (r *exportReporter) failed(err error, items int, retrying bool) {
 	cause := Cause(err)
 	select {
 	case r.fails <- struct{}{}:
@@ -272,22 +290,22 @@ func (r *exportReporter) failed(err error, spans int, retrying bool) {
 	defer r.mu.Unlock()
 	r.cause, r.failing = cause, true
 	r.failures++
-	r.lost += int64(spans)
+	r.lost += int64(items)
 	now := r.now()
 	first := r.lastLine.IsZero()
 	if !first && now.Sub(r.lastLine) < r.every {
 		return
 	}
-	attrs := []any{"endpoint", r.endpoint, "protocol", r.protocol, "cause", cause}
+	attrs := append(slices.Clone(r.attrs), "endpoint", r.endpoint, "protocol", r.protocol, "cause", cause)
 	if retrying {
 		attrs = append(attrs, "retrying", true)
 	}
 	if !first {
-		attrs = append(attrs, "failures", r.failures, "spans_lost", r.lost, "since", now.Sub(r.lastLine).Round(time.Second).String())
-	} else if spans > 0 {
-		attrs = append(attrs, "spans_lost", r.lost)
+		attrs = append(attrs, "failures", r.failures, r.lostKey, r.lost, "since", now.Sub(r.lastLine).Round(time.Second).String())
+	} else if items > 0 {
+		attrs = append(attrs, r.lostKey, r.lost)
 	}
-	r.log.Warn("trace export failed", attrs...)
+	r.log.Warn(r.failMsg, attrs...)
 	r.lastLine, r.reported = now, true
 	r.failures, r.lost = 0, 0
 }
@@ -303,7 +321,7 @@ func (r *exportReporter) exportOK() {
 	r.failing = false
 	if r.reported {
 		r.reported = false
-		r.log.Info("trace export recovered", "endpoint", r.endpoint, "protocol", r.protocol, "unreported_failures", r.failures)
+		r.log.Info(r.okMsg, append(slices.Clone(r.attrs), "endpoint", r.endpoint, "protocol", r.protocol, "unreported_failures", r.failures)...)
 	}
 }
 
@@ -349,18 +367,22 @@ func retried(code codes.Code) bool {
 	return false
 }
 
-// Loss is what one exporter did not deliver, for the summary at exit.
+// Loss is what one exporter did not deliver, for the summary at exit: the
+// spans of one span exporter, or the log records or metric points of one
+// forwarded signal.
 type Loss struct {
-	// Spans is how many spans this exporter did not deliver.
-	Spans int64
+	// Items is how many this exporter did not deliver, of Signal.
+	Items int64
+	// Signal names the items: "spans", "log records" or "metric points".
+	Signal string
 	// ExportErrors is how many of its export calls failed.
 	ExportErrors int64
 	// Endpoint is where they should have gone (a URL without credentials,
 	// a file), Protocol how (grpc, http/protobuf, file, console).
 	Endpoint, Protocol string
 	// Cause says why, in words: the last export failure's cause, and the
-	// spans abandoned at the shutdown deadline (or at exit, the collector
-	// having failed), dropped at a full queue or ended after shutdown.
+	// items abandoned at the shutdown deadline (or at exit, the collector
+	// having failed), dropped at a full queue or come after shutdown.
 	Cause string
 	// Waited is how long the exit waited for this exporter at shutdown
 	// when it gave up on it (0 when it did not).
@@ -368,9 +390,9 @@ type Loss struct {
 }
 
 // String is the summary line: "N spans dropped, not delivered to
-// <endpoint> (<protocol>): <cause>".
+// <endpoint> (<protocol>): <cause>" (or N log records, N metric points).
 func (l Loss) String() string {
-	s := fmt.Sprintf("%d spans dropped, not delivered to %s (%s): %s", l.Spans, l.Endpoint, l.Protocol, l.Cause)
+	s := fmt.Sprintf("%d %s dropped, not delivered to %s (%s): %s", l.Items, l.Signal, l.Endpoint, l.Protocol, l.Cause)
 	if l.Waited > 0 {
 		s += fmt.Sprintf(" (the exit waited %s for it)", l.Waited.Round(10*time.Millisecond))
 	}

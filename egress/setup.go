@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"context"
@@ -6,23 +6,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"path"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpconv"
 )
 
 // Exporter and protocol names, as in OTEL_TRACES_EXPORTER and
@@ -52,7 +54,7 @@ const DefaultServiceName = "cbc-otel"
 //     _INSECURE (the exporters), OTEL_SERVICE_NAME and
 //     OTEL_RESOURCE_ATTRIBUTES (resource.WithFromEnv). A field set here
 //     (Endpoint) is passed as an option and so overrides its variable. Where
-//     Setup must look at one of these itself (the endpoint, to decide
+//     New must look at one of these itself (the endpoint, to decide
 //     whether OTLP is on and to describe it; the headers, to refuse a
 //     malformed list; the timeout, see ExportTimeout) it reads the process
 //     environment too, so that it and the SDK never disagree.
@@ -98,6 +100,15 @@ type Config struct {
 	// That one bounds a whole gRPC export, retries included, but each HTTP
 	// attempt, which the HTTP exporter retries until this bound.
 	ExportTimeout time.Duration
+	// Forward also builds the forwarder of the CLI's own log records and
+	// metrics (run --join-cli-telemetry): they go where OTLP spans go, over
+	// the same protocol (resolve says each signal's endpoint), and nowhere
+	// when spans go to no OTLP endpoint.
+	Forward bool
+	// IDGenerator makes the ids of spans; nil means the SDK's random one.
+	// The traces sink passes its deterministic generator
+	// (traces.NewIDGenerator), so that a replay exports the same ids.
+	IDGenerator sdktrace.IDGenerator
 	// ServiceVersion, if set, becomes service.version unless
 	// OTEL_RESOURCE_ATTRIBUTES sets it.
 	ServiceVersion string
@@ -117,21 +128,21 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Provider is the TracerProvider Setup builds: the SDK provider with the
-// deterministic IDGenerator and one bounded batching processor per
-// exporter. A nil *Provider is valid and exports nothing.
-type Provider struct {
-	embedded.TracerProvider
-
+// Egress is everything of one process that leaves over OTLP (or to an
+// OTLP/JSON file or the console): the TracerProvider New builds (the SDK
+// provider with Config.IDGenerator and one bounded batching processor per
+// exporter). A nil *Egress is valid and exports nothing.
+type Egress struct {
 	tp    *sdktrace.TracerProvider
 	procs []*batcher
 	desc  []string
-	// otlp is the OTLP target in use, for whoever forwards other signals
-	// to the same place (see OTLP).
+	// otlp is the OTLP target in use (see OTLP).
 	otlp OTLPTarget
+	// fwd forwards the CLI's logs and metrics; nil without Config.Forward.
+	fwd *forwarder
 }
 
-// OTLPTarget is where a Provider's OTLP exporter sends, as configured: the
+// OTLPTarget is where an Egress's OTLP exporter sends, as configured: the
 // protocol, and the endpoint when a flag set it (else the exporters read
 // the environment).
 type OTLPTarget struct {
@@ -142,20 +153,22 @@ type OTLPTarget struct {
 
 // OTLP returns the OTLP target in use; On is false when spans go to no
 // OTLP endpoint.
-func (p *Provider) OTLP() OTLPTarget {
+func (p *Egress) OTLP() OTLPTarget {
 	if p == nil {
 		return OTLPTarget{}
 	}
 	return p.otlp
 }
 
-// Forward queues spans made elsewhere (the CLI's own, re-parented) for
-// every exporter of the provider, like the spans it makes itself: never
-// blocking, dropped and counted when a queue is full.
-func (p *Provider) Forward(spans []sdktrace.ReadOnlySpan) {
-	if p == nil {
+// ForwardSpans queues spans made elsewhere (the CLI's own, re-parented),
+// converted to SDK spans, for every span exporter of the Egress, like the
+// spans it makes itself: never blocking, dropped and counted when a queue
+// is full.
+func (p *Egress) ForwardSpans(rs []*tracepb.ResourceSpans) {
+	if p == nil || len(p.procs) == 0 {
 		return
 	}
+	spans := otlpconv.ReadOnlySpans(rs)
 	for _, b := range p.procs {
 		for _, s := range spans {
 			b.OnEnd(s)
@@ -163,12 +176,64 @@ func (p *Provider) Forward(spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
-var _ trace.TracerProvider = (*Provider)(nil)
+// ForwardLogs queues the CLI's log records for their OTLP endpoint; it
+// never blocks. Nothing without Config.Forward.
+func (p *Egress) ForwardLogs(req *collogspb.ExportLogsServiceRequest) {
+	if p != nil {
+		p.fwd.Logs(context.Background(), req)
+	}
+}
 
-// Setup builds the Provider that cfg and the environment ask for. With no
+// ForwardMetrics queues the CLI's metrics for their OTLP endpoint; it
+// never blocks. Nothing without Config.Forward.
+func (p *Egress) ForwardMetrics(req *colmetricspb.ExportMetricsServiceRequest) {
+	if p != nil {
+		p.fwd.Metrics(context.Background(), req)
+	}
+}
+
+// ForwardLost is how many of the CLI's log records and metric points were
+// not delivered so far (final after Shutdown); ok is false when they are
+// not forwarded at all.
+func (p *Egress) ForwardLost() (logRecords, metricPoints int64, ok bool) {
+	if p == nil || p.fwd == nil {
+		return 0, 0, false
+	}
+	logRecords, metricPoints = p.fwd.lost()
+	return logRecords, metricPoints, true
+}
+
+// TracerProvider is where the spans that leave through p are made. It also
+// offers Dropped and ExportErrors, which the traces sink reads. On a nil
+// Egress it is a no-op provider.
+func (p *Egress) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return noop.NewTracerProvider()
+	}
+	return tracerProvider{e: p}
+}
+
+// tracerProvider is an Egress's trace.TracerProvider.
+type tracerProvider struct {
+	embedded.TracerProvider
+	e *Egress
+}
+
+var _ trace.TracerProvider = tracerProvider{}
+
+func (t tracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return t.e.tp.Tracer(name, opts...)
+}
+
+// Dropped and ExportErrors are the Egress's, for the traces sink.
+func (t tracerProvider) Dropped() float64 { return t.e.Dropped() }
+
+func (t tracerProvider) ExportErrors() float64 { return t.e.ExportErrors() }
+
+// New builds the Egress that cfg and the environment ask for. With no
 // OTLP endpoint, no file and no console it returns nil, nil: no export at
 // all, and the wrapper stays a pure pipe.
-func Setup(ctx context.Context, cfg Config) (*Provider, error) {
+func New(ctx context.Context, cfg Config) (*Egress, error) {
 	env := cfg.Env
 	if env == nil {
 		env = os.Getenv
@@ -193,8 +258,9 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces-file")
 	}
 
-	ep, epErr := resolveEndpoint(cfg.Endpoint)
-	protocol := firstNonEmpty(cfg.Protocol, env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), env("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolGRPC)
+	ep, epErr := resolve(cfg.Endpoint, signalTraces)
+	protocol, protoErr := resolveProtocol(cfg.Protocol, signalTraces, env)
+	epErr = errors.Join(epErr, protoErr)
 	useOTLP := !want[ExporterNone] && ep != nil && (len(want) == 0 || want[ExporterOTLP])
 	if want[ExporterOTLP] && ep == nil {
 		return nil, errors.New("traces exporter otlp: no endpoint (set --otlp.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
@@ -211,11 +277,12 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{}
-	fail := func(err error) (*Provider, error) {
+	p := &Egress{}
+	fail := func(err error) (*Egress, error) {
 		for _, b := range p.procs {
 			_ = b.Shutdown(ctx)
 		}
+		_ = p.fwd.Shutdown(ctx)
 		return nil, err
 	}
 	reporter := func(endpoint, protocol string) *exportReporter {
@@ -227,10 +294,18 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		if err != nil {
 			return fail(err)
 		}
-		p.add(exp, desc, rep, cfg, otlpExportBound(cfg.ExportTimeout))
+		p.add(exp, desc, rep, cfg, exportTimeout(cfg.ExportTimeout, signalTraces))
 		p.otlp = OTLPTarget{On: true, Protocol: protocol}
 		if ep.flag {
 			p.otlp.Endpoint = cfg.Endpoint
+		}
+		if cfg.Forward {
+			p.fwd, err = newForwarder(ctx, forwardConfig{Protocol: protocol, Endpoint: cfg.Endpoint, Env: env,
+				Logger: cfg.Logger, Now: cfg.Now, ReportEvery: cfg.ReportEvery})
+			if err != nil {
+				// The spans still go: only the CLI's logs and metrics do not.
+				logger(cfg.Logger).Error("the CLI's logs and metrics will not be forwarded", "err", err)
+			}
 		}
 	}
 	if cfg.File != "" {
@@ -245,10 +320,12 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithIDGenerator(NewIDGenerator()),
 		// The parent-based default honours a TRACEPARENT's sampled flag;
 		// without one every run is recorded.
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+	}
+	if cfg.IDGenerator != nil {
+		opts = append(opts, sdktrace.WithIDGenerator(cfg.IDGenerator))
 	}
 	for _, b := range p.procs {
 		opts = append(opts, sdktrace.WithSpanProcessor(b))
@@ -257,61 +334,9 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-func (p *Provider) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter, cfg Config, exportTimeout time.Duration) {
+func (p *Egress) add(exp sdktrace.SpanExporter, desc string, rep *exportReporter, cfg Config, exportTimeout time.Duration) {
 	p.procs = append(p.procs, newBatcher(exp, rep, cfg.QueueSize, cfg.BatchInterval, exportTimeout))
 	p.desc = append(p.desc, desc)
-}
-
-// otlpEndpoint is the OTLP endpoint Setup found, and where it came from.
-type otlpEndpoint struct {
-	url *url.URL
-	// flag: from Config.Endpoint, passed to the exporter as an option (over
-	// the environment). Otherwise the exporter reads it itself.
-	flag bool
-	// perSignal: from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, whose HTTP path
-	// the exporter uses as is.
-	perSignal bool
-}
-
-// resolveEndpoint returns the endpoint of Config.Endpoint, else of the
-// environment the exporter will read, or nil when there is none or it is
-// "none". An endpoint that is set but invalid comes back non-nil with the
-// error.
-func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
-	invalid := &otlpEndpoint{}
-	if strings.TrimSpace(flagValue) != "" {
-		if NoEndpoint(flagValue) {
-			// An explicit "none" wins over the environment and disables
-			// OTLP, leaving a --traces-file alone.
-			return nil, nil
-		}
-		u, err := parseEndpoint(flagValue)
-		if err != nil {
-			return invalid, err
-		}
-		return &otlpEndpoint{url: u, flag: true}, nil
-	}
-	// The exporter's own precedence: the per-signal variable first.
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		v := strings.TrimSpace(os.Getenv(name))
-		if v == "" {
-			continue
-		}
-		if NoEndpoint(v) {
-			return nil, nil
-		}
-		// The SDK reads host:port as a URL with scheme "host", or not at
-		// all, then falls back to https://localhost: refuse it here.
-		u, err := url.Parse(v)
-		if err != nil {
-			return invalid, fmt.Errorf("%s: not a URL (want http://host:port or https://host:port)", name)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return invalid, fmt.Errorf("%s %q: want an http:// or https:// URL with a host (host:port alone is for --otlp.endpoint)", name, u.Redacted())
-		}
-		return &otlpEndpoint{url: u, perSignal: name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}, nil
-	}
-	return nil, nil
 }
 
 // otlpExporter builds the gRPC or HTTP exporter. It passes only what a flag
@@ -319,134 +344,33 @@ func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
 // variable itself. It tells rep where the exporter sends and, for gRPC,
 // wires rep to each attempt.
 func otlpExporter(ctx context.Context, protocol string, ep *otlpEndpoint, rep *exportReporter) (sdktrace.SpanExporter, string, error) {
-	// The SDK drops a malformed header entry with a log line and exports
-	// without it: credentials missing from every request. Refuse instead.
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
-		if err := checkHeaders(os.Getenv(name)); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", name, err)
-		}
+	if err := checkSignalHeaders(signalTraces); err != nil {
+		return nil, "", err
 	}
-	u := *ep.url
+	u, pass := ep.exportURL(protocol, signalTraces)
+	var exp sdktrace.SpanExporter
+	var err error
 	switch protocol {
 	case ProtocolGRPC:
 		opts := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpc.WithChainUnaryInterceptor(attemptInterceptor(rep)))}
-		if ep.flag {
+		if pass {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(u.String()))
 		}
-		exp, err := otlptracegrpc.New(ctx, opts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp grpc exporter: %w", err)
-		}
-		rep.endpoint, rep.protocol = fmt.Sprintf("%s://%s", u.Scheme, u.Host), ProtocolGRPC
-		return exp, "OTLP grpc → " + rep.endpoint, nil
-	case ProtocolHTTP, "http":
+		exp, err = otlptracegrpc.New(ctx, opts...)
+	case ProtocolHTTP:
 		var opts []otlptracehttp.Option
-		switch {
-		case ep.flag:
-			if u.Path == "" || u.Path == "/" {
-				u.Path = "/v1/traces"
-			}
+		if pass {
 			opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
-		case ep.perSignal:
-			// What the exporter does with the variable, for Describe.
-			if u.Path == "" {
-				u.Path = "/"
-			}
-		default:
-			u.Path = path.Join("/", u.Path, "v1/traces")
 		}
-		exp, err := otlptracehttp.New(ctx, opts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp http exporter: %w", err)
-		}
-		rep.endpoint, rep.protocol = u.Redacted(), ProtocolHTTP
-		return exp, "OTLP http/protobuf → " + rep.endpoint, nil
+		exp, err = otlptracehttp.New(ctx, opts...)
+	default:
+		return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
 	}
-	return nil, "", fmt.Errorf("otlp protocol %q: want grpc or http/protobuf", protocol)
-}
-
-// CheckEndpoint reports whether s is an OTLP endpoint Setup accepts in
-// Config.Endpoint: an http or https URL, host:port, or "none" (no OTLP
-// export).
-func CheckEndpoint(s string) error {
-	if NoEndpoint(s) {
-		return nil
-	}
-	_, err := parseEndpoint(s)
-	return err
-}
-
-// NoEndpoint reports whether s is the endpoint "none" (any case), which
-// turns OTLP export off.
-func NoEndpoint(s string) bool { return strings.EqualFold(strings.TrimSpace(s), ExporterNone) }
-
-// parseEndpoint accepts a URL or host:port (read as plaintext http://).
-func parseEndpoint(s string) (*url.URL, error) {
-	s = strings.TrimSpace(s)
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("otlp endpoint: %w", err)
+		return nil, "", fmt.Errorf("otlp %s exporter: %w", protocol, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("otlp endpoint %q: scheme must be http or https", u.Redacted())
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("otlp endpoint %q: no host", u.Redacted())
-	}
-	return u, nil
-}
-
-// checkHeaders applies the SDK's rules for OTEL_EXPORTER_OTLP_HEADERS
-// (key=value,... with token keys and URL-encoded values) and reports the
-// first entry the SDK would drop. Blank entries are skipped, as they lose
-// nothing. Values are never echoed: headers carry credentials.
-func checkHeaders(s string) error {
-	for _, part := range strings.Split(s, ",") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return errors.New("malformed entry (want key=value)")
-		}
-		if strings.IndexFunc(k, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
-			return fmt.Errorf("malformed entry: %q is not a valid header name", k)
-		}
-		if _, err := url.PathUnescape(v); err != nil {
-			return fmt.Errorf("bad escape in the value of %q", k)
-		}
-	}
-	return nil
-}
-
-// isTokenChar reports whether r may appear in an HTTP header name (RFC 9110
-// token).
-func isTokenChar(r rune) bool {
-	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
-}
-
-// otlpExportBound is the batching processor's bound on one OTLP export:
-// configured, the configured one; else DefaultExportTimeout, or the
-// exporter's own timeout when that is longer. The processor's bound must
-// not cut short what OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT allows, and the
-// SDK cannot say what it read, so the variables are read here as the SDK
-// reads them (milliseconds, the per-signal one first, an invalid value
-// ignored). 0 (no timeout in the SDK) still gets the default bound: no
-// export runs unbounded.
-func otlpExportBound(configured time.Duration) time.Duration {
-	if configured > 0 {
-		return configured
-	}
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
-		if ms, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
-			return max(DefaultExportTimeout, time.Duration(ms)*time.Millisecond)
-		}
-	}
-	return DefaultExportTimeout
+	rep.endpoint, rep.protocol = describe(u, protocol), protocol
+	return exp, "OTLP " + protocol + " → " + rep.endpoint, nil
 }
 
 // newResource is the SDK's resource: our defaults (service.name
@@ -471,30 +395,9 @@ func newResource(ctx context.Context, version string) (*resource.Resource, error
 	return res, nil
 }
 
-// ParentFromEnv returns the span context of a W3C TRACEPARENT (and
-// TRACESTATE) in the environment, or an invalid one.
-func ParentFromEnv(env func(string) string) trace.SpanContext {
-	if env == nil {
-		env = os.Getenv
-	}
-	carrier := propagation.MapCarrier{}
-	if v := env("TRACEPARENT"); v != "" {
-		carrier["traceparent"] = strings.TrimSpace(v)
-	}
-	if v := env("TRACESTATE"); v != "" {
-		carrier["tracestate"] = strings.TrimSpace(v)
-	}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
-}
-
-// Tracer implements trace.TracerProvider.
-func (p *Provider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return p.tp.Tracer(name, opts...)
-}
-
 // Describe says where spans go, e.g. "OTLP grpc → http://localhost:4317",
 // for a demo to tell the user where to look.
-func (p *Provider) Describe() string {
+func (p *Egress) Describe() string {
 	if p == nil {
 		return "none"
 	}
@@ -504,7 +407,7 @@ func (p *Provider) Describe() string {
 // Dropped is how many spans will not reach a backend: dropped at a full
 // queue, ended after shutdown, lost in a failed export, or abandoned at
 // shutdown's deadline. Summed over exporters.
-func (p *Provider) Dropped() float64 {
+func (p *Egress) Dropped() float64 {
 	if p == nil {
 		return 0
 	}
@@ -517,7 +420,7 @@ func (p *Provider) Dropped() float64 {
 
 // ExportErrors is how many export calls failed, summed over exporters; a
 // call that Shutdown abandoned at its deadline counts as failed.
-func (p *Provider) ExportErrors() float64 {
+func (p *Egress) ExportErrors() float64 {
 	if p == nil {
 		return 0
 	}
@@ -528,16 +431,22 @@ func (p *Provider) ExportErrors() float64 {
 	return float64(n)
 }
 
-// Losses says, per exporter that did not deliver every span, how many it
-// lost, where they should have gone and why; none when all were
-// delivered. Meant for after Shutdown, for a summary at exit.
-func (p *Provider) Losses() []Loss {
+// Losses says, per span exporter and per forwarded signal that did not
+// deliver everything, how much it lost, where it should have gone and
+// why; none when all was delivered. Meant for after Shutdown, for a
+// summary at exit.
+func (p *Egress) Losses() []Loss {
 	if p == nil {
 		return nil
 	}
 	var out []Loss
 	for _, b := range p.procs {
-		if l := b.loss(); l.Spans > 0 {
+		if l := b.loss(); l.Items > 0 {
+			out = append(out, l)
+		}
+	}
+	for _, l := range p.fwd.losses() {
+		if l.Items > 0 {
 			out = append(out, l)
 		}
 	}
@@ -545,7 +454,7 @@ func (p *Provider) Losses() []Loss {
 }
 
 // ForceFlush exports what is queued, waiting at most until ctx is done.
-func (p *Provider) ForceFlush(ctx context.Context) error {
+func (p *Egress) ForceFlush(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
@@ -555,24 +464,27 @@ func (p *Provider) ForceFlush(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown flushes and stops every exporter. It returns by ctx's deadline
-// whatever the backend does; spans it could not deliver are counted in
-// Dropped. Safe on nil and idempotent.
-func (p *Provider) Shutdown(ctx context.Context) error {
+// Shutdown flushes and stops every exporter, the spans' and the
+// forwarded signals' at once. It returns by ctx's deadline whatever the
+// backends do; spans it could not deliver are counted in Dropped, and
+// everything undelivered in Losses. Safe on nil and idempotent.
+func (p *Egress) Shutdown(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	if err := p.tp.Shutdown(ctx); err != nil {
-		return fmt.Errorf("shutting down traces: %w", err)
+	fwdErr := make(chan error, 1)
+	go func() { fwdErr <- p.fwd.Shutdown(ctx) }()
+	var err error
+	if e := p.tp.Shutdown(ctx); e != nil {
+		err = fmt.Errorf("shutting down traces: %w", e)
 	}
-	return nil
+	return errors.Join(err, <-fwdErr)
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if strings.TrimSpace(v) != "" {
-			return strings.TrimSpace(v)
-		}
+// logger is l, or one that discards.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	return ""
+	return l
 }

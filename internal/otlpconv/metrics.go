@@ -1,4 +1,4 @@
-package clitelemetry
+package otlpconv
 
 import (
 	"go.opentelemetry.io/otel/attribute"
@@ -16,9 +16,9 @@ func ResourceMetrics(rm []*metricspb.ResourceMetrics) ([]*metricdata.ResourceMet
 	out := make([]*metricdata.ResourceMetrics, 0, len(rm))
 	dropped := 0
 	for _, r := range rm {
-		res := &metricdata.ResourceMetrics{Resource: newResource(r.GetResource(), r.GetSchemaUrl())}
+		res := &metricdata.ResourceMetrics{Resource: Resource(r.GetResource(), r.GetSchemaUrl())}
 		for _, sm := range r.GetScopeMetrics() {
-			scope := metricdata.ScopeMetrics{Scope: newScope(sm.GetScope(), sm.GetSchemaUrl())}
+			scope := metricdata.ScopeMetrics{Scope: Scope(sm.GetScope(), sm.GetSchemaUrl())}
 			for _, m := range sm.GetMetrics() {
 				data, ok := aggregation(m)
 				if !ok {
@@ -69,9 +69,9 @@ func aggregation(m *metricspb.Metric) (metricdata.Aggregation, bool) {
 		h := metricdata.Histogram[float64]{Temporality: tmp}
 		for _, p := range d.Histogram.GetDataPoints() {
 			hp := metricdata.HistogramDataPoint[float64]{
-				Attributes:   attribute.NewSet(keyValues(p.GetAttributes())...),
-				StartTime:    unixNano(p.GetStartTimeUnixNano()),
-				Time:         unixNano(p.GetTimeUnixNano()),
+				Attributes:   attribute.NewSet(KeyValues(p.GetAttributes())...),
+				StartTime:    Time(p.GetStartTimeUnixNano()),
+				Time:         Time(p.GetTimeUnixNano()),
 				Count:        p.GetCount(),
 				Bounds:       p.GetExplicitBounds(),
 				BucketCounts: p.GetBucketCounts(),
@@ -95,9 +95,9 @@ func aggregation(m *metricspb.Metric) (metricdata.Aggregation, bool) {
 		h := metricdata.ExponentialHistogram[float64]{Temporality: tmp}
 		for _, p := range d.ExponentialHistogram.GetDataPoints() {
 			hp := metricdata.ExponentialHistogramDataPoint[float64]{
-				Attributes:     attribute.NewSet(keyValues(p.GetAttributes())...),
-				StartTime:      unixNano(p.GetStartTimeUnixNano()),
-				Time:           unixNano(p.GetTimeUnixNano()),
+				Attributes:     attribute.NewSet(KeyValues(p.GetAttributes())...),
+				StartTime:      Time(p.GetStartTimeUnixNano()),
+				Time:           Time(p.GetTimeUnixNano()),
 				Count:          p.GetCount(),
 				Sum:            p.GetSum(),
 				Scale:          p.GetScale(),
@@ -120,9 +120,9 @@ func aggregation(m *metricspb.Metric) (metricdata.Aggregation, bool) {
 		var s metricdata.Summary
 		for _, p := range d.Summary.GetDataPoints() {
 			sp := metricdata.SummaryDataPoint{
-				Attributes: attribute.NewSet(keyValues(p.GetAttributes())...),
-				StartTime:  unixNano(p.GetStartTimeUnixNano()),
-				Time:       unixNano(p.GetTimeUnixNano()),
+				Attributes: attribute.NewSet(KeyValues(p.GetAttributes())...),
+				StartTime:  Time(p.GetStartTimeUnixNano()),
+				Time:       Time(p.GetTimeUnixNano()),
 				Count:      p.GetCount(),
 				Sum:        p.GetSum(),
 			}
@@ -176,9 +176,9 @@ func numberPoints[N int64 | float64](pts []*metricspb.NumberDataPoint, value fun
 			return N(e.GetAsDouble())
 		}
 		out = append(out, metricdata.DataPoint[N]{
-			Attributes: attribute.NewSet(keyValues(p.GetAttributes())...),
-			StartTime:  unixNano(p.GetStartTimeUnixNano()),
-			Time:       unixNano(p.GetTimeUnixNano()),
+			Attributes: attribute.NewSet(KeyValues(p.GetAttributes())...),
+			StartTime:  Time(p.GetStartTimeUnixNano()),
+			Time:       Time(p.GetTimeUnixNano()),
 			Value:      value(p),
 			Exemplars:  exemplars(p.GetExemplars(), ex),
 		})
@@ -200,12 +200,19 @@ func exemplars[N int64 | float64](es []*metricspb.Exemplar, value func(*metricsp
 	out := make([]metricdata.Exemplar[N], 0, len(es))
 	for _, e := range es {
 		out = append(out, metricdata.Exemplar[N]{
-			FilteredAttributes: keyValues(e.GetFilteredAttributes()),
-			Time:               unixNano(e.GetTimeUnixNano()),
+			FilteredAttributes: KeyValues(e.GetFilteredAttributes()),
+			Time:               Time(e.GetTimeUnixNano()),
 			Value:              value(e),
 			SpanID:             e.GetSpanId(),
 			TraceID:            e.GetTraceId(),
 		})
 	}
 	return out
+}
+
+// dataPoints is how many data points m holds, of whatever kind.
+func dataPoints(m *metricspb.Metric) int {
+	return len(m.GetGauge().GetDataPoints()) + len(m.GetSum().GetDataPoints()) +
+		len(m.GetHistogram().GetDataPoints()) + len(m.GetExponentialHistogram().GetDataPoints()) +
+		len(m.GetSummary().GetDataPoints())
 }

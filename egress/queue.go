@@ -1,8 +1,10 @@
-package clitelemetry
+package egress
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +21,7 @@ type queue[T any] struct {
 	maxBatch int
 	interval time.Duration
 	timeout  time.Duration
-	onErr    func(error)
+	rep      *exportReporter // says failures; nil: not said
 
 	flushc  chan chan struct{}
 	stop    chan struct{}
@@ -29,13 +31,13 @@ type queue[T any] struct {
 	stopCtx context.Context
 	closed  atomic.Bool
 
-	stats QueueStats
+	stats queueStats
 }
 
-// QueueStats counts, in units of one signal (log records or metric data
-// points), what a Forwarder did with what it was handed.
-type QueueStats struct {
-	// Received counts everything handed to the Forwarder.
+// queueStats counts, in units of one signal (log records or metric data
+// points), what a forwarder did with what it was handed.
+type queueStats struct {
+	// Received counts everything handed to the forwarder.
 	Received atomic.Int64
 	// Exported counts what the exporter accepted.
 	Exported atomic.Int64
@@ -54,9 +56,9 @@ type QueueStats struct {
 
 // Lost is what was received and not exported. After Shutdown it is final:
 // dropped, failed, or still queued when the deadline came.
-func (s *QueueStats) Lost() int64 { return s.Received.Load() - s.Exported.Load() }
+func (s *queueStats) Lost() int64 { return s.Received.Load() - s.Exported.Load() }
 
-func newQueue[T any](capacity, maxBatch int, interval, timeout time.Duration, export func(context.Context, []T) error, size func(T) int, onErr func(error)) *queue[T] {
+func newQueue[T any](capacity, maxBatch int, interval, timeout time.Duration, export func(context.Context, []T) error, size func(T) int, rep *exportReporter) *queue[T] {
 	q := &queue[T]{
 		ch:       make(chan T, capacity),
 		export:   export,
@@ -64,7 +66,7 @@ func newQueue[T any](capacity, maxBatch int, interval, timeout time.Duration, ex
 		maxBatch: maxBatch,
 		interval: interval,
 		timeout:  timeout,
-		onErr:    onErr,
+		rep:      rep,
 		flushc:   make(chan chan struct{}),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -158,12 +160,15 @@ func (q *queue[T]) exportBatch(ctx context.Context, batch []T) {
 	if err := q.export(ctx, batch); err != nil {
 		q.stats.Failed.Add(int64(n))
 		q.stats.ExportErrors.Add(1)
-		if q.onErr != nil {
-			q.onErr(err)
+		if q.rep != nil {
+			q.rep.exportFailed(err, n)
 		}
 		return
 	}
 	q.stats.Exported.Add(int64(n))
+	if q.rep != nil {
+		q.rep.exportOK()
+	}
 }
 
 // flush exports what is queued, waiting until ctx is done.
@@ -198,4 +203,42 @@ func (q *queue[T]) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(errors.New("export abandoned at the deadline"), ctx.Err())
 	}
+}
+
+// loss is what the queue did not deliver, and why (see Loss); Items is 0
+// when everything was delivered. Meant for after shutdown.
+func (q *queue[T]) loss() Loss {
+	st := &q.stats
+	l := Loss{Items: st.Lost(), ExportErrors: st.ExportErrors.Load()}
+	if q.rep != nil {
+		l.Endpoint, l.Protocol = q.rep.endpoint, q.rep.protocol
+		l.Signal = map[string]string{"log_records_lost": "log records", "metric_points_lost": "metric points"}[q.rep.lostKey]
+	}
+	if l.Items == 0 {
+		return l
+	}
+	failed, qf, late, unsup := st.Failed.Load(), st.QueueFull.Load(), st.Late.Load(), st.Unsupported.Load()
+	var why []string
+	if q.rep != nil && failed > 0 {
+		if c := q.rep.lastCause(); c != "" {
+			why = append(why, c)
+		}
+	}
+	if abandoned := l.Items - failed - qf - late - unsup; abandoned > 0 {
+		why = append(why, fmt.Sprintf("%d abandoned at the shutdown deadline", abandoned))
+	}
+	if qf > 0 {
+		why = append(why, fmt.Sprintf("%d dropped at a full queue", qf))
+	}
+	if late > 0 {
+		why = append(why, fmt.Sprintf("%d came after shutdown", late))
+	}
+	if unsup > 0 {
+		why = append(why, fmt.Sprintf("%d not convertible or past the bound on resources", unsup))
+	}
+	if len(why) == 0 {
+		why = append(why, "export failed")
+	}
+	l.Cause = strings.Join(why, "; ")
+	return l
 }

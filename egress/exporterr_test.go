@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"bytes"
@@ -73,6 +73,8 @@ func TestCause(t *testing.T) {
 		{"tls unknown authority", &url.Error{Op: "Post", URL: "https://x", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, "TLS: certificate signed by unknown authority"},
 		{"http 401", errors.New(`traces export: failed to send to http://127.0.0.1:9/v1/traces: 401 Unauthorized (body: {"error":"invalid API key"})`), `HTTP 401 Unauthorized, body: {"error":"invalid API key"}`},
 		{"http 404 empty", errors.New(`traces export: failed to send to http://h/v1/traces: 404 Not Found (body: (empty))`), `HTTP 404 Not Found, body: (empty)`},
+		{"http logs", errors.New(`failed to send logs to http://h/v1/logs: 400 Bad Request (body: refused)`), `HTTP 400 Bad Request, body: refused`},
+		{"http metrics", errors.New(`failed to upload metrics: failed to send metrics to http://h/v1/metrics: 503 Service Unavailable (body: later)`), `HTTP 503 Service Unavailable, body: later`},
 		{"http retryable", fmt.Errorf("%w: %w", context.DeadlineExceeded, errors.New("retry-able request failure: body: overloaded")), "timed out retrying; last error: collector busy or unavailable (HTTP 429, 502, 503 or 504), body: overloaded"},
 		{"push 401", errors.New(`metrics: push to http://gw:9091: unexpected status code 401 while pushing to http://gw:9091/metrics/job/x: go away`), "HTTP 401, body: go away"},
 		{"grpc code", fmt.Errorf("traces export: %w", unauth), "gRPC Unauthenticated: missing bearer token"},
@@ -255,7 +257,7 @@ func TestExportFailureSaid(t *testing.T) {
 			defer cancel()
 			_ = p.Shutdown(ctx)
 			losses := p.Losses()
-			if len(losses) != 1 || losses[0].Spans != 1 {
+			if len(losses) != 1 || losses[0].Items != 1 {
 				t.Fatalf("Losses = %+v, want the one span", losses)
 			}
 			mustContain(t, losses[0].String(), "1 spans dropped, not delivered to "+where+" ("+c.protocol+"): ")
@@ -280,7 +282,7 @@ func TestLossSummary(t *testing.T) {
 		t.Fatalf("Losses = %+v", losses)
 	}
 	l := losses[0]
-	if l.Spans != 7 || float64(l.Spans) != sink.Dropped() || l.ExportErrors < 1 || l.Protocol != ProtocolHTTP {
+	if l.Items != 7 || float64(l.Items) != sink.Dropped() || l.ExportErrors < 1 || l.Protocol != ProtocolHTTP {
 		t.Errorf("loss %+v: want the 7 spans of the recording, as Dropped says (%v)", l, sink.Dropped())
 	}
 	mustContain(t, l.String(), "7 spans dropped, not delivered to http://", "/v1/traces (http/protobuf): connection refused")
@@ -305,7 +307,7 @@ func TestLossAbandonedSaysCause(t *testing.T) {
 	setOTelEnv(t, nil)
 	var logs logBuffer
 	p := setupOrFail(t, Config{Endpoint: refusedEndpoint(t), Protocol: ProtocolGRPC, Logger: newTestLogger(&logs)})
-	_, span := p.Tracer("test").Start(context.Background(), "op")
+	_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "op")
 	span.End()
 	const deadline = 30 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)

@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"bufio"
@@ -20,14 +20,24 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// feedProvider replays a recording into a Sink on p.
-func feedProvider(t *testing.T, p *Provider, file string) *Sink {
+// setup is New with the traces sink's deterministic ids, as the face
+// builds it.
+func setup(ctx context.Context, cfg Config) (*Egress, error) {
+	if cfg.IDGenerator == nil {
+		cfg.IDGenerator = traces.NewIDGenerator()
+	}
+	return New(ctx, cfg)
+}
+
+// feedProvider replays a recording into a traces sink on p.
+func feedProvider(t *testing.T, p *Egress, file string) *traces.Sink {
 	t.Helper()
-	sink := New(p, Options{})
+	sink := traces.New(p.TracerProvider(), traces.Options{})
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +59,7 @@ func TestSetupSelection(t *testing.T) {
 		// env is the process environment (t.Setenv): the SDK's variables
 		// and, with ours nil, ours too.
 		env map[string]string
-		// ours, when non-nil, is Config.Env: the variables only Setup reads.
+		// ours, when non-nil, is Config.Env: the variables only New reads.
 		ours    map[string]string
 		off     bool
 		wantErr string
@@ -90,7 +100,7 @@ func TestSetupSelection(t *testing.T) {
 			if c.ours != nil {
 				c.cfg.Env = envOf(c.ours)
 			}
-			p, err := Setup(ctx, c.cfg)
+			p, err := setup(ctx, c.cfg)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err = %v, want %q", err, c.wantErr)
@@ -109,10 +119,10 @@ func TestSetupSelection(t *testing.T) {
 			}
 		})
 	}
-	// A nil Provider is usable.
-	var p *Provider
+	// A nil Egress is usable.
+	var p *Egress
 	if p.Dropped() != 0 || p.ExportErrors() != 0 || p.Shutdown(ctx) != nil || p.Describe() != "none" {
-		t.Error("nil Provider misbehaves")
+		t.Error("nil Egress misbehaves")
 	}
 }
 
@@ -154,7 +164,7 @@ func TestFileExporter(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spans.jsonl")
 	setOTelEnv(t, nil)
-	p, err := Setup(ctx, Config{File: path})
+	p, err := setup(ctx, Config{File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +202,7 @@ func TestFileExporter(t *testing.T) {
 				t.Errorf("service.name = %q", svc)
 			}
 			for _, ss := range rs.ScopeSpans {
-				if ss.Scope.Name != ScopeName {
+				if ss.Scope.Name != traces.ScopeName {
 					t.Errorf("scope = %q", ss.Scope.Name)
 				}
 				for _, s := range ss.Spans {
@@ -275,7 +285,7 @@ func TestExporterDownDoesNotBlock(t *testing.T) {
 		{"hanging grpc", ProtocolGRPC, startHanging},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := Setup(context.Background(), Config{Endpoint: "http://" + c.addr(t), Protocol: c.protocol, QueueSize: 4, BatchInterval: 20 * time.Millisecond, ExportTimeout: time.Minute})
+			p, err := setup(context.Background(), Config{Endpoint: "http://" + c.addr(t), Protocol: c.protocol, QueueSize: 4, BatchInterval: 20 * time.Millisecond, ExportTimeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,7 +323,7 @@ func TestExportErrorsCounted(t *testing.T) {
 	// A refused connection with a short export timeout: exports fail and
 	// are counted while the run goes on.
 	setOTelEnv(t, nil)
-	p, err := Setup(context.Background(), Config{Endpoint: closedPort(t), QueueSize: 64, BatchInterval: 10 * time.Millisecond, ExportTimeout: 50 * time.Millisecond})
+	p, err := setup(context.Background(), Config{Endpoint: closedPort(t), QueueSize: 64, BatchInterval: 10 * time.Millisecond, ExportTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

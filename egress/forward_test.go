@@ -1,8 +1,8 @@
-package clitelemetry
+package egress
 
 import (
-	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +22,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	"github.com/cbc-otel/cbc-otel/internal/clicorpus"
 )
 
 // sink is an in-test OTLP receiver (gRPC or HTTP) keeping what arrives and
@@ -142,7 +145,7 @@ type logKey struct {
 // checks what the in-test receiver gets: every record with its ids, body and
 // resource, every point, the header from OTEL_EXPORTER_OTLP_HEADERS.
 func TestForwarder(t *testing.T) {
-	corpus := loadCorpus(t)
+	corpus := clicorpus.Load(t)
 	var wantLogs []logKey
 	wantPoints := 0
 	var logReqs []*collogspb.ExportLogsServiceRequest
@@ -150,32 +153,32 @@ func TestForwarder(t *testing.T) {
 	for _, l := range corpus {
 		switch l.Path {
 		case "/v1/logs":
-			m, err := DecodeLogs(l.Body, JSON)
+			m, err := clitelemetry.DecodeLogs(l.Body, clitelemetry.JSON)
 			if err != nil {
 				t.Fatal(err)
 			}
 			logReqs = append(logReqs, m)
-			for _, rl := range list(generic(t, l.Body), "resourceLogs") {
-				for _, sl := range list(rl, "scopeLogs") {
-					for _, r := range list(sl, "logRecords") {
+			for _, rl := range clicorpus.List(clicorpus.Generic(t, l.Body), "resourceLogs") {
+				for _, sl := range clicorpus.List(rl, "scopeLogs") {
+					for _, r := range clicorpus.List(sl, "logRecords") {
 						var event string
-						for _, a := range list(r, "attributes") {
-							if str(a, "key") == "event.name" {
-								event = str(obj(a, "value"), "stringValue")
+						for _, a := range clicorpus.List(r, "attributes") {
+							if clicorpus.Str(a, "key") == "event.name" {
+								event = clicorpus.Str(clicorpus.Obj(a, "value"), "stringValue")
 							}
 						}
-						wantLogs = append(wantLogs, logKey{str(r, "traceId"), str(r, "spanId"), str(obj(r, "body"), "stringValue"), event,
-							uint64(num(r, "timeUnixNano")), uint64(num(r, "observedTimeUnixNano")), int32(num(r, "severityNumber")), uint32(num(r, "flags")), len(list(r, "attributes"))})
+						wantLogs = append(wantLogs, logKey{clicorpus.Str(r, "traceId"), clicorpus.Str(r, "spanId"), clicorpus.Str(clicorpus.Obj(r, "body"), "stringValue"), event,
+							uint64(clicorpus.Num(r, "timeUnixNano")), uint64(clicorpus.Num(r, "observedTimeUnixNano")), int32(clicorpus.Num(r, "severityNumber")), uint32(clicorpus.Num(r, "flags")), len(clicorpus.List(r, "attributes"))})
 					}
 				}
 			}
 		case "/v1/metrics":
-			m, err := DecodeMetrics(l.Body, JSON)
+			m, err := clitelemetry.DecodeMetrics(l.Body, clitelemetry.JSON)
 			if err != nil {
 				t.Fatal(err)
 			}
 			metricReqs = append(metricReqs, m)
-			wantPoints += jsonPoints(generic(t, l.Body))
+			wantPoints += clicorpus.Points(clicorpus.Generic(t, l.Body))
 		}
 	}
 	if len(wantLogs) == 0 || wantPoints == 0 {
@@ -212,7 +215,7 @@ func TestForwarder(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			f, err := NewForwarder(ctx, ForwarderConfig{Protocol: tc.protocol, Endpoint: endpoint, Env: func(string) string { return "" }})
+			f, err := newForwarder(ctx, forwardConfig{Protocol: tc.protocol, Endpoint: endpoint, Env: func(string) string { return "" }})
 			if err != nil || f == nil {
 				t.Fatalf("NewForwarder: %v, %v", f, err)
 			}
@@ -225,7 +228,7 @@ func TestForwarder(t *testing.T) {
 			if err := f.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if lr, mp := f.Losses(); lr != 0 || mp != 0 {
+			if lr, mp := f.lost(); lr != 0 || mp != 0 {
 				t.Errorf("losses: %d log records, %d points", lr, mp)
 			}
 			st := f.Stats()
@@ -252,7 +255,7 @@ func TestForwarder(t *testing.T) {
 									event = a.GetValue().GetStringValue()
 								}
 							}
-							got = append(got, logKey{hexs(r.GetTraceId()), hexs(r.GetSpanId()), r.GetBody().GetStringValue(), event,
+							got = append(got, logKey{hex.EncodeToString(r.GetTraceId()), hex.EncodeToString(r.GetSpanId()), r.GetBody().GetStringValue(), event,
 								r.GetTimeUnixNano(), r.GetObservedTimeUnixNano(), int32(r.GetSeverityNumber()), r.GetFlags(), len(r.GetAttributes())})
 						}
 					}
@@ -275,7 +278,7 @@ func TestForwarder(t *testing.T) {
 						}
 					}
 				}
-				points += CountDataPoints(req.GetResourceMetrics())
+				points += clitelemetry.CountDataPoints(req.GetResourceMetrics())
 			}
 			if points != wantPoints {
 				t.Errorf("%d points arrived, want %d", points, wantPoints)
@@ -309,39 +312,39 @@ func TestForwarderLosses(t *testing.T) {
 	cleanEnv(t)
 	s, addr := httpSink(t)
 	s.fail = true
-	var logBuf bytes.Buffer
+	var logBuf logBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	f, err := NewForwarder(ctx, ForwarderConfig{Protocol: ProtocolHTTP, Endpoint: addr, Env: func(string) string { return "" }, Logger: newTestLogger(&logBuf)})
+	f, err := newForwarder(ctx, forwardConfig{Protocol: ProtocolHTTP, Endpoint: addr, Env: func(string) string { return "" }, Logger: newTestLogger(&logBuf)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var records, points int
-	for _, l := range loadCorpus(t) {
+	for _, l := range clicorpus.Load(t) {
 		switch l.Path {
 		case "/v1/logs":
-			m, _ := DecodeLogs(l.Body, JSON)
-			records += CountLogRecords(m.GetResourceLogs())
+			m, _ := clitelemetry.DecodeLogs(l.Body, clitelemetry.JSON)
+			records += clitelemetry.CountLogRecords(m.GetResourceLogs())
 			f.Logs(ctx, m)
 		case "/v1/metrics":
-			m, _ := DecodeMetrics(l.Body, JSON)
-			points += CountDataPoints(m.GetResourceMetrics())
+			m, _ := clitelemetry.DecodeMetrics(l.Body, clitelemetry.JSON)
+			points += clitelemetry.CountDataPoints(m.GetResourceMetrics())
 			f.Metrics(ctx, m)
 		}
 	}
 	if err := f.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range loadCorpus(t) {
+	for _, l := range clicorpus.Load(t) {
 		if l.Path == "/v1/metrics" {
-			m, _ := DecodeMetrics(l.Body, JSON)
+			m, _ := clitelemetry.DecodeMetrics(l.Body, clitelemetry.JSON)
 			f.Metrics(ctx, m) // after Shutdown: late
 			break
 		}
 	}
 	f.Logs(ctx, &collogspb.ExportLogsServiceRequest{})
 	st := f.Stats()
-	lr, mp := f.Losses()
+	lr, mp := f.lost()
 	if lr != int64(records) || st.LogRecords.Failed.Load() != int64(records) {
 		t.Errorf("log records lost %d (failed %d), want %d", lr, st.LogRecords.Failed.Load(), records)
 	}
@@ -390,7 +393,7 @@ func TestSignalEndpoint(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			got, on, err := SignalEndpoint(tc.flag, tc.protocol, tc.signal)
+			got, on, err := signalEndpoint(tc.flag, tc.protocol, tc.signal)
 			if (err != nil) != tc.err || got != tc.want || on != tc.on {
 				t.Errorf("got %q, %v, %v; want %q, %v, error %v", got, on, err, tc.want, tc.on, tc.err)
 			}
@@ -403,7 +406,7 @@ func TestNewForwarderOff(t *testing.T) {
 	cleanEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	f, err := NewForwarder(ctx, ForwarderConfig{})
+	f, err := newForwarder(ctx, forwardConfig{})
 	if err != nil || f != nil {
 		t.Fatalf("got %v, %v; want nil, nil", f, err)
 	}
@@ -412,7 +415,7 @@ func TestNewForwarderOff(t *testing.T) {
 	if err := f.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewForwarder(ctx, ForwarderConfig{Protocol: "http/json", Endpoint: "c:1"}); err == nil {
+	if _, err := newForwarder(ctx, forwardConfig{Protocol: "http/json", Endpoint: "c:1"}); err == nil {
 		t.Error("http/json accepted")
 	}
 }
@@ -424,7 +427,7 @@ func TestForwarderMaxResources(t *testing.T) {
 	s, addr := httpSink(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	f, err := NewForwarder(ctx, ForwarderConfig{Protocol: ProtocolHTTP, Endpoint: addr, MaxResources: 1, Env: func(string) string { return "" }})
+	f, err := newForwarder(ctx, forwardConfig{Protocol: ProtocolHTTP, Endpoint: addr, MaxResources: 1, Env: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +449,7 @@ func TestForwarderMaxResources(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := CountLogRecords(s.logs[0].GetResourceLogs()); len(s.logs) != 1 || n != 4 {
+	if n := clitelemetry.CountLogRecords(s.logs[0].GetResourceLogs()); len(s.logs) != 1 || n != 4 {
 		t.Errorf("%d requests, first with %d records; want 1 with 4", len(s.logs), n)
 	}
 }

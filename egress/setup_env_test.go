@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"compress/gzip"
@@ -32,7 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// otelVars are the variables Setup and the SDK read. setOTelEnv blanks
+// otelVars are the variables New and the SDK read. setOTelEnv blanks
 // them all (the SDK reads "" as unset) so that the developer's own
 // environment cannot leak into a test.
 var otelVars = func() []string {
@@ -268,9 +268,9 @@ func selfSigned(t *testing.T, name string) (certFile, keyFile string, cert tls.C
 
 // exportOne ends one span on p and flushes it: when ForceFlush returns, the
 // export has been answered, failed or given up.
-func exportOne(t *testing.T, p *Provider) {
+func exportOne(t *testing.T, p *Egress) {
 	t.Helper()
-	_, span := p.Tracer("test").Start(context.Background(), "op")
+	_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "op")
 	span.End()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -295,9 +295,9 @@ func (r *receiver) received(t *testing.T) export {
 	}
 }
 
-func setupOrFail(t *testing.T, cfg Config) *Provider {
+func setupOrFail(t *testing.T, cfg Config) *Egress {
 	t.Helper()
-	p, err := Setup(context.Background(), cfg)
+	p, err := setup(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +551,7 @@ func TestSDKEnvTimeout(t *testing.T) {
 				env["OTEL_EXPORTER_OTLP_PROTOCOL"] = protocol
 				setOTelEnv(t, env)
 				p := setupOrFail(t, Config{ExportTimeout: time.Minute, BatchInterval: 10 * time.Millisecond})
-				_, span := p.Tracer("test").Start(context.Background(), "op")
+				_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "op")
 				span.End()
 				select {
 				case d := <-r.abandoned:
@@ -597,7 +597,7 @@ func TestOTLPExportBound(t *testing.T) {
 		{time.Second, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "30000"}, time.Second},
 	} {
 		setOTelEnv(t, c.env)
-		if got := otlpExportBound(c.configured); got != c.want {
+		if got := exportTimeout(c.configured, signalTraces); got != c.want {
 			t.Errorf("%s %v: %s, want %s", c.configured, c.env, got, c.want)
 		}
 	}

@@ -1,12 +1,10 @@
-package clitelemetry
+package otlpconv
 
 import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
-	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
@@ -28,11 +26,11 @@ const (
 // The spans share nothing with rs; ChildSpanCount is 0, as OTLP does not
 // carry it.
 func ReadOnlySpans(rs []*tracepb.ResourceSpans) []sdktrace.ReadOnlySpan {
-	out := make([]sdktrace.ReadOnlySpan, 0, CountSpans(rs))
+	var out []sdktrace.ReadOnlySpan
 	for _, r := range rs {
-		res := newResource(r.GetResource(), r.GetSchemaUrl())
+		res := Resource(r.GetResource(), r.GetSchemaUrl())
 		for _, ss := range r.GetScopeSpans() {
-			scope := newScope(ss.GetScope(), ss.GetSchemaUrl())
+			scope := Scope(ss.GetScope(), ss.GetSchemaUrl())
 			for _, s := range ss.GetSpans() {
 				sc := spanContext(s.GetTraceId(), s.GetSpanId(), s.GetTraceState(), s.GetFlags(), false)
 				if !sc.IsValid() {
@@ -42,9 +40,9 @@ func ReadOnlySpans(rs []*tracepb.ResourceSpans) []sdktrace.ReadOnlySpan {
 					Name:                 s.GetName(),
 					SpanContext:          sc,
 					SpanKind:             spanKind(s.GetKind()),
-					StartTime:            unixNano(s.GetStartTimeUnixNano()),
-					EndTime:              unixNano(s.GetEndTimeUnixNano()),
-					Attributes:           keyValues(s.GetAttributes()),
+					StartTime:            Time(s.GetStartTimeUnixNano()),
+					EndTime:              Time(s.GetEndTimeUnixNano()),
+					Attributes:           KeyValues(s.GetAttributes()),
 					Status:               spanStatus(s.GetStatus()),
 					DroppedAttributes:    int(s.GetDroppedAttributesCount()),
 					DroppedEvents:        int(s.GetDroppedEventsCount()),
@@ -64,16 +62,16 @@ func ReadOnlySpans(rs []*tracepb.ResourceSpans) []sdktrace.ReadOnlySpan {
 				for _, e := range s.GetEvents() {
 					stub.Events = append(stub.Events, sdktrace.Event{
 						Name:                  e.GetName(),
-						Attributes:            keyValues(e.GetAttributes()),
+						Attributes:            KeyValues(e.GetAttributes()),
 						DroppedAttributeCount: int(e.GetDroppedAttributesCount()),
-						Time:                  unixNano(e.GetTimeUnixNano()),
+						Time:                  Time(e.GetTimeUnixNano()),
 					})
 				}
 				for _, l := range s.GetLinks() {
 					lsc := spanContext(l.GetTraceId(), l.GetSpanId(), l.GetTraceState(), l.GetFlags(), true)
 					stub.Links = append(stub.Links, sdktrace.Link{
 						SpanContext:           lsc,
-						Attributes:            keyValues(l.GetAttributes()),
+						Attributes:            KeyValues(l.GetAttributes()),
 						DroppedAttributeCount: int(l.GetDroppedAttributesCount()),
 					})
 				}
@@ -134,46 +132,4 @@ func spanStatus(s *tracepb.Status) sdktrace.Status {
 		return sdktrace.Status{Code: codes.Error, Description: s.GetMessage()}
 	}
 	return sdktrace.Status{Code: codes.Unset}
-}
-
-// CountSpans counts the spans of rs.
-func CountSpans(rs []*tracepb.ResourceSpans) int {
-	n := 0
-	for _, r := range rs {
-		for _, ss := range r.GetScopeSpans() {
-			n += len(ss.GetSpans())
-		}
-	}
-	return n
-}
-
-// CountLogRecords counts the log records of rl.
-func CountLogRecords(rl []*logspb.ResourceLogs) int {
-	n := 0
-	for _, r := range rl {
-		for _, sl := range r.GetScopeLogs() {
-			n += len(sl.GetLogRecords())
-		}
-	}
-	return n
-}
-
-// CountDataPoints counts the data points of every metric of rm, of every
-// kind.
-func CountDataPoints(rm []*metricspb.ResourceMetrics) int {
-	n := 0
-	for _, r := range rm {
-		for _, sm := range r.GetScopeMetrics() {
-			for _, m := range sm.GetMetrics() {
-				n += dataPoints(m)
-			}
-		}
-	}
-	return n
-}
-
-func dataPoints(m *metricspb.Metric) int {
-	return len(m.GetGauge().GetDataPoints()) + len(m.GetSum().GetDataPoints()) +
-		len(m.GetHistogram().GetDataPoints()) + len(m.GetExponentialHistogram().GetDataPoints()) +
-		len(m.GetSummary().GetDataPoints())
 }

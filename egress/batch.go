@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"context"
@@ -317,14 +317,14 @@ func (b *batcher) dropped() int64 {
 
 func (b *batcher) exportErrors() int64 { return b.errs.Load() }
 
-// loss is what this batcher did not deliver, and why; Spans is 0 when
+// loss is what this batcher did not deliver, and why; Items is 0 when
 // everything was delivered. Meant for after Shutdown.
 func (b *batcher) loss() Loss {
-	l := Loss{Spans: b.dropped(), ExportErrors: b.exportErrors(), Endpoint: b.rep.endpoint, Protocol: b.rep.protocol}
+	l := Loss{Items: b.dropped(), Signal: "spans", ExportErrors: b.exportErrors(), Endpoint: b.rep.endpoint, Protocol: b.rep.protocol}
 	if !b.failedCut {
 		l.Waited = b.waited // an unresponsive collector held the exit this long
 	}
-	if l.Spans == 0 {
+	if l.Items == 0 {
 		return l
 	}
 	// failed counts the spans of exports cut short by shutdown too: here

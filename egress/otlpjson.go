@@ -1,4 +1,4 @@
-package traces
+package egress
 
 import (
 	"bufio"

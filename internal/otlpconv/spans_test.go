@@ -1,4 +1,4 @@
-package clitelemetry
+package otlpconv
 
 import (
 	"encoding/json"
@@ -14,6 +14,9 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	"github.com/cbc-otel/cbc-otel/internal/clicorpus"
 )
 
 // canonJSON renders an OTLP/JSON AnyValue (generic) in a form canonAttr
@@ -28,20 +31,20 @@ func canonJSON(v any) string {
 	case m["boolValue"] != nil:
 		return fmt.Sprint("b:", m["boolValue"])
 	case m["intValue"] != nil:
-		return "i:" + str(m, "intValue")
+		return "i:" + clicorpus.Str(m, "intValue")
 	case m["doubleValue"] != nil:
-		f, _ := strconv.ParseFloat(str(m, "doubleValue"), 64)
+		f, _ := strconv.ParseFloat(clicorpus.Str(m, "doubleValue"), 64)
 		return "d:" + strconv.FormatFloat(f, 'g', -1, 64)
 	case m["arrayValue"] != nil:
 		var parts []string
-		for _, e := range list(m["arrayValue"], "values") {
+		for _, e := range clicorpus.List(m["arrayValue"], "values") {
 			parts = append(parts, canonJSON(e))
 		}
 		return "a:[" + strings.Join(parts, ",") + "]"
 	case m["kvlistValue"] != nil:
 		var parts []string
-		for _, e := range list(m["kvlistValue"], "values") {
-			parts = append(parts, str(e, "key")+"="+canonJSON(obj(e, "value")))
+		for _, e := range clicorpus.List(m["kvlistValue"], "values") {
+			parts = append(parts, clicorpus.Str(e, "key")+"="+canonJSON(clicorpus.Obj(e, "value")))
 		}
 		sort.Strings(parts)
 		return "m:{" + strings.Join(parts, ",") + "}"
@@ -98,7 +101,7 @@ func canonAttr(v attribute.Value) string {
 func canonJSONAttrs(kvs []any) string {
 	var parts []string
 	for _, kv := range kvs {
-		parts = append(parts, str(kv, "key")+"="+canonJSON(obj(kv, "value")))
+		parts = append(parts, clicorpus.Str(kv, "key")+"="+canonJSON(clicorpus.Obj(kv, "value")))
 	}
 	return strings.Join(parts, ";")
 }
@@ -111,37 +114,32 @@ func canonAttrs(kvs []attribute.KeyValue) string {
 	return strings.Join(parts, ";")
 }
 
-func num(m any, key string) int64 {
-	n, _ := strconv.ParseInt(str(m, key), 10, 64)
-	return n
-}
-
 // TestReadOnlySpansCorpus converts every recorded span and compares each
 // field with the JSON.
 func TestReadOnlySpansCorpus(t *testing.T) {
 	total := 0
-	for _, l := range loadCorpus(t) {
+	for _, l := range clicorpus.Load(t) {
 		if l.Path != "/v1/traces" {
 			continue
 		}
-		req, err := DecodeTraces(l.Body, JSON)
+		req, err := clitelemetry.DecodeTraces(l.Body, clitelemetry.JSON)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := ReadOnlySpans(req.GetResourceSpans())
-		g := generic(t, l.Body)
+		g := clicorpus.Generic(t, l.Body)
 		i := 0
-		for _, rs := range list(g, "resourceSpans") {
-			wantRes := canonJSONAttrs(list(obj(rs, "resource"), "attributes"))
-			for _, ss := range list(rs, "scopeSpans") {
-				scope := obj(ss, "scope")
-				for _, js := range list(ss, "spans") {
+		for _, rs := range clicorpus.List(g, "resourceSpans") {
+			wantRes := canonJSONAttrs(clicorpus.List(clicorpus.Obj(rs, "resource"), "attributes"))
+			for _, ss := range clicorpus.List(rs, "scopeSpans") {
+				scope := clicorpus.Obj(ss, "scope")
+				for _, js := range clicorpus.List(ss, "spans") {
 					if i >= len(got) {
 						t.Fatalf("%s: %d spans converted, want more", l.Name, len(got))
 					}
 					s := got[i]
 					i++
-					name := l.Name + "/" + str(js, "spanId")
+					name := l.Name + "/" + clicorpus.Str(js, "spanId")
 					check := func(field string, got, want any) {
 						t.Helper()
 						if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -149,41 +147,41 @@ func TestReadOnlySpansCorpus(t *testing.T) {
 						}
 					}
 					check("resource", canonAttrs(s.Resource().Attributes()), wantRes)
-					check("scope", s.InstrumentationScope().Name+"@"+s.InstrumentationScope().Version, str(scope, "name")+"@"+str(scope, "version"))
-					check("name", s.Name(), str(js, "name"))
-					check("trace id", s.SpanContext().TraceID().String(), str(js, "traceId"))
-					check("span id", s.SpanContext().SpanID().String(), str(js, "spanId"))
-					wantParent := str(js, "parentSpanId")
+					check("scope", s.InstrumentationScope().Name+"@"+s.InstrumentationScope().Version, clicorpus.Str(scope, "name")+"@"+clicorpus.Str(scope, "version"))
+					check("name", s.Name(), clicorpus.Str(js, "name"))
+					check("trace id", s.SpanContext().TraceID().String(), clicorpus.Str(js, "traceId"))
+					check("span id", s.SpanContext().SpanID().String(), clicorpus.Str(js, "spanId"))
+					wantParent := clicorpus.Str(js, "parentSpanId")
 					if wantParent == "" {
 						check("parent", s.Parent().IsValid(), false)
 					} else {
 						check("parent", s.Parent().SpanID().String(), wantParent)
-						check("parent trace", s.Parent().TraceID().String(), str(js, "traceId"))
-						check("parent remote", s.Parent().IsRemote(), num(js, "flags")&0x300 == 0x300)
+						check("parent trace", s.Parent().TraceID().String(), clicorpus.Str(js, "traceId"))
+						check("parent remote", s.Parent().IsRemote(), clicorpus.Num(js, "flags")&0x300 == 0x300)
 					}
-					check("flags", int64(s.SpanContext().TraceFlags()), num(js, "flags")&0xff)
-					check("kind", int64(s.SpanKind()), num(js, "kind")) // INTERNAL..CONSUMER share 1..5
-					check("start", s.StartTime().UnixNano(), num(js, "startTimeUnixNano"))
-					check("end", s.EndTime().UnixNano(), num(js, "endTimeUnixNano"))
-					check("attributes", canonAttrs(s.Attributes()), canonJSONAttrs(list(js, "attributes")))
-					check("dropped attributes", int64(s.DroppedAttributes()), num(js, "droppedAttributesCount"))
-					check("dropped events", int64(s.DroppedEvents()), num(js, "droppedEventsCount"))
-					check("dropped links", int64(s.DroppedLinks()), num(js, "droppedLinksCount"))
-					wantCode := map[int64]codes.Code{0: codes.Unset, 1: codes.Ok, 2: codes.Error}[num(obj(js, "status"), "code")]
+					check("flags", int64(s.SpanContext().TraceFlags()), clicorpus.Num(js, "flags")&0xff)
+					check("kind", int64(s.SpanKind()), clicorpus.Num(js, "kind")) // INTERNAL..CONSUMER share 1..5
+					check("start", s.StartTime().UnixNano(), clicorpus.Num(js, "startTimeUnixNano"))
+					check("end", s.EndTime().UnixNano(), clicorpus.Num(js, "endTimeUnixNano"))
+					check("attributes", canonAttrs(s.Attributes()), canonJSONAttrs(clicorpus.List(js, "attributes")))
+					check("dropped attributes", int64(s.DroppedAttributes()), clicorpus.Num(js, "droppedAttributesCount"))
+					check("dropped events", int64(s.DroppedEvents()), clicorpus.Num(js, "droppedEventsCount"))
+					check("dropped links", int64(s.DroppedLinks()), clicorpus.Num(js, "droppedLinksCount"))
+					wantCode := map[int64]codes.Code{0: codes.Unset, 1: codes.Ok, 2: codes.Error}[clicorpus.Num(clicorpus.Obj(js, "status"), "code")]
 					check("status", s.Status().Code, wantCode)
-					check("status message", s.Status().Description, str(obj(js, "status"), "message"))
-					check("events", len(s.Events()), len(list(js, "events")))
-					for k, je := range list(js, "events") {
+					check("status message", s.Status().Description, clicorpus.Str(clicorpus.Obj(js, "status"), "message"))
+					check("events", len(s.Events()), len(clicorpus.List(js, "events")))
+					for k, je := range clicorpus.List(js, "events") {
 						if k >= len(s.Events()) {
 							break
 						}
 						e := s.Events()[k]
-						check("event name", e.Name, str(je, "name"))
-						check("event time", e.Time.UnixNano(), num(je, "timeUnixNano"))
-						check("event attributes", canonAttrs(e.Attributes), canonJSONAttrs(list(je, "attributes")))
-						check("event dropped", int64(e.DroppedAttributeCount), num(je, "droppedAttributesCount"))
+						check("event name", e.Name, clicorpus.Str(je, "name"))
+						check("event time", e.Time.UnixNano(), clicorpus.Num(je, "timeUnixNano"))
+						check("event attributes", canonAttrs(e.Attributes), canonJSONAttrs(clicorpus.List(je, "attributes")))
+						check("event dropped", int64(e.DroppedAttributeCount), clicorpus.Num(je, "droppedAttributesCount"))
 					}
-					check("links", len(s.Links()), len(list(js, "links")))
+					check("links", len(s.Links()), len(clicorpus.List(js, "links")))
 					total++
 				}
 			}
