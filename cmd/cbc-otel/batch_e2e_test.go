@@ -37,10 +37,10 @@ func TestE2EReplayCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// With --capture-errors the error texts are those of the recording;
+		// With --tracker.capture-errors the error texts are those of the recording;
 		// by default each one is withheld, everything else unchanged.
 		for _, keep := range []bool{true, false} {
-			args := []string{"replay", "--json", "--capture-errors=" + strconv.FormatBool(keep), rec}
+			args := []string{"replay", "--summary.json", "--tracker.capture-errors=" + strconv.FormatBool(keep), rec}
 			exp := jsonLines(t, want)
 			if !keep {
 				withholdErrors(exp)

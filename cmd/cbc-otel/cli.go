@@ -19,7 +19,7 @@ func newFlagSet(cmd, usage string, w io.Writer) *flag.FlagSet {
 	fs.SetOutput(w)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+		printFlags(fs)
 		writeEnvUsage(fs.Output(), cmd)
 	}
 	return fs
@@ -29,6 +29,7 @@ func newFlagSet(cmd, usage string, w io.Writer) *flag.FlagSet {
 // not a flag. When it returns false, the subcommand ends with code: 0 after
 // -h (the usage printed), 2 after a bad flag, said in one line.
 func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
+	addAliases(fs)
 	out, usage := fs.Output(), fs.Usage
 	// The flag package would print the error, then the whole usage: one
 	// line is what a mistyped flag deserves.

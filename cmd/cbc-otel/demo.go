@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -35,6 +36,27 @@ type demoConfig struct {
 	logFormat string
 	joinCLI   bool
 	tel       telemetryFlags
+	// scenarioList is --simulate.scenarios as given, split into scenarios.
+	scenarioList string
+	// renamedUsed lists the deprecated flag names used.
+	renamedUsed []string
+}
+
+// register defines demo's flags on fs.
+func (c *demoConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.scenarioList, "simulate.scenarios", "completed,failed,stopped,cached,mixed", "comma-separated simulator scenarios, one workflow each")
+	fs.StringVar(&c.dialect, "simulate.dialect", "cbc", "stream dialect of the simulated CLI: cbc or claude")
+	fs.Float64Var(&c.speed, "simulate.speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
+	fs.BoolVar(&c.json, "summary.json", false, "print the replay --summary.json lines instead of the waterfall")
+	fs.IntVar(&c.width, "summary.width", 100, "width of the waterfall in columns")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
+	fs.BoolVar(&c.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
+	fs.BoolVar(&c.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
+	fs.DurationVar(&c.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
+	fs.StringVar(&c.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &c.logFormat)
+	fs.BoolVar(&c.joinCLI, "cli-telemetry.join", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --cli-telemetry.join does with Claude Code")
+	c.tel.register(fs, true)
 }
 
 const demoUsage = `usage: cbc-otel demo [flags]
@@ -48,38 +70,26 @@ flags:
 
 // parseDemoArgs parses and validates demo's command line.
 func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, code int) {
-	var scenarios string
 	fs := newFlagSet("demo", demoUsage, stderr)
-	fs.StringVar(&scenarios, "scenarios", "completed,failed,stopped,cached,mixed", "comma-separated simulator scenarios, one workflow each")
-	fs.StringVar(&cfg.dialect, "dialect", "cbc", "stream dialect of the simulated CLI: cbc or claude")
-	fs.Float64Var(&cfg.speed, "speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
-	fs.BoolVar(&cfg.json, "json", false, "print the replay --json lines instead of the waterfall")
-	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
-	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
-	fs.BoolVar(&cfg.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
-	fs.BoolVar(&cfg.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
-	fs.DurationVar(&cfg.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
-	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
-	registerLogFormat(fs, &cfg.logFormat)
-	fs.BoolVar(&cfg.joinCLI, "join-cli-telemetry", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --join-cli-telemetry does with Claude Code")
-	cfg.tel.register(fs, true)
+	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
 	}
 	if fs.NArg() > 0 {
 		return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	for _, s := range strings.Split(scenarios, ",") {
+	cfg.renamedUsed = aliasesUsed(fs)
+	for _, s := range strings.Split(cfg.scenarioList, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.scenarios = append(cfg.scenarios, s)
 		}
 	}
 	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 {
-		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude, --speed >= 0 and --pace >= 0"))
+		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --simulate.dialect cbc|claude, --simulate.speed >= 0 and --pace >= 0"))
 	}
 	for _, s := range cfg.scenarios {
 		if !slices.Contains(simulate.Scenarios(), s) {
-			return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("--scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", ")))
+			return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("--simulate.scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", ")))
 		}
 	}
 	_, lerr := parseLogLevel(cfg.logLevel)
@@ -98,6 +108,7 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.logLevel, rc.logFormat = c.logLevel, c.logFormat
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
+	rc.renamedUsed = c.renamedUsed
 	rc.collect = !c.live // a live demo runs for hours: keep no run
 	// Every series says it is the demo's: the shipped alert rules leave
 	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
