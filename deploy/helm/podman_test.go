@@ -238,7 +238,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 	// The demo at --speed 0 without "stopped": that scenario waits its
 	// scripted time (times --speed: none) for an interrupt, so at 0 the
 	// interrupt races the end; the other four give the same runs every time.
-	demo := []string{"demo", "--speed", "0", "--json", "--scenarios", "completed,failed,cached,mixed"}
+	demo := []string{"demo", "--simulate.speed", "0", "--summary.json", "--simulate.scenarios", "completed,failed,cached,mixed"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -247,7 +247,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 		{"version", []string{"version"}, nil},
 		{"demo", demo, normalizeDemo},
 		{"replay", append([]string{"replay"}, names...), nil},
-		{"replay --json", append([]string{"replay", "--json"}, names...), nil},
+		{"replay --json", append([]string{"replay", "--summary.json"}, names...), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(host, tc.args...)
