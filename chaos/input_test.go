@@ -72,10 +72,10 @@ func TestInputWorkflowCardinality(t *testing.T) {
 	fi, _ := f.Stat()
 	f.Close()
 
-	// --grace=0: the cap is under test here, not the grace window (whose
+	// --tracker.grace=0: the cap is under test here, not the grace window (whose
 	// cost with a million runs inside it is a figure of its own to take).
-	cmd := exec.Command(wrapperBin, "serve", "--follow", path, "--web.listen-address=127.0.0.1:0", "--log.level=info",
-		"--grace=0", "--poll-interval=50ms")
+	cmd := exec.Command(wrapperBin, "serve", "--follow.glob", path, "--web.listen-address=127.0.0.1:0", "--log.level=info",
+		"--tracker.grace=0", "--follow.poll-interval=50ms")
 	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	start := time.Now()
@@ -223,8 +223,8 @@ func TestInputHostileStrings(t *testing.T) {
 	// The stream (several 1 MB lines) is written at once: a queue that
 	// holds it all keeps this test about sanitizing, not about the tap's
 	// drop policy (section 2), even when the consumer starts late.
-	cmd := exec.Command(wrapperBin, "run", "--tap-queue=67108864", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--grace=200ms", "--summary",
-		"--traces-file", tf, "--", testExe, stream)
+	cmd := exec.Command(wrapperBin, "run", "--tap.queue-bytes=67108864", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--tracker.grace=200ms", "--summary.waterfall",
+		"--traces.file", tf, "--", testExe, stream)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer
 	var stderr syncBuffer

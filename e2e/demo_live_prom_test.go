@@ -132,7 +132,7 @@ func startLiveDemo(t *testing.T, bin string, extra ...string) (string, *exec.Cmd
 	t.Helper()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
 	logs := &promLockedBuffer{}
-	demo := exec.Command(bin, append([]string{"demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr}, extra...)...)
+	demo := exec.Command(bin, append([]string{"demo", "--live", "--simulate.speed", "0.05", "--pace", "100ms", "--tracker.grace", "200ms", "--web.listen-address", addr}, extra...)...)
 	demo.Stderr = logs
 	if err := demo.Start(); err != nil {
 		t.Fatal(err)

@@ -161,7 +161,7 @@ func TestPageChromiumDemo(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
-	stdout := startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--json", "--web.listen-address", addr)
+	stdout := startPageProc(t, bin, addr, "demo", "--simulate.speed", "0", "--hold", "--summary.json", "--web.listen-address", addr)
 	waitPage(t, addr, "sim-review-fail", "the last 5 of 5")
 	var want []string // the summary is printed before the hold, after the runs are final
 	for _, line := range strings.Split(stdout.String(), "\n") {
@@ -238,7 +238,7 @@ func TestPageChromiumHostileLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
-	startPageProc(t, bin, addr, "run", "--web.listen-address", addr, "--grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 60`, file)
+	startPageProc(t, bin, addr, "run", "--web.listen-address", addr, "--tracker.grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 60`, file)
 	waitPage(t, addr, "still-open", "alert(1)")
 	dom := dumpDOM(t, chromium, "http://"+addr+"/")
 	runs := runsOf(dom)

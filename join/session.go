@@ -119,7 +119,7 @@ type Wiring struct {
 	Forward clitelemetry.ForwarderConfig
 }
 
-// Session is run --join-cli-telemetry for one CLI process: the receiver the
+// Session is run --cli-telemetry.join for one CLI process: the receiver the
 // child exports to, the Joiner, and the forwarder of the CLI's logs and
 // metrics. Its methods follow the child's life: Start before it, ChildEnv
 // for it, ChildDone when it exited, StreamDone when its stream was read,

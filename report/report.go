@@ -3,7 +3,7 @@
 // JSON object per line (README, "replay --json"), and a Markdown section
 // for a CI step summary (WriteStepSummary).
 //
-// Cost: when the CLI's own telemetry was joined (run --join-cli-telemetry),
+// Cost: when the CLI's own telemetry was joined (run --cli-telemetry.join),
 // a run and an agent whose ingest.Cost is known gain, in JSON,
 //
 //	"cost_usd": 0.0123,                  the sum of the CLI's api_request cost_usd
@@ -170,7 +170,7 @@ type Workflow struct {
 	ToolUses      int64   `json:"tool_uses"`
 	Phases        []Phase `json:"phases"`
 	Agents        []Agent `json:"agents"`
-	// Stalls counts the run's silences of --stall-after (omitted: none).
+	// Stalls counts the run's silences of --tracker.stall-after (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
 	// StopReason says why a stopped run stopped, when known: the
 	// notification's reason, or "budget" (run --budget.max-cost-usd).
@@ -225,7 +225,7 @@ type Agent struct {
 	EndInferred bool   `json:"end_inferred,omitempty"`
 	Tokens      int64  `json:"tokens"`
 	Error       string `json:"error"`
-	// Stalls counts the agent's silences of --stall-after while live
+	// Stalls counts the agent's silences of --tracker.stall-after while live
 	// (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
 	Cost       // what its model calls cost (package doc)

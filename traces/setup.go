@@ -190,7 +190,7 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		}
 	}
 	if want[ExporterConsole] && cfg.Console == nil {
-		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces-file")
+		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces.file")
 	}
 
 	ep, epErr := resolveEndpoint(cfg.Endpoint)
@@ -282,7 +282,7 @@ func resolveEndpoint(flagValue string) (*otlpEndpoint, error) {
 	if strings.TrimSpace(flagValue) != "" {
 		if NoEndpoint(flagValue) {
 			// An explicit "none" wins over the environment and disables
-			// OTLP, leaving a --traces-file alone.
+			// OTLP, leaving a --traces.file alone.
 			return nil, nil
 		}
 		u, err := parseEndpoint(flagValue)
