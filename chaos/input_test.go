@@ -50,7 +50,7 @@ func inputDefaultCap(t *testing.T) int {
 }
 
 // TestInputWorkflowCardinality feeds one million distinct workflow names
-// (tiny lines: started and finished) to `serve --follow` with the default
+// (tiny lines: started and finished) to `serve --follow.glob` with the default
 // label cap and counts the series that /metrics then exposes.
 func TestInputWorkflowCardinality(t *testing.T) {
 	capN := inputDefaultCap(t)
@@ -212,7 +212,7 @@ func inputUnsafe(s string, maxLen int) string {
 
 // TestInputHostileStrings runs hostile strings through `run` with every
 // output and checks every label value of the scrape, every stderr line at
-// debug level (with the --summary waterfall) and every span string.
+// debug level (with the --summary.waterfall) and every span string.
 func TestInputHostileStrings(t *testing.T) {
 	dir := t.TempDir()
 	stream := filepath.Join(dir, "hostile.ndjson")
@@ -295,7 +295,7 @@ func TestInputHostileStrings(t *testing.T) {
 			badLines = append(badLines, fmt.Sprintf("line %d: %s: %.60q", lines, why, l))
 		}
 	}
-	record(t, SecInput, "hostile strings: stderr lines (debug, --summary) unsanitized", inputFigure(lines, badLines), "0 (<= 64 KiB a line)", len(badLines) == 0)
+	record(t, SecInput, "hostile strings: stderr lines (debug, --summary.waterfall) unsanitized", inputFigure(lines, badLines), "0 (<= 64 KiB a line)", len(badLines) == 0)
 
 	// Spans: every string of the OTLP/JSON file, once decoded.
 	tb, err := os.ReadFile(tf)

@@ -148,7 +148,7 @@ type memOneRun struct {
 
 // memRun runs the attack once through `run` with every output that keeps
 // nothing per run: the /metrics listener, --metrics.file, --traces.file,
-// OTLP over gRPC to an in-process receiver, the default grace. --summary
+// OTLP over gRPC to an in-process receiver, the default grace. --summary.waterfall
 // and --summary.file are left off: they keep every run seen by design (the
 // report of the whole session), so they grow with the stream.
 func memRun(t *testing.T, dir, stream string, lines int, rcv *c5OTLP) memOneRun {

@@ -118,8 +118,8 @@ type secretOutput struct {
 	// emptyOK marks an output that may legitimately be empty (a log with
 	// nothing to say); the others must hold data or the check is vacuous.
 	emptyOK bool
-	// summary holds the runs seen (--summary.file, replay --json, the
-	// --summary waterfall on stderr): with --tracker.capture-errors, error texts
+	// summary holds the runs seen (--summary.file, replay --summary.json, the
+	// --summary.waterfall on stderr): with --tracker.capture-errors, error texts
 	// are allowed there, outside log lines.
 	summary bool
 }
@@ -267,7 +267,7 @@ func secretsRun(t *testing.T, dir, stream string, rcv *c5OTLP, opt []string) []s
 		t.Error("the OTLP gRPC receiver got no span from run")
 	}
 	return []secretOutput{
-		{name: "run stderr (debug logs, --summary)", data: stderr.Bytes(), summary: true},
+		{name: "run stderr (debug logs, --summary.waterfall)", data: stderr.Bytes(), summary: true},
 		{name: "run /metrics scrape", data: []byte(scrape)},
 		{name: "run --metrics.file", data: secretsRead(t, mf)},
 		{name: "run --traces.file", data: secretsRead(t, tf), traces: true},
@@ -339,7 +339,7 @@ func secretsSpoolServe(t *testing.T, dir, stream string, rcv *c5OTLP, opt []stri
 	}
 }
 
-// secretsReplay is `replay --json` with the file outputs and debug logs.
+// secretsReplay is `replay --summary.json` with the file outputs and debug logs.
 func secretsReplay(t *testing.T, dir, stream string, opt []string) []secretOutput {
 	d := filepath.Join(dir, "replay")
 	os.Mkdir(d, 0o700)
@@ -352,7 +352,7 @@ func secretsReplay(t *testing.T, dir, stream string, opt []string) []secretOutpu
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
 	return []secretOutput{
-		{name: "replay --json output", data: stdout.Bytes(), summary: true},
+		{name: "replay --summary.json output", data: stdout.Bytes(), summary: true},
 		{name: "replay stderr (debug logs)", data: stderr.Bytes(), emptyOK: true},
 		{name: "replay --metrics.file", data: secretsRead(t, mf)},
 		{name: "replay --traces.file", data: secretsRead(t, tf), traces: true},

@@ -467,7 +467,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 
 }
 
-// joinRunCostUSD is a --summary.file / --json run's cost (the field's name
+// joinRunCostUSD is a --summary.file / --summary.json run's cost (the field's name
 // is not settled: change it here).
 // joinSessionCostUSD reads the main conversation's cost from the summary
 // file's session line.

@@ -156,7 +156,7 @@ func runsOf(dom string) []string {
 
 // TestPageChromiumDemo: the page of `demo --hold`, loaded in a real
 // headless Chromium, shows every run of the demo with its status (those
-// of demo's own --json summary), the build info and the links.
+// of demo's own --summary.json summary), the build info and the links.
 func TestPageChromiumDemo(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)

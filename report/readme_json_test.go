@@ -17,7 +17,7 @@ func TestReadmeJSONKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	start := strings.Index(readme, "### `replay --json`: a contract for scripts")
+	start := strings.Index(readme, "### `replay --summary.json`: a contract for scripts")
 	if start < 0 {
 		t.Fatal("README has no `replay --json` contract section")
 	}

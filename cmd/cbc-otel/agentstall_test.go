@@ -13,7 +13,7 @@ import (
 // TestReplayAgentStalls: in replay the stream's clock decides an agent's
 // stall too: agent 1's lastProgressAt stays for 12 minutes of stream time
 // while agent 2's advances every minute (so the run never falls silent);
-// agent 1 is stalled once, in --json and in the metrics file, the gauge
+// agent 1 is stalled once, in --summary.json and in the metrics file, the gauge
 // back at 0 once it moves; --tracker.stall-after 0 and 15m see none.
 func TestReplayAgentStalls(t *testing.T) {
 	const t0 = 1796292000000 // 2026-12-03T10:00:00Z: startedAt, the first written_at

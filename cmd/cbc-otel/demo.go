@@ -65,12 +65,36 @@ Runs simulated workflows under the wrapper and prints what cbc-otel observed.
 With --live they keep coming, one every --pace, until SIGINT or SIGTERM
 (exit 0), with /metrics up the whole time: something to scrape and look at.
 
+examples:
+  # five scenarios, the waterfall of what was observed
+  cbc-otel demo
+  # workflows until interrupted: /metrics and the runs page on :9478, spans to a collector
+  cbc-otel demo --live --web.listen-address 127.0.0.1:9478 --otlp.endpoint http://127.0.0.1:4317
+  # Claude Code's dialect with its own telemetry joined, fast, as JSON lines
+  cbc-otel demo --simulate.dialect claude --cli-telemetry.join --simulate.speed 0 --summary.json
+
 flags:
 `
+
+// validate checks the configuration after parsing, in the order the
+// messages are worth reading: the simulator's flags, then the rest.
+func (c *demoConfig) validate() error {
+	if len(c.scenarios) == 0 || (c.dialect != "cbc" && c.dialect != "claude") || c.speed < 0 || c.pace < 0 {
+		return errors.New("need at least one scenario, --simulate.dialect cbc|claude, --simulate.speed >= 0 and --pace >= 0")
+	}
+	for _, s := range c.scenarios {
+		if !slices.Contains(simulate.Scenarios(), s) {
+			return fmt.Errorf("--simulate.scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", "))
+		}
+	}
+	_, lerr := parseLogLevel(c.logLevel)
+	return errors.Join(lerr, checkLogFormat(c.logFormat), c.tel.validate())
+}
 
 // parseDemoArgs parses and validates demo's command line.
 func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, code int) {
 	fs := newFlagSet("demo", demoUsage, stderr)
+	registerVersion(fs)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
@@ -84,16 +108,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 			cfg.scenarios = append(cfg.scenarios, s)
 		}
 	}
-	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 {
-		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --simulate.dialect cbc|claude, --simulate.speed >= 0 and --pace >= 0"))
-	}
-	for _, s := range cfg.scenarios {
-		if !slices.Contains(simulate.Scenarios(), s) {
-			return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("--simulate.scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", ")))
-		}
-	}
-	_, lerr := parseLogLevel(cfg.logLevel)
-	if err := errors.Join(lerr, checkLogFormat(cfg.logFormat), cfg.tel.validate()); err != nil {
+	if err := cfg.validate(); err != nil {
 		return cfg, false, fail(stderr, "demo", exitUsage, err)
 	}
 	return cfg, true, exitOK

@@ -21,22 +21,22 @@ var flagCommands = []string{"run", "serve", "replay", "demo"}
 func commandFlagSet(t *testing.T, cmd string) *flag.FlagSet {
 	t.Helper()
 	fs := newFlagSet(cmd, "", io.Discard)
+	registerVersion(fs)
+	var c flagConfig
 	switch cmd {
 	case "run":
-		c := defaultRunConfig()
-		c.register(fs)
+		rc := defaultRunConfig()
+		c = &rc
 	case "serve":
-		var c serveConfig
-		c.register(fs)
+		c = new(serveConfig)
 	case "replay":
-		c := replayConfig{logLevel: "error"}
-		c.register(fs)
+		c = &replayConfig{logLevel: "error"}
 	case "demo":
-		var c demoConfig
-		c.register(fs)
+		c = new(demoConfig)
 	default:
 		t.Fatalf("no FlagSet for %s", cmd)
 	}
+	c.register(fs)
 	addAliases(fs)
 	return fs
 }

@@ -81,7 +81,7 @@ func TestReplayFlagsAfterOperands(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := realMain(context.Background(), args, stdio{in: strings.NewReader(in), out: &out, err: &errb})
 		if code != exitOK || !strings.Contains(out.String(), `"kind":"stats"`) {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the --json output of stdin", args, code, out.String(), errb.String())
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the --summary.json output of stdin", args, code, out.String(), errb.String())
 		}
 	}
 	var errb bytes.Buffer
@@ -102,7 +102,7 @@ func TestConsoleExporterAccepted(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 	if strings.Contains(out.String(), "resourceSpans") || !strings.Contains(out.String(), `"kind":"stats"`) {
-		t.Errorf("stdout %q: want the --json lines only", out.String())
+		t.Errorf("stdout %q: want the --summary.json lines only", out.String())
 	}
 	if !strings.Contains(errb.String(), `"resourceSpans"`) {
 		t.Errorf("stderr %q: want the spans as OTLP/JSON", errb.String())

@@ -164,7 +164,7 @@ func TestE2ERunSimulateReconstructsEveryRun(t *testing.T) {
 	}
 }
 
-// splitSummary parses replay --json lines: the runs, sorted by task id, and
+// splitSummary parses replay --summary.json lines: the runs, sorted by task id, and
 // the stats object.
 func splitSummary(t *testing.T, b []byte) (runs []map[string]any, stats map[string]any) {
 	t.Helper()

@@ -61,6 +61,14 @@ Exit status: 0 all done; 1 a recording could not be read or the output written;
 2 usage error; 3 ran through, but spans were not delivered (to the OTLP endpoint
 or the --traces.file: how many, where and why is said on stderr).
 
+examples:
+  # the runs of a recording as a waterfall
+  cbc-otel replay session.ndjson
+  # one JSON line per run, for a script
+  cbc-otel replay --summary.json session.ndjson | jq 'select(.status == "failed")'
+  # backfill: the recording's spans to a collector, its metrics to a file
+  cbc-otel replay --otlp.endpoint http://127.0.0.1:4317 --metrics.file metrics.prom session.ndjson
+
 flags:
 `
 
@@ -70,6 +78,7 @@ flags:
 func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	cfg := replayConfig{logLevel: "error"}
 	fs := newFlagSet("replay", replayUsage, sio.err)
+	registerVersion(fs)
 	cfg.register(fs)
 	files, ok, code := parseInterspersed(fs, args)
 	if !ok {

@@ -25,7 +25,7 @@ import (
 const defaultConsumerWait = 5 * time.Second
 
 // runConfig is the configuration of `cbc-otel run`. Later issues add their
-// flags here: a field, a line in register, a check in Validate.
+// flags here: a field, a line in register, a check in validate.
 type runConfig struct {
 	killTimeout  time.Duration
 	drainTimeout time.Duration
@@ -84,8 +84,8 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	c.spool.register(fs)
 }
 
-// Validate checks the configuration after parsing.
-func (c *runConfig) Validate() error {
+// validate checks the configuration after parsing.
+func (c *runConfig) validate() error {
 	var errs []error
 	if len(c.command) == 0 {
 		errs = append(errs, errors.New("no command given: cbc-otel run [flags] -- CMD [ARGS...]"))
@@ -190,6 +190,7 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code int) {
 	cfg = defaultRunConfig()
 	fs := newFlagSet("run", runUsage, stderr)
+	registerVersion(fs)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
@@ -202,7 +203,7 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 	if !cfg.explicit["summary.step-output"] {
 		cfg.stepOutput = os.Getenv("GITHUB_OUTPUT")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return cfg, false, fail(stderr, "run", exitUsage, err)
 	}
 	return cfg, true, exitOK

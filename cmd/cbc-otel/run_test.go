@@ -66,7 +66,7 @@ func testMain(m *testing.M) int {
 func TestRunConfigValidate(t *testing.T) {
 	ok := defaultRunConfig()
 	ok.command = []string{"cat"}
-	if err := ok.Validate(); err != nil {
+	if err := ok.validate(); err != nil {
 		t.Fatalf("default config with a command: %v", err)
 	}
 	for name, mutate := range map[string]func(*runConfig){
@@ -78,7 +78,7 @@ func TestRunConfigValidate(t *testing.T) {
 	} {
 		c := ok
 		mutate(&c)
-		if err := c.Validate(); err == nil {
+		if err := c.validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)
 		}
 	}

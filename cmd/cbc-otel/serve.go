@@ -162,6 +162,12 @@ exactly once. Exit status: 0 after SIGTERM/SIGINT and a final checkpoint,
 2 for bad flags, 1 when it cannot run (state directory not writable,
 metrics address taken, final checkpoint failed).
 
+examples:
+  # the sidecar of wrappers started with 'cbc-otel run --spool.dir /var/spool/cbc-otel'
+  cbc-otel serve --spool.dir /var/spool/cbc-otel --state.dir /var/lib/cbc-otel --web.listen-address :9478 --otlp.endpoint http://collector:4317
+  # plain stream-json files written by 'cbc ... | tee', finalized after 5 minutes without growth
+  cbc-otel serve --follow.glob '/var/log/cbc/*.ndjson' --follow.idle-timeout 5m --state.dir /var/lib/cbc-otel
+
 flags:
 `
 
@@ -247,6 +253,7 @@ func onHangup(log *slog.Logger) (stop func()) {
 // parseServeArgs parses and validates serve's command line.
 func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, code int) {
 	fs := newFlagSet("serve", serveUsage, stderr)
+	registerVersion(fs)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code

@@ -11,7 +11,7 @@ import (
 
 // TestReplayStalls: in replay the stream's own clock (written_at) decides
 // stalls: a run silent for 11 minutes of stream time while another runs
-// is stalled once, in --json and in the metrics file; --tracker.stall-after 0 and
+// is stalled once, in --summary.json and in the metrics file; --tracker.stall-after 0 and
 // a longer --tracker.stall-after see none.
 func TestReplayStalls(t *testing.T) {
 	line := func(at, rest string) string {
@@ -37,7 +37,7 @@ func TestReplayStalls(t *testing.T) {
 			t.Fatalf("replay %q: exit %d: %s", args, code, errb.String())
 		}
 		if got := strings.Contains(out.String(), `"stalls"`); got != (tc.stalls != "") || (tc.stalls != "" && !strings.Contains(out.String(), tc.stalls)) {
-			t.Errorf("replay %q: --json stalls: %s", args, out.String())
+			t.Errorf("replay %q: --summary.json stalls: %s", args, out.String())
 		}
 		prom, err := os.ReadFile(mfile)
 		if err != nil {

@@ -271,7 +271,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 	}
 }
 
-// normalizeDemo drops what the wall clock decides from demo --json lines:
+// normalizeDemo drops what the wall clock decides from demo --summary.json lines:
 // start, end and durations of runs, phases and agents.
 func normalizeDemo(t *testing.T, out string) string {
 	t.Helper()
@@ -279,7 +279,7 @@ func normalizeDemo(t *testing.T, out string) string {
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var v map[string]any
 		if err := json.Unmarshal([]byte(line), &v); err != nil {
-			t.Fatalf("demo --json line %q: %v", line, err)
+			t.Fatalf("demo --summary.json line %q: %v", line, err)
 		}
 		dropClock(v)
 		n, err := json.Marshal(v)
