@@ -124,7 +124,7 @@ func overviewExprs(t *testing.T) []string {
 	return exprs
 }
 
-// startLiveDemo starts `demo --live` (fast: --speed 0.05, --pace 100ms) on
+// startLiveDemo starts `demo --live` (fast: --simulate.speed 0.05, --pace 100ms) on
 // a free loopback port, with extra flags, killed at the test's end and its stderr logged if
 // the test failed. It returns the listen address, the command and a
 // channel closed when it exits.

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestReadmeJSONKeys keeps the README's `replay --json` contract complete:
+// TestReadmeJSONKeys keeps the README's `replay --summary.json` contract complete:
 // every key the contract types can write (Workflow, Task, Phase, Agent,
 // LaunchedBy, Cost, ModelCost, TokensByType, Session, StatsLine) is named
 // in that section, so a key added to the code and not documented fails.
@@ -19,7 +19,7 @@ func TestReadmeJSONKeys(t *testing.T) {
 	readme := string(b)
 	start := strings.Index(readme, "### `replay --summary.json`: a contract for scripts")
 	if start < 0 {
-		t.Fatal("README has no `replay --json` contract section")
+		t.Fatal("README has no `replay --summary.json` contract section")
 	}
 	sec := readme[start:]
 	if end := strings.Index(sec[4:], "\n### "); end >= 0 {
@@ -40,7 +40,7 @@ func TestReadmeJSONKeys(t *testing.T) {
 			}
 			seen[name] = true
 			if !strings.Contains(sec, `"`+name+`"`) && !strings.Contains(sec, "`"+name+"`") {
-				t.Errorf("%s.%s: key %q is not in the README's replay --json contract", typ.Name(), f.Name, name)
+				t.Errorf("%s.%s: key %q is not in the README's replay --summary.json contract", typ.Name(), f.Name, name)
 			}
 		}
 	}

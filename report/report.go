@@ -1,5 +1,5 @@
 // Package report turns finalized runs into what people and scripts read: a
-// terminal waterfall per workflow run, the `replay --json` contract, one
+// terminal waterfall per workflow run, the `replay --summary.json` contract, one
 // JSON object per line (README, "replay --json"), and a Markdown section
 // for a CI step summary (WriteStepSummary).
 //
@@ -39,7 +39,7 @@ import (
 // finalization, and the cost of each session's main conversation.
 type Collector struct {
 	Runs []ingest.Run
-	// JSONOnly keeps each finalized run as its replay --json line, not as a
+	// JSONOnly keeps each finalized run as its replay --summary.json line, not as a
 	// copy in Runs (WriteJSON writes them): no copy of every run's agents
 	// and phases, a run's line is all that is left of it. The copies were a
 	// quarter of replay's allocated bytes.

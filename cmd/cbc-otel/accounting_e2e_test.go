@@ -13,7 +13,7 @@ import (
 // (one a line of interest) and a tap queue of 64 KiB, so that the telemetry
 // falls behind. Per source, the metrics file's framed + incomplete +
 // dropped bytes are all the child wrote, and every output says what was
-// missed: the --summary.waterfall waterfall, the --summary.file stats line and the
+// missed: the --summary.waterfall, the --summary.file stats line and the
 // step summary.
 func TestE2EEveryByteAccounted(t *testing.T) {
 	rec, err := os.ReadFile(exportRecording)

@@ -149,7 +149,7 @@ func TestBudgetStopsSession(t *testing.T) {
 		t.Errorf("no span with cbc.stop.reason budget:\n%s", tr)
 	}
 	if !strings.Contains(stderr, "stop reason: budget") {
-		t.Errorf("--summary lacks the stop reason:\n%s", stderr)
+		t.Errorf("--summary.waterfall lacks the stop reason:\n%s", stderr)
 	}
 	if m, _ := os.ReadFile(prom); !regexp.MustCompile(`(?m)^cbc_budget_stops_total(\{[^}]*\})? 1$`).Match(m) {
 		t.Errorf("metrics file has no cbc_budget_stops_total 1:\n%s", m)

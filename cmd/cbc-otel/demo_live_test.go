@@ -64,12 +64,12 @@ func TestDemoLiveCountersGrow(t *testing.T) {
 }
 
 // demo --live dates everything it emits at the wall clock: it paces the
-// simulator's script by --speed instead of stretching its clock. Run for
+// simulator's script by --simulate.speed instead of stretching its clock. Run for
 // several workflows of every scenario (mixed has Bash and agent side
 // tasks), no span starts before the demo did or ends after the receiver
 // got it, no run on the page starts after the page's own clock, and the
 // runs' durations (one workflow at a time) add up to no more than the wall
-// time that passed; every series on /metrics has demo="true". At --speed 0.1 a clock scaled by 1/speed would run ten
+// time that passed; every series on /metrics has demo="true". At --simulate.speed 0.1 a clock scaled by 1/speed would run ten
 // times ahead and fail every one of these.
 func TestDemoLiveOnTheWallClock(t *testing.T) {
 	clearOTelEnv(t)

@@ -235,8 +235,8 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 	if len(names) < 3 {
 		t.Fatalf("recordings in %s: %q", corpus, names)
 	}
-	// The demo at --speed 0 without "stopped": that scenario waits its
-	// scripted time (times --speed: none) for an interrupt, so at 0 the
+	// The demo at --simulate.speed 0 without "stopped": that scenario waits its
+	// scripted time (times --simulate.speed: none) for an interrupt, so at 0 the
 	// interrupt races the end; the other four give the same runs every time.
 	demo := []string{"demo", "--simulate.speed", "0", "--summary.json", "--simulate.scenarios", "completed,failed,cached,mixed"}
 	for _, tc := range []struct {
@@ -247,7 +247,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 		{"version", []string{"version"}, nil},
 		{"demo", demo, normalizeDemo},
 		{"replay", append([]string{"replay"}, names...), nil},
-		{"replay --json", append([]string{"replay", "--summary.json"}, names...), nil},
+		{"replay --summary.json", append([]string{"replay", "--summary.json"}, names...), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(host, tc.args...)
