@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
 )
 
 // flagCommands are the subcommands whose flags are in the one dialect.
@@ -225,5 +227,29 @@ func TestReadmeListsRenamed(t *testing.T) {
 	}
 	if !maps.Equal(doc, renamed) {
 		t.Errorf("README.md's deprecated flags %v, want renamed %v", doc, renamed)
+	}
+}
+
+// TestRenamedWarnsUnderRun: run's quiet default (--log.level error) still
+// says a deprecated name once, at warn, on stderr beside the child's; an
+// explicit --log.level error silences it; the child runs either way.
+func TestRenamedWarnsUnderRun(t *testing.T) {
+	t.Setenv(supervisetest.EnvMode, "cat")
+	for _, tc := range []struct {
+		flags []string
+		want  int
+	}{
+		{[]string{"--kill-timeout=5s", "-kill-timeout", "6s"}, 1},
+		{[]string{"--log.level=error", "--kill-timeout=5s"}, 0},
+		{[]string{"--child.kill-timeout=5s"}, 0},
+	} {
+		var out, errb bytes.Buffer
+		r := testRunner(nil)
+		if code := r.run(context.Background(), childArgs(tc.flags...), stdio{in: strings.NewReader("x\n"), out: &out, err: &errb}); code != exitOK || out.String() != "x\n" {
+			t.Fatalf("run %q: exit %d, stdout %q, stderr %q", tc.flags, code, out.String(), errb.String())
+		}
+		if n := strings.Count(errb.String(), "level=WARN msg=\"flag --kill-timeout is deprecated"); n != tc.want {
+			t.Errorf("run %q: %d warnings, want %d; stderr:\n%s", tc.flags, n, tc.want, errb.String())
+		}
 	}
 }
