@@ -7,6 +7,20 @@ import (
 	"strings"
 )
 
+// The flags stay on the standard flag package, in the Prometheus dialect
+// (dotted namespaces, exporter-toolkit's --web.* names), rather than on
+// kingpin, the exporters' own parser (issue 30): kingpin is not in go.mod
+// and exporter-toolkit marks its kingpin glue contributions-only; its
+// Interspersed is per application, where run must stop at the child's
+// first word and replay take flags after its files; it reads -name as
+// short flags, breaking the single-dash spellings users have (and no
+// alias could catch them); simulate must accept the CLI's arbitrary flags
+// on flag anyway (two parsers in one binary); its --[no-]bool, exit on
+// error and help format would be new to every -h parser here; its .Envar
+// would tempt serving OTEL_* through flags whose values differ (host:port,
+// per-signal paths); and run's resident-set budget has no room to spare.
+// What kingpin would bring is done here: grouped help, --version.
+
 // flagGroup is one namespace of the flags, as -h groups them.
 type flagGroup struct{ ns, what string }
 
