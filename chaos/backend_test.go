@@ -40,7 +40,7 @@ import (
 //   - blast runs copy a 256 MiB bulk at pipe speed: the pipe must keep its
 //     throughput whatever the backend does. At that speed the telemetry
 //     consumer may fall behind on a loaded or 2-core machine and the tap
-//     then drops bytes by design (--tap-queue: never slow the pipe), so
+//     then drops bytes by design (--tap.queue-bytes: never slow the pipe), so
 //     these runs hold the metrics to one thing only: a run whose metrics
 //     are inexact has counted tap drops.
 //   - paced runs copy a smaller bulk at the rate of a brisk real CLI
@@ -477,7 +477,7 @@ type beRunOpts struct {
 	// release, if set, is called once the prefix is through; the child
 	// waits for it to return before the bulk.
 	release func()
-	// metricsFile, if set, is the --metrics-file path (default: one in a
+	// metricsFile, if set, is the --metrics.file path (default: one in a
 	// temporary directory).
 	metricsFile string
 	// pinned: the wrapper (and so its child) runs on CPU cpu alone.
@@ -495,7 +495,7 @@ func beRunWrapper(t *testing.T, o beRunOpts) beWrapperRun {
 	if mfile == "" {
 		mfile = filepath.Join(dir, "metrics.prom")
 	}
-	args := []string{"run", "--web.listen-address=", "--log.level=warn", "--metrics-file=" + mfile}
+	args := []string{"run", "--web.listen-address=", "--log.level=warn", "--metrics.file=" + mfile}
 	args = append(args, o.flags...)
 	args = append(args, "--", testExe, stamp, strconv.FormatInt(o.rate, 10), o.prefix.path)
 	total := o.prefix.size
@@ -1030,7 +1030,7 @@ func checkBackendBlast(t *testing.T, st backendStream, c *backendCase, basePass,
 			"reference", true)
 	}
 
-	// (a') At pipe speed the tap may drop (by design: --tap-queue), but
+	// (a') At pipe speed the tap may drop (by design: --tap.queue-bytes), but
 	// never silently: a run whose metrics are inexact must have counted
 	// its drops in cbc_otel_tap_dropped_bytes_total.
 	exact, tapDrops, inexactNoTap, unreadable := 0, 0, 0, 0

@@ -231,7 +231,7 @@ func TestEndpoints(t *testing.T) {
 				cmd = exec.Command(wrapperBin, append(args, "--", testExe, stream)...)
 				cmd.Env = childEnv("secrets-stream")
 			} else {
-				args := append([]string{"serve", "--follow", stream, "--web.listen-address=127.0.0.1:0", "--log.level=info"}, extra...)
+				args := append([]string{"serve", "--follow.glob", stream, "--web.listen-address=127.0.0.1:0", "--log.level=info"}, extra...)
 				cmd = exec.Command(wrapperBin, args...)
 			}
 			var stderr syncBuffer
@@ -295,7 +295,7 @@ func c5OpenFDs(pid int) int {
 
 // TestEndpointsServeBounds holds serve to the bounds of what it accepts:
 // the files it follows at once (--follow.max-files) and the line it looks
-// at (--max-line), both at their defaults.
+// at (--tracker.max-line), both at their defaults.
 func TestEndpointsServeBounds(t *testing.T) {
 	t.Run("files followed at once", func(t *testing.T) {
 		const files = 1500
@@ -313,8 +313,8 @@ func TestEndpointsServeBounds(t *testing.T) {
 			record(t, SecEndpoints, "serve: files followed at once", "no --follow.max-files flag", "a bound", false)
 			return
 		}
-		cmd := exec.Command(wrapperBin, "serve", "--follow", filepath.Join(dir, "*.ndjson"), "--web.listen-address=127.0.0.1:0",
-			"--idle-timeout=300ms", "--poll-interval=50ms", "--grace=0")
+		cmd := exec.Command(wrapperBin, "serve", "--follow.glob", filepath.Join(dir, "*.ndjson"), "--web.listen-address=127.0.0.1:0",
+			"--follow.idle-timeout=300ms", "--follow.poll-interval=50ms", "--tracker.grace=0")
 		var stderr syncBuffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		start := time.Now()
@@ -350,7 +350,7 @@ func TestEndpointsServeBounds(t *testing.T) {
 		if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(wrapperBin, "serve", "--follow", path, "--web.listen-address=127.0.0.1:0", "--poll-interval=50ms", "--grace=0")
+		cmd := exec.Command(wrapperBin, "serve", "--follow.glob", path, "--web.listen-address=127.0.0.1:0", "--follow.poll-interval=50ms", "--tracker.grace=0")
 		var stderr syncBuffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if err := cmd.Start(); err != nil {
@@ -368,7 +368,7 @@ func TestEndpointsServeBounds(t *testing.T) {
 				fmt.Sscan(strings.Fields(l)[1], &tooLong)
 			}
 		}
-		record(t, SecEndpoints, "serve, one 64 MiB line: rejected as too_long", fmt.Sprintf("%.0f", tooLong), "1 (--max-line default 4 MiB)", tooLong == 1)
+		record(t, SecEndpoints, "serve, one 64 MiB line: rejected as too_long", fmt.Sprintf("%.0f", tooLong), "1 (--tracker.max-line default 4 MiB)", tooLong == 1)
 		record(t, SecEndpoints, "serve, one 64 MiB line: peak RSS", fmt.Sprintf("%d MB", hwm>>20), "< 64 MB (the line is never held)", hwm > 0 && hwm < 64<<20)
 	})
 }

@@ -50,7 +50,7 @@ func inputDefaultCap(t *testing.T) int {
 }
 
 // TestInputWorkflowCardinality feeds one million distinct workflow names
-// (tiny lines: started and finished) to `serve --follow` with the default
+// (tiny lines: started and finished) to `serve --follow.glob` with the default
 // label cap and counts the series that /metrics then exposes.
 func TestInputWorkflowCardinality(t *testing.T) {
 	capN := inputDefaultCap(t)
@@ -72,10 +72,10 @@ func TestInputWorkflowCardinality(t *testing.T) {
 	fi, _ := f.Stat()
 	f.Close()
 
-	// --grace=0: the cap is under test here, not the grace window (whose
+	// --tracker.grace=0: the cap is under test here, not the grace window (whose
 	// cost with a million runs inside it is a figure of its own to take).
-	cmd := exec.Command(wrapperBin, "serve", "--follow", path, "--web.listen-address=127.0.0.1:0", "--log.level=info",
-		"--grace=0", "--poll-interval=50ms")
+	cmd := exec.Command(wrapperBin, "serve", "--follow.glob", path, "--web.listen-address=127.0.0.1:0", "--log.level=info",
+		"--tracker.grace=0", "--follow.poll-interval=50ms")
 	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	start := time.Now()
@@ -212,7 +212,7 @@ func inputUnsafe(s string, maxLen int) string {
 
 // TestInputHostileStrings runs hostile strings through `run` with every
 // output and checks every label value of the scrape, every stderr line at
-// debug level (with the --summary waterfall) and every span string.
+// debug level (with the --summary.waterfall) and every span string.
 func TestInputHostileStrings(t *testing.T) {
 	dir := t.TempDir()
 	stream := filepath.Join(dir, "hostile.ndjson")
@@ -223,8 +223,8 @@ func TestInputHostileStrings(t *testing.T) {
 	// The stream (several 1 MB lines) is written at once: a queue that
 	// holds it all keeps this test about sanitizing, not about the tap's
 	// drop policy (section 2), even when the consumer starts late.
-	cmd := exec.Command(wrapperBin, "run", "--tap-queue=67108864", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--grace=200ms", "--summary",
-		"--traces-file", tf, "--", testExe, stream)
+	cmd := exec.Command(wrapperBin, "run", "--tap.queue-bytes=67108864", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--tracker.grace=200ms", "--summary.waterfall",
+		"--traces.file", tf, "--", testExe, stream)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer
 	var stderr syncBuffer
@@ -295,7 +295,7 @@ func TestInputHostileStrings(t *testing.T) {
 			badLines = append(badLines, fmt.Sprintf("line %d: %s: %.60q", lines, why, l))
 		}
 	}
-	record(t, SecInput, "hostile strings: stderr lines (debug, --summary) unsanitized", inputFigure(lines, badLines), "0 (<= 64 KiB a line)", len(badLines) == 0)
+	record(t, SecInput, "hostile strings: stderr lines (debug, --summary.waterfall) unsanitized", inputFigure(lines, badLines), "0 (<= 64 KiB a line)", len(badLines) == 0)
 
 	// Spans: every string of the OTLP/JSON file, once decoded.
 	tb, err := os.ReadFile(tf)

@@ -147,16 +147,16 @@ type memOneRun struct {
 }
 
 // memRun runs the attack once through `run` with every output that keeps
-// nothing per run: the /metrics listener, --metrics-file, --traces-file,
-// OTLP over gRPC to an in-process receiver, the default grace. --summary
-// and --summary-file are left off: they keep every run seen by design (the
+// nothing per run: the /metrics listener, --metrics.file, --traces.file,
+// OTLP over gRPC to an in-process receiver, the default grace. --summary.waterfall
+// and --summary.file are left off: they keep every run seen by design (the
 // report of the whole session), so they grow with the stream.
 func memRun(t *testing.T, dir, stream string, lines int, rcv *c5OTLP) memOneRun {
 	t.Helper()
 	mf, tf := filepath.Join(dir, "m.prom"), filepath.Join(dir, "t.jsonl")
 	os.Remove(mf)
 	os.Remove(tf)
-	args := []string{"run", "--web.listen-address=127.0.0.1:0", "--log.level=info", "--metrics-file", mf}
+	args := []string{"run", "--web.listen-address=127.0.0.1:0", "--log.level=info", "--metrics.file", mf}
 	if rcv != nil {
 		args = append(args, "--otlp.endpoint", rcv.GRPCAddr, "--otlp.protocol", "grpc")
 	}
@@ -164,7 +164,7 @@ func memRun(t *testing.T, dir, stream string, lines int, rcv *c5OTLP) memOneRun 
 		// Off by default: the OTLP/JSON file costs about half the
 		// wrapper's CPU here (a span tree per abandoned run), which would
 		// need a child paced below 2 MiB/s to drop nothing.
-		args = append(args, "--traces-file", tf)
+		args = append(args, "--traces.file", tf)
 	}
 	cmd := exec.Command(wrapperBin, append(args, "--", testExe, stream)...)
 	cmd.Env = append(childEnv("memory-stream"), "CHAOS_MEMORY_RATE="+strconv.Itoa(memRate))
@@ -313,7 +313,7 @@ func TestInputStateBounded(t *testing.T) {
 	in = nil
 
 	// The bound is on `run` with its default outputs (the /metrics
-	// listener) and --metrics-file, every round; one more round exports
+	// listener) and --metrics.file, every round; one more round exports
 	// every span over OTLP and is held to a looser regression bound.
 	var runs []memOneRun
 	for i := range memRounds(t) {
@@ -332,9 +332,9 @@ func TestInputStateBounded(t *testing.T) {
 		otlp = &r
 	}
 
-	outputs := "/metrics, --metrics-file"
+	outputs := "/metrics, --metrics.file"
 	if os.Getenv("CHAOS_MEMORY_TRACES_FILE") != "" {
-		outputs += ", --traces-file"
+		outputs += ", --traces.file"
 	}
 	name := fmt.Sprintf("%d open runs + a %d-agent snapshot (%d MB, `run`, %s)", memOpenRuns, memSnapshotAgents, inLen>>20, outputs)
 	// Passthrough and exit, every round.

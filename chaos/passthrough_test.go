@@ -63,7 +63,7 @@ func streamSeed(idx int, dir byte) (uint64, uint64) {
 }
 
 // bigLineSizes are the sizes of the few big lines: around the 4 MiB of
-// --max-line and --tap-queue (one below, at, one above) and 1 MiB; the
+// --tracker.max-line and --tap.queue-bytes (one below, at, one above) and 1 MiB; the
 // 64 MiB line is streams 1 (stdin) and 2 (stdout).
 var bigLineSizes = []int{4<<20 - 1, 4 << 20, 4<<20 + 1, 1 << 20, 8<<20 + 7}
 
@@ -578,10 +578,10 @@ func runStream(ctx context.Context, dir, arg string, code int) (streamResult, er
 		return res, err
 	}
 	cmd := exec.CommandContext(ctx, wrapperBin, "run",
-		"--web.listen-address=127.0.0.1:0", "--metrics-file", files["metrics"],
-		"--traces-file", files["traces"], "--traces.exporter=none",
-		"--spool-dir", spool, "--spool.process",
-		"--summary", "--summary-file", files["summary"],
+		"--web.listen-address=127.0.0.1:0", "--metrics.file", files["metrics"],
+		"--traces.file", files["traces"], "--traces.exporter=none",
+		"--spool.dir", spool, "--spool.process",
+		"--summary.waterfall", "--summary.file", files["summary"],
 		"--", testExe, arg, report, strconv.Itoa(code))
 	cmd.Env = childEnv("passthrough")
 	cmd.WaitDelay = 5 * time.Second

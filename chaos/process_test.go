@@ -295,7 +295,7 @@ func pfMs(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()
 func TestProcessChildKilled(t *testing.T) {
 	dir := t.TempDir()
 	prom, sum := filepath.Join(dir, "m.prom"), filepath.Join(dir, "summary.ndjson")
-	w := pfStart(t, childEnv("process-exec-pid"), nil, pfWrapped([]string{"--metrics-file", prom, "--summary-file", sum},
+	w := pfStart(t, childEnv("process-exec-pid"), nil, pfWrapped([]string{"--metrics.file", prom, "--summary.file", sum},
 		testExe, wrapperBin, "simulate", "--speed", "20", "--noise", "0", "--epoch", pfEpoch)...)
 	turns, err := os.ReadFile(pfTurns(t, "completed"))
 	if err != nil {
@@ -319,7 +319,7 @@ func TestProcessChildKilled(t *testing.T) {
 	record(t, SecProcess, "child SIGKILL: cbc_workflow_runs_total", fmt.Sprint(runs), "abandoned 1, nothing else",
 		runs["abandoned"] == 1 && pfSum(runs) == 1)
 	st := pfRunStatuses(t, sum)
-	record(t, SecProcess, "child SIGKILL: --summary-file runs", fmt.Sprint(st), "abandoned 1, nothing else",
+	record(t, SecProcess, "child SIGKILL: --summary.file runs", fmt.Sprint(st), "abandoned 1, nothing else",
 		st["abandoned"] == 1 && len(st) == 1)
 }
 
@@ -343,7 +343,7 @@ func TestProcessWrapperSIGTERM(t *testing.T) {
 		// abandoned at the end of the stream.
 		{"workflow child (simulate, exits 130 on SIGTERM)", os.Environ(), sim, nil, `"task_progress"`, 130, 0, 2 * time.Second, "map[abandoned:1]"},
 		{"child with the default disposition", supervisetest.Env("sleeper"), []string{testExe}, nil, "pid ", 143, 0, 2 * time.Second, "map[]"},
-		{"child ignoring SIGTERM, --kill-timeout 1s", supervisetest.Env("ignore-term"), []string{testExe}, []string{"--kill-timeout", "1s"}, "ready", 137, time.Second, 3 * time.Second, "map[]"},
+		{"child ignoring SIGTERM, --child.kill-timeout 1s", supervisetest.Env("ignore-term"), []string{testExe}, []string{"--child.kill-timeout", "1s"}, "ready", 137, time.Second, 3 * time.Second, "map[]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var direct int
@@ -353,7 +353,7 @@ func TestProcessWrapperSIGTERM(t *testing.T) {
 				prom, sum := filepath.Join(dir, "m.prom"), filepath.Join(dir, "summary.ndjson")
 				argv := tc.argv
 				if wrap {
-					argv = pfWrapped(append([]string{"--metrics-file", prom, "--summary-file", sum}, tc.flags...), tc.argv...)
+					argv = pfWrapped(append([]string{"--metrics.file", prom, "--summary.file", sum}, tc.flags...), tc.argv...)
 				} else if tc.min > 0 {
 					continue // no kill timeout without the wrapper
 				}
@@ -503,7 +503,7 @@ func TestProcessStdinClosedEarly(t *testing.T) {
 		dir := t.TempDir()
 		prom, exp := filepath.Join(dir, "m.prom"), filepath.Join(dir, "expect.ndjson")
 		sim := []string{wrapperBin, "simulate", "--speed", "2", "--noise", "0", "--epoch", pfEpoch, "--expect", exp}
-		for i, argv := range [][]string{sim, pfWrapped([]string{"--metrics-file", prom}, sim...)} {
+		for i, argv := range [][]string{sim, pfWrapped([]string{"--metrics.file", prom}, sim...)} {
 			p := pfStart(t, os.Environ(), nil, argv...)
 			if _, err := p.stdin.Write(turns); err != nil {
 				t.Fatal(err)
@@ -718,7 +718,7 @@ func pfSum(m map[string]float64) (n float64) {
 }
 
 // serve killed -9 twice while a spooled stream is being written and a run
-// of it is in flight, restarted on the same --state-dir each time: the
+// of it is in flight, restarted on the same --state.dir each time: the
 // final totals equal simulate's truth exactly (nothing counted twice,
 // nothing lost, nothing abandoned). The session is fed one user turn at a
 // time, so every kill is mid-stream by construction, not by timing.
@@ -742,8 +742,8 @@ func TestProcessServeKill9(t *testing.T) {
 	// With --spool.process it also counts the stream itself: its metrics
 	// file is the reference for serve's line, byte and violation counters.
 	wprom := filepath.Join(dir, "wrapper.prom")
-	w := pfStart(t, os.Environ(), nil, wrapperBin, "run", "--spool-dir", spoolDir, "--spool.process",
-		"--web.listen-address=", "--metrics-file", wprom, "--",
+	w := pfStart(t, os.Environ(), nil, wrapperBin, "run", "--spool.dir", spoolDir, "--spool.process",
+		"--web.listen-address=", "--metrics.file", wprom, "--",
 		wrapperBin, "simulate", "--speed", "2", "--noise", "2000", "--agents", "6", "--expect", exp)
 	w.drain()
 	fed := 0
@@ -756,8 +756,8 @@ func TestProcessServeKill9(t *testing.T) {
 		}
 	}
 
-	args := []string{"serve", "--spool-dir", spoolDir, "--state-dir", stateDir, "--poll-interval", "20ms",
-		"--checkpoint-interval", "100ms", "--grace", "300ms"}
+	args := []string{"serve", "--spool.dir", spoolDir, "--state.dir", stateDir, "--follow.poll-interval", "20ms",
+		"--state.checkpoint-interval", "100ms", "--tracker.grace", "300ms"}
 	startServe := func() (*pfProc, string) {
 		addr := pfFreeAddr(t)
 		return pfStart(t, os.Environ(), nil, append([]string{wrapperBin}, append(args, "--web.listen-address", addr)...)...), addr

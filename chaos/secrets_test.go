@@ -118,8 +118,8 @@ type secretOutput struct {
 	// emptyOK marks an output that may legitimately be empty (a log with
 	// nothing to say); the others must hold data or the check is vacuous.
 	emptyOK bool
-	// summary holds the runs seen (--summary-file, replay --json, the
-	// --summary waterfall on stderr): with --capture-errors, error texts
+	// summary holds the runs seen (--summary.file, replay --summary.json, the
+	// --summary.waterfall on stderr): with --tracker.capture-errors, error texts
 	// are allowed there, outside log lines.
 	summary bool
 }
@@ -140,7 +140,7 @@ func TestSecrets(t *testing.T) {
 	}
 }
 
-// secretsPass runs run, run --spool-dir + serve, and replay over the
+// secretsPass runs run, run --spool.dir + serve, and replay over the
 // canary stream with every output on, and judges every output.
 func secretsPass(t *testing.T, optIn bool) {
 	dir := t.TempDir()
@@ -151,7 +151,7 @@ func secretsPass(t *testing.T, optIn bool) {
 	rcv := c5StartOTLP(t)
 	var opt []string
 	if optIn {
-		opt = []string{"--traces.capture-previews", "--capture-errors"}
+		opt = []string{"--traces.capture-previews", "--tracker.capture-errors"}
 	}
 	var outs []secretOutput
 	outs = append(outs, secretsRun(t, dir, stream, rcv, opt)...)
@@ -167,7 +167,7 @@ func secretsPass(t *testing.T, optIn bool) {
 	}
 	sec := "default settings"
 	if optIn {
-		sec = "--traces.capture-previews --capture-errors"
+		sec = "--traces.capture-previews --tracker.capture-errors"
 	}
 	record(t, SecSecrets, sec+": outputs checked", fmt.Sprint(len(outs)), ">= 16 (run, spool, serve, replay)", len(outs) >= 16)
 
@@ -211,7 +211,7 @@ func secretsPass(t *testing.T, optIn bool) {
 		record(t, SecSecrets, sec+": opted-in fields present in their attribute (outputs x fields)",
 			fmt.Sprintf("%d/%d", len(want), need), fmt.Sprintf("%d/%d", need, need), len(want) == need)
 
-		// --capture-errors: the error texts are in every span-status and
+		// --tracker.capture-errors: the error texts are in every span-status and
 		// summary output.
 		errOuts, judged := map[string]bool{}, map[string]bool{}
 		for _, o := range outs {
@@ -237,8 +237,8 @@ func secretsRun(t *testing.T, dir, stream string, rcv *c5OTLP, opt []string) []s
 	d := filepath.Join(dir, "run")
 	os.Mkdir(d, 0o700)
 	mf, tf, sf := filepath.Join(d, "m.prom"), filepath.Join(d, "t.jsonl"), filepath.Join(d, "s.ndjson")
-	args := append([]string{"run", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--grace=200ms", "--summary",
-		"--metrics-file", mf, "--traces-file", tf, "--summary-file", sf, "--otlp.endpoint", rcv.GRPCAddr, "--otlp.protocol", "grpc"}, opt...)
+	args := append([]string{"run", "--web.listen-address=127.0.0.1:0", "--log.level=debug", "--tracker.grace=200ms", "--summary.waterfall",
+		"--metrics.file", mf, "--traces.file", tf, "--summary.file", sf, "--otlp.endpoint", rcv.GRPCAddr, "--otlp.protocol", "grpc"}, opt...)
 	cmd := exec.Command(wrapperBin, append(args, "--", testExe, stream)...)
 	cmd.Env = childEnv("secrets-stream")
 	var stdout bytes.Buffer
@@ -267,30 +267,30 @@ func secretsRun(t *testing.T, dir, stream string, rcv *c5OTLP, opt []string) []s
 		t.Error("the OTLP gRPC receiver got no span from run")
 	}
 	return []secretOutput{
-		{name: "run stderr (debug logs, --summary)", data: stderr.Bytes(), summary: true},
+		{name: "run stderr (debug logs, --summary.waterfall)", data: stderr.Bytes(), summary: true},
 		{name: "run /metrics scrape", data: []byte(scrape)},
-		{name: "run --metrics-file", data: secretsRead(t, mf)},
-		{name: "run --traces-file", data: secretsRead(t, tf), traces: true},
-		{name: "run --summary-file", data: secretsRead(t, sf), summary: true},
+		{name: "run --metrics.file", data: secretsRead(t, mf)},
+		{name: "run --traces.file", data: secretsRead(t, tf), traces: true},
+		{name: "run --summary.file", data: secretsRead(t, sf), summary: true},
 		{name: "run OTLP gRPC payloads", data: raw, traces: true},
 		{name: "run OTLP gRPC payloads (JSON)", data: secretsJSON(t, reqs), traces: true},
 	}
 }
 
-// secretsSpoolServe is `run --spool-dir` (the spool file), then `serve`
+// secretsSpoolServe is `run --spool.dir` (the spool file), then `serve`
 // over it with every output: scrape, metrics and traces files, OTLP over
-// HTTP, debug logs and the checkpoint files of --state-dir.
+// HTTP, debug logs and the checkpoint files of --state.dir.
 func secretsSpoolServe(t *testing.T, dir, stream string, rcv *c5OTLP, opt []string) []secretOutput {
 	spoolDir, stateDir, d := filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "serve")
 	for _, p := range []string{spoolDir, stateDir, d} {
 		os.Mkdir(p, 0o700)
 	}
-	wrap := exec.Command(wrapperBin, "run", "--spool-dir", spoolDir, "--log.level=debug", "--", testExe, stream)
+	wrap := exec.Command(wrapperBin, "run", "--spool.dir", spoolDir, "--log.level=debug", "--", testExe, stream)
 	wrap.Env = childEnv("secrets-stream")
 	var wrapErr bytes.Buffer
 	wrap.Stdout, wrap.Stderr = io.Discard, &wrapErr
 	if err := wrap.Run(); err != nil {
-		t.Fatalf("run --spool-dir: %v\n%s", err, wrapErr.String())
+		t.Fatalf("run --spool.dir: %v\n%s", err, wrapErr.String())
 	}
 	spooled, n := c5ReadDir(t, spoolDir)
 	if n != 1 {
@@ -298,8 +298,8 @@ func secretsSpoolServe(t *testing.T, dir, stream string, rcv *c5OTLP, opt []stri
 	}
 
 	mf, tf := filepath.Join(d, "m.prom"), filepath.Join(d, "t.jsonl")
-	args := append([]string{"serve", "--spool-dir", spoolDir, "--state-dir", stateDir, "--web.listen-address=127.0.0.1:0",
-		"--log.level=debug", "--grace=200ms", "--poll-interval=50ms", "--metrics-file", mf, "--traces-file", tf,
+	args := append([]string{"serve", "--spool.dir", spoolDir, "--state.dir", stateDir, "--web.listen-address=127.0.0.1:0",
+		"--log.level=debug", "--tracker.grace=200ms", "--follow.poll-interval=50ms", "--metrics.file", mf, "--traces.file", tf,
 		"--otlp.endpoint", "http://" + rcv.HTTPAddr, "--otlp.protocol", "http/protobuf"}, opt...)
 	srv := exec.Command(wrapperBin, args...)
 	var stderr syncBuffer
@@ -327,24 +327,24 @@ func secretsSpoolServe(t *testing.T, dir, stream string, rcv *c5OTLP, opt []stri
 		t.Error("the OTLP HTTP receiver got no span from serve")
 	}
 	return []secretOutput{
-		{name: "run --spool-dir stderr (debug logs)", data: wrapErr.Bytes(), emptyOK: true},
+		{name: "run --spool.dir stderr (debug logs)", data: wrapErr.Bytes(), emptyOK: true},
 		{name: "spool file", data: spooled, raw: true},
 		{name: "serve stderr (debug logs)", data: stderr.Bytes()},
 		{name: "serve /metrics scrape", data: []byte(scrape)},
-		{name: "serve --metrics-file", data: secretsRead(t, mf)},
-		{name: "serve --traces-file", data: secretsRead(t, tf), traces: true},
+		{name: "serve --metrics.file", data: secretsRead(t, mf)},
+		{name: "serve --traces.file", data: secretsRead(t, tf), traces: true},
 		{name: "serve OTLP HTTP payloads", data: raw, traces: true},
 		{name: "serve OTLP HTTP payloads (JSON)", data: secretsJSON(t, reqs), traces: true},
 		{name: fmt.Sprintf("serve checkpoint files (%d)", files), data: state},
 	}
 }
 
-// secretsReplay is `replay --json` with the file outputs and debug logs.
+// secretsReplay is `replay --summary.json` with the file outputs and debug logs.
 func secretsReplay(t *testing.T, dir, stream string, opt []string) []secretOutput {
 	d := filepath.Join(dir, "replay")
 	os.Mkdir(d, 0o700)
 	mf, tf := filepath.Join(d, "m.prom"), filepath.Join(d, "t.jsonl")
-	args := append([]string{"replay", "--json", "--log.level=debug", "--metrics-file", mf, "--traces-file", tf}, opt...)
+	args := append([]string{"replay", "--summary.json", "--log.level=debug", "--metrics.file", mf, "--traces.file", tf}, opt...)
 	cmd := exec.Command(wrapperBin, append(args, stream)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -352,10 +352,10 @@ func secretsReplay(t *testing.T, dir, stream string, opt []string) []secretOutpu
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
 	return []secretOutput{
-		{name: "replay --json output", data: stdout.Bytes(), summary: true},
+		{name: "replay --summary.json output", data: stdout.Bytes(), summary: true},
 		{name: "replay stderr (debug logs)", data: stderr.Bytes(), emptyOK: true},
-		{name: "replay --metrics-file", data: secretsRead(t, mf)},
-		{name: "replay --traces-file", data: secretsRead(t, tf), traces: true},
+		{name: "replay --metrics.file", data: secretsRead(t, mf)},
+		{name: "replay --traces.file", data: secretsRead(t, tf), traces: true},
 	}
 }
 

@@ -58,7 +58,7 @@ const (
 	BudgetSession BudgetSource = "session"
 	// BudgetWorkflow is the workflows' cost joined from the CLI's own
 	// telemetry (cbc_workflow_cost_usd_total{workflow}): per workflow,
-	// only with `run --join-cli-telemetry`; it grows per model call,
+	// only with `run --cli-telemetry.join`; it grows per model call,
 	// seconds after each.
 	BudgetWorkflow BudgetSource = "workflow"
 )

@@ -242,7 +242,7 @@ func Overview(opts Options) (DashboardSpec, error) {
 				},
 				{
 					Title:       "Stalled runs and agents",
-					Description: "Unfinished runs with no event for --stall-after (10 m by default), and live agents of unfinished runs without progress for as long, by workflow, and the silences that began per interval.",
+					Description: "Unfinished runs with no event for --tracker.stall-after (10 m by default), and live agents of unfinished runs without progress for as long, by workflow, and the silences that began per interval.",
 					Unit:        "short",
 					WhenRed:     "See the runbooks of CbcWorkflowStalled and CbcWorkflowAgentStalled: a run that says nothing, or an agent that does not move while its run goes on, is waiting on something (a hung tool, a model call, a lost CLI).",
 					Queries: []query{
@@ -478,14 +478,14 @@ func Health(opts Options) (DashboardSpec, error) {
 // sources meet here: the CLI's result lines (every session: cost and
 // tokens by model, turns; sub-agents included, no workflow label) and the
 // CLI's own telemetry, joined to the stream by `cbc-otel run
-// --join-cli-telemetry` (cost and tokens per workflow, and the main
+// --cli-telemetry.join` (cost and tokens per workflow, and the main
 // conversation's share apart from the workflows').
 func costPanels() []PanelSpec {
-	const joined = " Needs the CLI's telemetry joined (`cbc-otel run --join-cli-telemetry`, chart value workload.wrapper.joinCliTelemetry); empty without it."
+	const joined = " Needs the CLI's telemetry joined (`cbc-otel run --cli-telemetry.join`, chart value workload.wrapper.joinCliTelemetry); empty without it."
 	return []PanelSpec{
 		{
 			Title:       "Cost in range",
-			Description: "USD spent over the dashboard's time range: by every session (the CLI's result lines, sub-agents included; no workflow filter) and by workflows (the CLI's telemetry, only with `cbc-otel run --join-cli-telemetry`).",
+			Description: "USD spent over the dashboard's time range: by every session (the CLI's result lines, sub-agents included; no workflow filter) and by workflows (the CLI's telemetry, only with `cbc-otel run --cli-telemetry.join`).",
 			Unit:        "currencyUSD",
 			WhenRed:     "More than expected: find the spender in *Cost/h by model* and *Cost/h by workflow*, then *Main conversation vs workflows*.",
 			Queries: []query{
@@ -533,7 +533,7 @@ func costPanels() []PanelSpec {
 			Description: "Finalized workflow runs over the dashboard's time range whose cost is known (in the run-cost histogram) and those whose cost is not " +
 				"(no model call of the CLI's telemetry joined to them, or only $0 ones): the unknown are not in the percentiles, so they are neither cheap nor free.",
 			Unit:    "short",
-			WhenRed: "Unknown runs while the telemetry is meant to be joined: check that the wrapper runs with --join-cli-telemetry and the CLI's telemetry reaches it (exporter health, cbc_otel_cli_* counters).",
+			WhenRed: "Unknown runs while the telemetry is meant to be joined: check that the wrapper runs with --cli-telemetry.join and the CLI's telemetry reaches it (exporter health, cbc_otel_cli_* counters).",
 			Queries: []query{
 				{Expr: "sum(increase(cbc_workflow_run_cost_usd_count{" + workflow + "}[$__range]))", Legend: "cost known", Instant: true},
 				{Expr: "sum(increase(cbc_workflow_runs_cost_unknown_total{" + workflow + "}[$__range]))", Legend: "cost unknown", Instant: true},

@@ -272,11 +272,11 @@ const (
 	ruleGroupCost              = "cbc-otel-cost-recordings"
 	workflowCostMetric         = "cbc_workflow_cost_usd_total"
 	// workflowStalledMetric is the gauge of open runs that have seen no
-	// event for the exporter's --stall-after (default 10m); it drops back
+	// event for the exporter's --tracker.stall-after (default 10m); it drops back
 	// when an event comes.
 	workflowStalledMetric = "cbc_workflow_runs_stalled"
 	// agentsStalledMetric is the gauge of live agents of open runs that
-	// showed no progress for --stall-after; it drops back when they move
+	// showed no progress for --tracker.stall-after; it drops back when they move
 	// or end or their run ends.
 	agentsStalledMetric = "cbc_workflow_agents_stalled"
 )
@@ -626,7 +626,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			// number of stalled runs for the description. One alert per
 			// workflow (and group-by labels), not per pod: a stall is a
 			// workflow's problem, and a pod restart must not re-fire it.
-			// The gauge already waited --stall-after without an event;
+			// The gauge already waited --tracker.stall-after without an event;
 			// 5 more minutes let a slow tool call or model turn finish.
 			Expr:   `sum` + o.byWith("workflow") + ` (` + o.sel(workflowStalledMetric) + `) > 0`,
 			For:    o.scaled(5 * time.Minute),
@@ -634,7 +634,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			Annotations: o.annotations("workflow-stalled",
 				"{{ $value }} run(s) of workflow {{ $labels.workflow }} stalled",
 				"{{ $value }} open run(s) of workflow {{ $labels.workflow }} have seen no event for the exporter's "+
-					"--stall-after (default 10m), for 5 more minutes: the CLI hangs (a tool call, the model API, a "+
+					"--tracker.stall-after (default 10m), for 5 more minutes: the CLI hangs (a tool call, the model API, a "+
 					"permission prompt nobody answers) or its stream stopped without exiting. The run is not terminal "+
 					"yet, so the SLO does not see it."),
 		},
@@ -649,7 +649,7 @@ func (o RuleOptions) workflowAlerts() RuleGroup {
 			Annotations: o.annotations("workflow-agent-stalled",
 				"{{ $value }} agent(s) of workflow {{ $labels.workflow }} stalled",
 				"{{ $value }} live agent(s) of open runs of workflow {{ $labels.workflow }} have shown no progress "+
-					"(lastProgressAt, else their row in the snapshots) for the exporter's --stall-after (default 10m), "+
+					"(lastProgressAt, else their row in the snapshots) for the exporter's --tracker.stall-after (default 10m), "+
 					"for 5 more minutes, while their run goes on: a tool call that hangs, a model call that never "+
 					"returns, an agent waiting on something that will not come. It spends its run's time, and its "+
 					"run cannot end before it does."),
@@ -672,7 +672,7 @@ func (o RuleOptions) byWith(extra ...string) string {
 // average. A window without a completed run has no sample (the
 // denominator's `> 0` drops it) rather than +Inf. The cost counter exists
 // only when the CLI's telemetry is joined (`cbc-otel run
-// --join-cli-telemetry`, chart value workload.wrapper.joinCliTelemetry).
+// --cli-telemetry.join`, chart value workload.wrapper.joinCliTelemetry).
 //
 // The name keeps its nominal window and "workflow:" level with GroupBy
 // too (the labels are then workflow and the GroupBy labels), as the SLO

@@ -48,7 +48,7 @@ const amExample = "../dashboards/alertmanager.example.yml"
 //     receiver hears anything, since every rule leaves demo="true" out;
 //   - then `run -- simulate` fed failed workflows: CbcWorkflowSLOBurnRatePage
 //     (severity critical) reaches the pager receiver;
-//   - and `run --stall-after 1s` over a fake CLI that starts a workflow run
+//   - and `run --tracker.stall-after 1s` over a fake CLI that starts a workflow run
 //     and then says nothing: CbcWorkflowStalled (warning) reaches tickets.
 //
 // Every notification of the pager holds critical alerts only, every one of
@@ -349,7 +349,7 @@ func (s *webhookSink) firing(receiver, alertname, workflow string) bool {
 	return false
 }
 
-// stallingWrapper is `cbc-otel run --stall-after 1s` over a fake CLI (sh)
+// stallingWrapper is `cbc-otel run --tracker.stall-after 1s` over a fake CLI (sh)
 // that, once the test writes a line to its stdin, starts a workflow run
 // and then only echoes stdin: the run falls silent.
 type stallingWrapper struct {
@@ -359,7 +359,7 @@ type stallingWrapper struct {
 func startStallingWrapper(t *testing.T, ctx context.Context, bin, target, workflow string) stallingWrapper {
 	t.Helper()
 	started := fmt.Sprintf(`{"type":"system","subtype":"task_started","task_id":"w1","run_id":"r1","task_type":"local_workflow","workflow_name":%q,"session_id":"s"}`, workflow)
-	cmd := exec.CommandContext(ctx, bin, "run", "--stall-after", "1s", "--web.listen-address", target,
+	cmd := exec.CommandContext(ctx, bin, "run", "--tracker.stall-after", "1s", "--web.listen-address", target,
 		"--", "sh", "-c", `read -r _ && printf '%s\n' "$STARTED" && exec cat`)
 	cmd.Env = append(os.Environ(), "STARTED="+started)
 	stdin, err := cmd.StdinPipe()

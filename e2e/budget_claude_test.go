@@ -32,8 +32,8 @@ func TestClaudeCodeBudgetCap(t *testing.T) {
 	summary, metrics := filepath.Join(dir, "summary.ndjson"), filepath.Join(dir, "metrics.prom")
 	const capUSD = 0.0001 // below any response the stand-in serves
 	r := runClaude(t, bin, cli, api, claudeOpts{scenario: "interrupt", wrapped: true, budget: true, env: joinModelEnv,
-		runArgs: []string{"--web.listen-address=", "--grace=1s", "--log.level", "warn", "--summary-file", summary,
-			"--metrics-file", metrics, "--budget.max-cost-usd", strconv.FormatFloat(capUSD, 'f', -1, 64), "--budget.stop-timeout", "20s"}})
+		runArgs: []string{"--web.listen-address=", "--tracker.grace=1s", "--log.level", "warn", "--summary.file", summary,
+			"--metrics.file", metrics, "--budget.max-cost-usd", strconv.FormatFloat(capUSD, 'f', -1, 64), "--budget.stop-timeout", "20s"}})
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -166,7 +166,7 @@ func TestClaudeAgentSDKBudgetCap(t *testing.T) {
 		}
 	}
 	script := fmt.Sprintf(`#!/bin/sh
-exec %s run --web.listen-address= --grace=1s --log.level warn --summary-file %s --metrics-file %s --budget.max-cost-usd 0.0001 -- %s "$@" 2>>%s
+exec %s run --web.listen-address= --tracker.grace=1s --log.level warn --summary.file %s --metrics.file %s --budget.max-cost-usd 0.0001 -- %s "$@" 2>>%s
 `, sdkShq(bin), sdkShq(f("summary")), sdkShq(f("metrics")), sdkShq(cli), sdkShq(f("stderr")))
 	if err := os.WriteFile(f("cli.sh"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)

@@ -81,8 +81,8 @@ func runClaude(t *testing.T, bin, cli string, api *mockAnthropic, o claudeOpts) 
 		cmd = exec.Command(bin, append(args, cliArgs...)...)
 	case o.wrapped:
 		run.summary, run.metrics, run.traces = filepath.Join(root, "summary.ndjson"), filepath.Join(root, "metrics.prom"), filepath.Join(root, "traces.jsonl")
-		args := []string{"run", "--web.listen-address=", "--grace=1s", "--capture-errors", "--summary-file", run.summary,
-			"--metrics-file", run.metrics, "--traces-file", run.traces, "--", cli}
+		args := []string{"run", "--web.listen-address=", "--tracker.grace=1s", "--tracker.capture-errors", "--summary.file", run.summary,
+			"--metrics.file", run.metrics, "--traces.file", run.traces, "--", cli}
 		cmd = exec.Command(bin, append(args, cliArgs...)...)
 	default:
 		cmd = exec.Command(cli, cliArgs...)

@@ -124,7 +124,7 @@ func overviewExprs(t *testing.T) []string {
 	return exprs
 }
 
-// startLiveDemo starts `demo --live` (fast: --speed 0.05, --pace 100ms) on
+// startLiveDemo starts `demo --live` (fast: --simulate.speed 0.05, --pace 100ms) on
 // a free loopback port, with extra flags, killed at the test's end and its stderr logged if
 // the test failed. It returns the listen address, the command and a
 // channel closed when it exits.
@@ -132,7 +132,7 @@ func startLiveDemo(t *testing.T, bin string, extra ...string) (string, *exec.Cmd
 	t.Helper()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(realtool.FreePorts(t, 1)[0]))
 	logs := &promLockedBuffer{}
-	demo := exec.Command(bin, append([]string{"demo", "--live", "--speed", "0.05", "--pace", "100ms", "--grace", "200ms", "--web.listen-address", addr}, extra...)...)
+	demo := exec.Command(bin, append([]string{"demo", "--live", "--simulate.speed", "0.05", "--pace", "100ms", "--tracker.grace", "200ms", "--web.listen-address", addr}, extra...)...)
 	demo.Stderr = logs
 	if err := demo.Start(); err != nil {
 		t.Fatal(err)

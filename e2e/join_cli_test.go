@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestClaudeOwnTelemetryUnderStandIn proves what `run --join-cli-telemetry`
+// TestClaudeOwnTelemetryUnderStandIn proves what `run --cli-telemetry.join`
 // (and TestJoinedTraceInJaeger) rely on in the real Claude Code's OWN
 // telemetry, with no cbc-otel involved: the real CLI, driven through the
 // stand-in's "complete" workflow with the switches the feature sets

@@ -28,7 +28,7 @@ var joinModelEnv = []string{"ANTHROPIC_MODEL=" + joinModel}
 // does (base64url, like the token run makes).
 const joinToken = "e2e-token-0123456789abcdefABCDEF_-xyz"
 
-// joinCLIEnv is what `run --join-cli-telemetry` gives the child (the
+// joinCLIEnv is what `run --cli-telemetry.join` gives the child (the
 // specification of the feature): Claude Code's metrics, log events and
 // (beta) traces, OTLP/HTTP protobuf to endpoint, exported every 500 ms,
 // each request with the receiver's token (the per-signal headers

@@ -23,7 +23,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
-// TestJoinedTraceInJaeger proves `cbc-otel run --join-cli-telemetry` end to
+// TestJoinedTraceInJaeger proves `cbc-otel run --cli-telemetry.join` end to
 // end: the real Claude Code, driven through the stand-in's "complete"
 // workflow (2 phases, 4 agents, one of them calling Bash), runs under the
 // wrapper, which receives the CLI's own OTLP telemetry and exports it with
@@ -45,7 +45,7 @@ import (
 //   - invoke_agent carries the agent's tokens and list-price cost exactly as
 //     the stand-in served them, invoke_workflow the run's sums;
 //   - the wrapper's /metrics (scraped live, before the session ends) and its
-//     --summary-file say the same costs: per workflow, per model and token
+//     --summary.file say the same costs: per workflow, per model and token
 //     type, per scope (main | workflow), from the result lines, turns;
 //   - a real Prometheus scraping the wrapper every second has the same
 //     costs, read back through its query API before the session ends.
@@ -124,10 +124,10 @@ func joinedRunOnce(t *testing.T, cli, bin, promBin string, j *jaeger, proto stri
 		}
 	}
 	run := runClaude(t, bin, cli, api, claudeOpts{scenario: "complete", wrapped: true, env: env, beforeClose: beforeClose,
-		runArgs: []string{"--join-cli-telemetry", "--otlp.endpoint", endpoint, "--otlp.protocol", proto,
-			"--web.listen-address", addr, "--summary-file", summary}})
+		runArgs: []string{"--cli-telemetry.join", "--otlp.endpoint", endpoint, "--otlp.protocol", proto,
+			"--web.listen-address", addr, "--summary.file", summary}})
 	if run.exitCode != 0 {
-		t.Fatalf("cbc-otel run --join-cli-telemetry exited %d; stderr:\n%s", run.exitCode, run.stderr)
+		t.Fatalf("cbc-otel run --cli-telemetry.join exited %d; stderr:\n%s", run.exitCode, run.stderr)
 	}
 	if run.stderr != "" {
 		t.Logf("wrapper + CLI stderr:\n%s", run.stderr)
@@ -468,7 +468,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 
 }
 
-// joinRunCostUSD is a --summary-file / --json run's cost (the field's name
+// joinRunCostUSD is a --summary.file / --summary.json run's cost (the field's name
 // is not settled: change it here).
 // joinSessionCostUSD reads the main conversation's cost from the summary
 // file's session line.

@@ -156,12 +156,12 @@ func runsOf(dom string) []string {
 
 // TestPageChromiumDemo: the page of `demo --hold`, loaded in a real
 // headless Chromium, shows every run of the demo with its status (those
-// of demo's own --json summary), the build info and the links.
+// of demo's own --summary.json summary), the build info and the links.
 func TestPageChromiumDemo(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
-	stdout := startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--json", "--web.listen-address", addr)
+	stdout := startPageProc(t, bin, addr, "demo", "--simulate.speed", "0", "--hold", "--summary.json", "--web.listen-address", addr)
 	waitPage(t, addr, "sim-review-fail", "the last 5 of 5")
 	var want []string // the summary is printed before the hold, after the runs are final
 	for _, line := range strings.Split(stdout.String(), "\n") {
@@ -201,8 +201,8 @@ func TestPageChromiumCost(t *testing.T) {
 	chromium := requireChromium(t)
 	bin := promBuildCLI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
-	startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--join-cli-telemetry", "--budget.show-usd", "0.05",
-		"--scenarios", "completed,completed,completed,completed,completed,completed", "--web.listen-address", addr)
+	startPageProc(t, bin, addr, "demo", "--simulate.speed", "0", "--hold", "--cli-telemetry.join", "--budget.show-usd", "0.05",
+		"--simulate.scenarios", "completed,completed,completed,completed,completed,completed", "--web.listen-address", addr)
 	waitPage(t, addr, "the last 6 of 6")
 	dom := dumpDOM(t, chromium, "http://"+addr+"/")
 	for _, want := range []string{
@@ -267,7 +267,7 @@ func TestPageChromiumHostileLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
-	startPageProc(t, bin, addr, "run", "--web.listen-address", addr, "--grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 60`, file)
+	startPageProc(t, bin, addr, "run", "--web.listen-address", addr, "--tracker.grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 60`, file)
 	waitPage(t, addr, "still-open", "alert(1)")
 	dom := dumpDOM(t, chromium, "http://"+addr+"/")
 	runs := runsOf(dom)

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// TestRunCostPanelsAndExemplar: `demo --live --join-cli-telemetry` (the
+// TestRunCostPanelsAndExemplar: `demo --live --cli-telemetry.join` (the
 // simulator plays the CLI and its own telemetry, the wrapper joins the
 // cost) is scraped by a real Prometheus storing exemplars. Every overview
 // panel query of the run-cost families gives a number, and an exemplar
@@ -28,7 +28,7 @@ func TestRunCostPanelsAndExemplar(t *testing.T) {
 	promBin := requirePrometheus(t)
 	bin := promBuildCLI(t)
 	tracesFile := filepath.Join(t.TempDir(), "traces.jsonl")
-	addr, demo, exited := startLiveDemo(t, bin, "--join-cli-telemetry", "--traces-file", tracesFile)
+	addr, demo, exited := startLiveDemo(t, bin, "--cli-telemetry.join", "--traces.file", tracesFile)
 	prom := startPrometheusWithRules(t, promBin, addr, nil, "--enable-feature=exemplar-storage")
 
 	costQueries := regexp.MustCompile(`cbc_workflow_(run_cost_usd|runs_cost_unknown_total)`)

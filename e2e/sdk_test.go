@@ -57,7 +57,7 @@ func claudeBin(t *testing.T) string {
 
 // ---- telemetry checks shared by the SDK and Claude Code tests ----
 
-// summaryRuns parses a --summary-file / --expect file: the runs (in file
+// summaryRuns parses a --summary.file / --expect file: the runs (in file
 // order) and the stats line.
 func sdkSummaryRuns(t *testing.T, path string) (runs []map[string]any, stats map[string]any) {
 	t.Helper()
@@ -120,7 +120,7 @@ func sdkMetricsFile(t *testing.T, path string) map[string]float64 {
 	return out
 }
 
-// sdkSpan is one span of a --traces-file (OTLP/JSON lines).
+// sdkSpan is one span of a --traces.file (OTLP/JSON lines).
 type sdkSpan struct {
 	Name, TraceID, SpanID, Parent string
 	Attrs                         map[string]any
@@ -381,7 +381,7 @@ func runSDK(t *testing.T, sdk, dialect string, sessions [][]string) {
 d=%[1]s
 k=${CBC_E2E_SESSION:?}
 printf '%%s\n' "$@" > "$d/args.$k"
-exec %[2]s run --web.listen-address= --grace=1s --capture-errors --summary-file "$d/summary.$k" --metrics-file "$d/metrics.$k" --traces-file "$d/traces.$k" -- \
+exec %[2]s run --web.listen-address= --tracker.grace=1s --tracker.capture-errors --summary.file "$d/summary.$k" --metrics.file "$d/metrics.$k" --traces.file "$d/traces.$k" -- \
 	%[2]s simulate --dialect %[3]s --speed 0.05 --noise 2000 --seed "$((k + 1))" --record "$d/record.$k" --expect "$d/expect.$k"
 `, sdkShq(tmp), sdkShq(bin), dialect)
 	if err := os.WriteFile(f("cli.sh"), []byte(script), 0o755); err != nil {

@@ -37,7 +37,7 @@ func startServe(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
 	p := &serveProc{addr: addr, stderr: &promLockedBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"serve", "--web.listen-address", addr, "--log.level", "info", "--grace", "60s"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"serve", "--web.listen-address", addr, "--log.level", "info", "--tracker.grace", "60s"}, args...)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting serve: %v", err)
@@ -181,7 +181,7 @@ func userTurns(t *testing.T, dir, name string, scenarios []string) string {
 	return p
 }
 
-// wrapper is a `cbc-otel run --spool-dir DIR -- cbc-otel simulate ...`
+// wrapper is a `cbc-otel run --spool.dir DIR -- cbc-otel simulate ...`
 // whose stdin is a file of user turns (EOF ends the session).
 func spoolingWrapper(t *testing.T, bin, spoolDir, stdinPath, expect string, simArgs ...string) *exec.Cmd {
 	t.Helper()
@@ -190,7 +190,7 @@ func spoolingWrapper(t *testing.T, bin, spoolDir, stdinPath, expect string, simA
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close() })
-	args := append([]string{"run", "--spool-dir", spoolDir, "--", bin, "simulate", "--expect", expect}, simArgs...)
+	args := append([]string{"run", "--spool.dir", spoolDir, "--", bin, "simulate", "--expect", expect}, simArgs...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin = in
 	cmd.Stdout = nil // /dev/null: the consumer does not matter here

@@ -65,7 +65,7 @@ func testServeNoSecretsSpooled(t *testing.T, bin string) {
 			t.Fatalf("%s: the initialize answer's credentials reached the spool file", f)
 		}
 	}
-	srv := startServe(t, bin, "--spool-dir", spoolDir, "--poll-interval", "50ms", "--grace", "300ms")
+	srv := startServe(t, bin, "--spool.dir", spoolDir, "--follow.poll-interval", "50ms", "--tracker.grace", "300ms")
 	truth := sumTruth(t, expects, turns)
 	promPoll(t, 20*time.Second, "serve's totals equal the simulators' truth", func() (bool, string) {
 		fams, err := srv.scrape()
@@ -96,7 +96,7 @@ func testServeConcurrentWrappers(t *testing.T, bin string) {
 			t.Fatal(err)
 		}
 	}
-	srv := startServe(t, bin, "--spool-dir", spoolDir, "--state-dir", stateDir, "--poll-interval", "50ms", "--grace", "300ms")
+	srv := startServe(t, bin, "--spool.dir", spoolDir, "--state.dir", stateDir, "--follow.poll-interval", "50ms", "--tracker.grace", "300ms")
 	promPoll(t, 20*time.Second, "serve ready", func() (bool, string) { return srv.ready(), srv.stderr.String() })
 
 	all := []string{"completed", "failed", "cached", "mixed", "spellings", "stopped", "many-agents"}
@@ -149,7 +149,7 @@ func testServeConcurrentWrappers(t *testing.T, bin string) {
 }
 
 // testServeKill9 kills serve with SIGKILL at random points while a long
-// stream is written and processed, restarting it on the same --state-dir
+// stream is written and processed, restarting it on the same --state.dir
 // each time; the last one's totals must be exact: no run twice, none lost,
 // none abandoned.
 func testServeKill9(t *testing.T, bin string) {
@@ -171,7 +171,7 @@ func testServeKill9(t *testing.T, bin string) {
 	wrapperDone := make(chan error, 1)
 	go func() { wrapperDone <- w.Wait() }()
 
-	args := []string{"--spool-dir", spoolDir, "--state-dir", stateDir, "--poll-interval", "20ms", "--checkpoint-interval", "100ms", "--grace", "300ms"}
+	args := []string{"--spool.dir", spoolDir, "--state.dir", stateDir, "--follow.poll-interval", "20ms", "--state.checkpoint-interval", "100ms", "--tracker.grace", "300ms"}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	var points []string
 	resumed, resumedOpen := 0, 0

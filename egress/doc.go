@@ -1,6 +1,6 @@
 // Package egress is everything of one process that leaves over OTLP: our
 // spans (to an OTLP endpoint over gRPC or HTTP, an OTLP/JSON file, the
-// console), and, under run --join-cli-telemetry, the CLI's own spans, log
+// console), and, under run --cli-telemetry.join, the CLI's own spans, log
 // records and metrics, forwarded. The endpoints and the OTEL_EXPORTER_OTLP_*
 // environment are resolved here once, for every signal; each exporter has
 // a bounded queue that drops and counts rather than block; failures are

@@ -62,7 +62,7 @@ func resolve(flagValue, signal string) (*otlpEndpoint, error) {
 	if strings.TrimSpace(flagValue) != "" {
 		if NoEndpoint(flagValue) {
 			// An explicit "none" wins over the environment and disables
-			// OTLP, leaving a --traces-file alone.
+			// OTLP, leaving a --traces.file alone.
 			return nil, nil
 		}
 		u, err := parseEndpoint(flagValue)

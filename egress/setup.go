@@ -101,7 +101,7 @@ type Config struct {
 	// attempt, which the HTTP exporter retries until this bound.
 	ExportTimeout time.Duration
 	// Forward also builds the forwarder of the CLI's own log records and
-	// metrics (run --join-cli-telemetry): they go where OTLP spans go, over
+	// metrics (run --cli-telemetry.join): they go where OTLP spans go, over
 	// the same protocol (resolve says each signal's endpoint), and nowhere
 	// when spans go to no OTLP endpoint.
 	Forward bool
@@ -255,7 +255,7 @@ func New(ctx context.Context, cfg Config) (*Egress, error) {
 		}
 	}
 	if want[ExporterConsole] && cfg.Console == nil {
-		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces-file")
+		return nil, errors.New("traces exporter console: not available here (stdout carries the wrapped CLI's stream); use --traces.file")
 	}
 
 	ep, epErr := resolve(cfg.Endpoint, signalTraces)

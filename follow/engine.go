@@ -1,5 +1,5 @@
 // Package follow is the engine of `cbc-otel serve`: it follows files (spool
-// files written by `cbc-otel run --spool-dir`, or the CLI's stdout written
+// files written by `cbc-otel run --spool.dir`, or the CLI's stdout written
 // by tee), runs one ingest pipeline per file into one shared set of sinks,
 // and checkpoints offsets, open runs and the sinks' state so that a
 // restart, even after kill -9, counts every run exactly once.
@@ -706,7 +706,7 @@ func (e *Engine) finalize(s *stream, reason string) {
 		// wrapper's heartbeat for the idle timeout: the wrapper died. The
 		// file is kept all the same (a wrapper that was only stalled may
 		// still write to it: it is then followed again from here).
-		e.log.Warn("spool file never marked complete and silent for --idle-timeout: its wrapper is presumably dead; finalized, kept on disk",
+		e.log.Warn("spool file never marked complete and silent for --follow.idle-timeout: its wrapper is presumably dead; finalized, kept on disk",
 			"file", s.path, "idle_timeout", e.opts.IdleTimeout)
 		return
 	}

@@ -41,22 +41,22 @@ func (e *Engine) startNotify() *notifier {
 	for _, g := range e.opts.Globs {
 		d := filepath.Clean(filepath.Dir(g))
 		if hasMeta(d) {
-			e.warnOnce("notify:pattern", "a followed directory is a pattern: polling every file every --poll-interval instead of watching", "dir", d)
+			e.warnOnce("notify:pattern", "a followed directory is a pattern: polling every file every --follow.poll-interval instead of watching", "dir", d)
 			return nil
 		}
 		dirs = append(dirs, d)
 	}
 	w, err := fsnotify.NewBufferedWatcher(notifyQueue)
 	if err != nil {
-		e.warnOnce("notify:new", "file change notification unavailable: polling every file every --poll-interval", "err", err)
+		e.warnOnce("notify:new", "file change notification unavailable: polling every file every --follow.poll-interval", "err", err)
 		return nil
 	}
 	for _, d := range dirs {
 		if err := w.Add(d); err != nil {
 			w.Close()
-			msg := "cannot watch a followed directory: polling every file every --poll-interval until it can"
+			msg := "cannot watch a followed directory: polling every file every --follow.poll-interval until it can"
 			if errors.Is(err, syscall.ENOSPC) {
-				msg = "inotify watch limit reached (fs.inotify.max_user_watches): polling every file every --poll-interval"
+				msg = "inotify watch limit reached (fs.inotify.max_user_watches): polling every file every --follow.poll-interval"
 			}
 			e.warnOnce("notify:"+d, msg, "dir", d, "err", err)
 			return nil

@@ -1,6 +1,6 @@
 package ingest
 
-// Attribution of the CLI's own model calls (run --join-cli-telemetry) to the
+// Attribution of the CLI's own model calls (run --cli-telemetry.join) to the
 // workflow agents of the stream. The CLI tags a sub-agent's calls with its
 // agent_id, which is the stream's workflow_agent.agentId; the main
 // conversation's calls carry none. Both paths are asynchronous, so a call

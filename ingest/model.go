@@ -136,7 +136,7 @@ type Agent struct {
 	ToolCalls   int64
 	Error       string
 	// Cost is what the agent's model calls cost, from the CLI's own
-	// telemetry (run --join-cli-telemetry); zero without it.
+	// telemetry (run --cli-telemetry.join); zero without it.
 	Cost cost.Sum
 	// Opt-in content (DecodeOptions.KeepPreviews).
 	ResultPreview string

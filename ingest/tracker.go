@@ -40,7 +40,7 @@ type TrackerOptions struct {
 	StallAfter time.Duration
 	// AttributeCalls keeps an index of the agents' ids so that HandleCall
 	// can attribute the CLI's own model calls to them (run
-	// --join-cli-telemetry). Off, every agent call is unmatched.
+	// --cli-telemetry.join). Off, every agent call is unmatched.
 	AttributeCalls bool
 	// MaxSessions bounds the sessions whose cost baseline is remembered
 	// (see session.go); 0 means DefaultMaxSessions.

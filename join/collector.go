@@ -10,7 +10,7 @@ import (
 func (s *Session) Collector() prometheus.Collector {
 	return &collector{s: s,
 		spans: prometheus.NewDesc("cbc_otel_cli_spans_total",
-			"Spans of the CLI's own telemetry (run --join-cli-telemetry) by what the join did: received (all), reparented (under an agent's span), unmatched (its agent never named within the hold), foreign (another trace), overflow (the hold was full).", []string{"outcome"}, nil),
+			"Spans of the CLI's own telemetry (run --cli-telemetry.join) by what the join did: received (all), reparented (under an agent's span), unmatched (its agent never named within the hold), foreign (another trace), overflow (the hold was full).", []string{"outcome"}, nil),
 		requests: prometheus.NewDesc("cbc_otel_cli_requests_total",
 			"OTLP requests of the CLI's own telemetry, by signal and outcome (ok, bad_request, unsupported_media, too_large, busy, wrong_method).", []string{"signal", "outcome"}, nil),
 		calls: prometheus.NewDesc("cbc_otel_cli_model_calls_total",

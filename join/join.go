@@ -1,5 +1,5 @@
 // Package join joins the CLI's own OpenTelemetry telemetry (Claude Code's
-// traces and log events, run --join-cli-telemetry) to the workflow runs the
+// traces and log events, run --cli-telemetry.join) to the workflow runs the
 // stream describes.
 //
 // The CLI's spans have no workflow, phase or agent span: a sub-agent's model

@@ -126,7 +126,7 @@ type Wiring struct {
 	Out Outlet
 }
 
-// Session is run --join-cli-telemetry for one CLI process: the receiver the
+// Session is run --cli-telemetry.join for one CLI process: the receiver the
 // child exports to and the Joiner, which hands what it joined to the
 // Outlet. Its methods follow the child's life: Start before it, ChildEnv
 // for it, ChildDone when it exited, StreamDone when its stream was read.

@@ -11,10 +11,10 @@
 //	cbc_workflow_runs_started_total        counter    workflow          workflow runs announced (task_started, or adopted mid-stream)
 //	cbc_workflow_runs_total                counter    workflow, status  runs that reached a terminal status, counted once per run (exemplar: trace_id, span_id)
 //	cbc_workflow_runs_active               gauge      workflow          runs started and not yet terminal
-//	cbc_workflow_runs_stalled              gauge      workflow          unfinished runs with no event for --stall-after
-//	cbc_workflow_stalls_total              counter    workflow          silences of --stall-after, once each
-//	cbc_workflow_agents_stalled            gauge      workflow          started, live agents of unfinished runs without progress for --stall-after
-//	cbc_workflow_agent_stalls_total        counter    workflow          agents' silences of --stall-after, once each
+//	cbc_workflow_runs_stalled              gauge      workflow          unfinished runs with no event for --tracker.stall-after
+//	cbc_workflow_stalls_total              counter    workflow          silences of --tracker.stall-after, once each
+//	cbc_workflow_agents_stalled            gauge      workflow          started, live agents of unfinished runs without progress for --tracker.stall-after
+//	cbc_workflow_agent_stalls_total        counter    workflow          agents' silences of --tracker.stall-after, once each
 //	cbc_workflow_duration_seconds          histogram  workflow, status  run end − start, observed at the terminal status (classic + native; exemplars)
 //	cbc_workflow_agents_total              counter    workflow, state   sub-agents by final state, counted once per agent
 //	cbc_workflow_agent_duration_seconds    histogram  workflow, state   sub-agent end − start, when both are known (classic + native)

@@ -78,7 +78,7 @@ func replay(t *testing.T, stream io.Reader) *Metrics {
 func checkGolden(t *testing.T, m *Metrics, name string) {
 	t.Helper()
 	// Not testutil.GatherAndFormat: without names it keeps nothing. The
-	// file is what --metrics-file writes.
+	// file is what --metrics.file writes.
 	path := filepath.Join(t.TempDir(), "metrics.prom")
 	if err := exposition.WriteFile(path, cbcFamilies(m.Registry())); err != nil {
 		t.Fatal(err)

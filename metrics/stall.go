@@ -23,19 +23,19 @@ func newStallMetrics() *stallMetrics {
 	return &stallMetrics{
 		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cbc_workflow_runs_stalled",
-			Help: "Unfinished workflow runs that showed no event for --stall-after; back to 0 when one comes or the run ends.",
+			Help: "Unfinished workflow runs that showed no event for --tracker.stall-after; back to 0 when one comes or the run ends.",
 		}, []string{"workflow"}),
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbc_workflow_stalls_total",
-			Help: "Times a workflow run fell silent for --stall-after (once per silence).",
+			Help: "Times a workflow run fell silent for --tracker.stall-after (once per silence).",
 		}, []string{"workflow"}),
 		agentsStalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cbc_workflow_agents_stalled",
-			Help: "Started, live agents of unfinished workflow runs that showed no progress for --stall-after; back to 0 when they move or end or their run ends.",
+			Help: "Started, live agents of unfinished workflow runs that showed no progress for --tracker.stall-after; back to 0 when they move or end or their run ends.",
 		}, []string{"workflow"}),
 		agentStalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbc_workflow_agent_stalls_total",
-			Help: "Times a live agent of a workflow run showed no progress for --stall-after (once per silence).",
+			Help: "Times a live agent of a workflow run showed no progress for --tracker.stall-after (once per silence).",
 		}, []string{"workflow"}),
 	}
 }

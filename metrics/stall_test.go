@@ -95,7 +95,7 @@ func TestAgentStalls(t *testing.T) {
 		t.Errorf(`"other": stalled %v, stalls %v; want 2, 2`, g, c)
 	}
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
-# HELP cbc_workflow_agent_stalls_total Times a live agent of a workflow run showed no progress for --stall-after (once per silence).
+# HELP cbc_workflow_agent_stalls_total Times a live agent of a workflow run showed no progress for --tracker.stall-after (once per silence).
 # TYPE cbc_workflow_agent_stalls_total counter
 cbc_workflow_agent_stalls_total{demo="true",workflow="other"} 2
 cbc_workflow_agent_stalls_total{demo="true",workflow="review"} 3

@@ -1,6 +1,6 @@
 // TestOutputsAgree feeds streams through one pipeline with every sink
 // attached (metrics, traces, a Recorder) and checks that the outputs read
-// the same times and counts: the `replay --json` object of each finalized
+// the same times and counts: the `replay --summary.json` object of each finalized
 // workflow run, its spans, its waterfall header and the metrics. Issue #17
 // made the Tracker the one clock; this is what catches a sink that derives
 // a time of its own again.

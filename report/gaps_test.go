@@ -25,7 +25,7 @@ func gappyStats(t *testing.T) (st *ingest.Stats, tooLong int) {
 	return p.Stats(), len(long)
 }
 
-// Issue 29.3: the summary, the --json stats line and the step summary say
+// Issue 29.3: the summary, the --summary.json stats line and the step summary say
 // when bytes were dropped or lines rejected, and how much; with nothing
 // lost they say nothing of it.
 func TestOutputsSayWhatTheTelemetryMissed(t *testing.T) {

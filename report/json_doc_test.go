@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestJSONDocKeys keeps the `replay --json` contract of docs/json.md complete:
+// TestJSONDocKeys keeps the `replay --summary.json` contract of docs/json.md complete:
 // every key the contract types can write (Workflow, Task, Phase, Agent,
 // LaunchedBy, Cost, ModelCost, TokensByType, Session, StatsLine) is named
 // in that section, so a key added to the code and not documented fails.
@@ -17,9 +17,9 @@ func TestJSONDocKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := string(b)
-	start := strings.Index(md, "\n## `replay --json`: a contract for scripts\n")
+	start := strings.Index(md, "\n## `replay --summary.json`: a contract for scripts\n")
 	if start < 0 {
-		t.Fatal("docs/json.md has no `replay --json` contract section")
+		t.Fatal("docs/json.md has no `replay --summary.json` contract section")
 	}
 	sec := md[start+1:]
 	if end := strings.Index(sec, "\n## "); end >= 0 {
@@ -40,7 +40,7 @@ func TestJSONDocKeys(t *testing.T) {
 			}
 			seen[name] = true
 			if !strings.Contains(sec, `"`+name+`"`) && !strings.Contains(sec, "`"+name+"`") {
-				t.Errorf("%s.%s: key %q is not in docs/json.md's replay --json contract", typ.Name(), f.Name, name)
+				t.Errorf("%s.%s: key %q is not in docs/json.md's replay --summary.json contract", typ.Name(), f.Name, name)
 			}
 		}
 	}

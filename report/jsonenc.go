@@ -1,6 +1,6 @@
 package report
 
-// The replay --json lines are appended to one reused buffer, field by
+// The replay --summary.json lines are appended to one reused buffer, field by
 // field, instead of going through encoding/json's reflection: on a
 // task-heavy replay that encoding was about 8% of the CPU (issue #22). The
 // bytes are exactly encoding/json's (Encoder, SetEscapeHTML(false)) for

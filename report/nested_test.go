@@ -8,7 +8,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
-// TestNestedMarked: a nested run says in --json and on the waterfall which
+// TestNestedMarked: a nested run says in --summary.json and on the waterfall which
 // agent launched it and at what depth; a top-level run says neither.
 func TestNestedMarked(t *testing.T) {
 	top := ingest.Run{TaskID: "w1", RunID: "r1", Workflow: true, Name: "review", Status: ingest.StatusCompleted, Start: 1_000, End: 61_000, Finished: true, Finalized: true}
@@ -38,7 +38,7 @@ func TestNestedMarked(t *testing.T) {
 	}
 }
 
-// TestNestingText: the waterfall's and --json's nesting of each shape
+// TestNestingText: the waterfall's and --summary.json's nesting of each shape
 // Claude Code 2.1.335 writes, and no depth the stream did not give.
 func TestNestingText(t *testing.T) {
 	sub := ingest.AgentRef{TaskID: "a1", RunID: "r1", Index: -1, RootTask: "a1", RootRun: "r1"}
@@ -46,7 +46,7 @@ func TestNestingText(t *testing.T) {
 		name      string
 		run       ingest.Run
 		waterfall string // the nesting text, "" for none
-		json      string // a fragment of the --json line
+		json      string // a fragment of the --summary.json line
 	}{
 		{"a sub-agent's sub-agent", ingest.Run{TaskID: "a2", RunID: "r2", TaskType: "local_agent", SpawnDepth: 2, Parent: sub},
 			"nested (depth 2): launched by task a1",

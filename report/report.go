@@ -1,9 +1,9 @@
 // Package report turns finalized runs into what people and scripts read: a
-// terminal waterfall per workflow run, the `replay --json` contract, one
+// terminal waterfall per workflow run, the `replay --summary.json` contract, one
 // JSON object per line (docs/json.md), and a Markdown section
 // for a CI step summary (WriteStepSummary).
 //
-// Cost: when the CLI's own telemetry was joined (run --join-cli-telemetry),
+// Cost: when the CLI's own telemetry was joined (run --cli-telemetry.join),
 // a run and an agent whose cost.Sum is known gain, in JSON,
 //
 //	"cost_usd": 0.0123,                  the sum of the CLI's api_request cost_usd
@@ -38,7 +38,7 @@ import (
 // finalization, and the cost of each session's main conversation.
 type Collector struct {
 	Runs []ingest.Run
-	// JSONOnly keeps each finalized run as its replay --json line, not as a
+	// JSONOnly keeps each finalized run as its replay --summary.json line, not as a
 	// copy in Runs (WriteJSON writes them): no copy of every run's agents
 	// and phases, a run's line is all that is left of it. The copies were a
 	// quarter of replay's allocated bytes.
@@ -169,7 +169,7 @@ type Workflow struct {
 	ToolUses      int64   `json:"tool_uses"`
 	Phases        []Phase `json:"phases"`
 	Agents        []Agent `json:"agents"`
-	// Stalls counts the run's silences of --stall-after (omitted: none).
+	// Stalls counts the run's silences of --tracker.stall-after (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
 	// StopReason says why a stopped run stopped, when known: the
 	// notification's reason, or "budget" (run --budget.max-cost-usd).
@@ -224,7 +224,7 @@ type Agent struct {
 	EndInferred bool   `json:"end_inferred,omitempty"`
 	Tokens      int64  `json:"tokens"`
 	Error       string `json:"error"`
-	// Stalls counts the agent's silences of --stall-after while live
+	// Stalls counts the agent's silences of --tracker.stall-after while live
 	// (omitted: none).
 	Stalls int `json:"stalls,omitempty"`
 	Cost       // what its model calls cost (package doc)

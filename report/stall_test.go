@@ -8,7 +8,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
-// TestStallsMarked: a run that stalled carries "stalls" in --json and a
+// TestStallsMarked: a run that stalled carries "stalls" in --summary.json and a
 // mark on the waterfall; one that never did carries neither.
 func TestStallsMarked(t *testing.T) {
 	for _, stalls := range []int{0, 2} {
@@ -28,7 +28,7 @@ func TestStallsMarked(t *testing.T) {
 	}
 }
 
-// TestAgentStallsMarked: an agent that stalled carries "stalls" in --json
+// TestAgentStallsMarked: an agent that stalled carries "stalls" in --summary.json
 // and "stalled ×N" on its waterfall line; one that never did carries
 // neither (and the run's own mark stays the run's).
 func TestAgentStallsMarked(t *testing.T) {

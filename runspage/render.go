@@ -141,7 +141,7 @@ type runView struct {
 	Agents                               int64
 	Error, Reason, Interrupt             string
 	// Stalled is "stalled" while the run is, else "stalled ×N" when it
-	// was (--stall-after), else "".
+	// was (--tracker.stall-after), else "".
 	Stalled string
 	// AgentsStalled is "N agent(s) stalled" while some of its agents are
 	// (issue 31), else "".

@@ -20,7 +20,7 @@
 // it, and it is cleaned again of control and bidirectional formatting
 // characters (safetext.Clean). Prompt and result previews are never
 // shown; error texts are what the Tracker kept (withheld unless
-// --capture-errors).
+// --tracker.capture-errors).
 package runspage
 
 import (

@@ -157,7 +157,7 @@ func telEnv(r *receiver, protocol string) map[string]string {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	// As run --join-cli-telemetry hands its receiver's token.
+	// As run --cli-telemetry.join hands its receiver's token.
 	env[clitel.EnvTracesHeaders] = "authorization=Bearer%20sim-token"
 	env[clitel.EnvLogsHeaders] = "authorization=Bearer%20sim-token"
 	return env

@@ -14,7 +14,7 @@ const (
 // ExpectedRun is the ground truth for one task run the simulator made: what
 // a correct consumer must reconstruct from the stream alone. `--expect FILE`
 // writes one per line, in task_started order, in exactly the shape
-// `cbc-otel replay --json` prints, so tests can compare the two line by line
+// `cbc-otel replay --summary.json` prints, so tests can compare the two line by line
 // (keyed by task_id). Every value is derivable from the emitted stream by the
 // rules documented on each field; the simulator computes them from the very
 // rows it printed, not from its private schedule.

@@ -1,4 +1,4 @@
-// Package spool is the hand-over between `cbc-otel run --spool-dir` and the
+// Package spool is the hand-over between `cbc-otel run --spool.dir` and the
 // `cbc-otel serve` sidecar: the wrapper writes what it tapped to a file, the
 // sidecar follows it.
 //

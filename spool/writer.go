@@ -42,7 +42,7 @@ const (
 // Heartbeat is how often the writer refreshes the modification time of its
 // .open file while the child lives, however quiet the child is, so that a
 // sidecar tells a live but idle wrapper (an SDK session between turns) from
-// a dead one. A sidecar's --idle-timeout must be well above it.
+// a dead one. A sidecar's --follow.idle-timeout must be well above it.
 const Heartbeat = 10 * time.Second
 
 // heartbeatEnv overrides Heartbeat, for tests only (a Go duration).

@@ -66,7 +66,7 @@ type DecodeOptions struct {
 // WithheldError stands for the text of an error field that the decoder did
 // not keep (DecodeOptions.KeepErrors off): the error is still known to
 // exist, so states and statuses are unchanged.
-const WithheldError = "error text withheld (--capture-errors keeps it)"
+const WithheldError = "error text withheld (--tracker.capture-errors keeps it)"
 
 // RedactedError stands for an error field whose text the CLI itself
 // redacted to the string "error" (its persisted copy of a row does): kept

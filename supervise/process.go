@@ -12,7 +12,7 @@ import (
 )
 
 // ForwardedSignals are passed on to the child. SIGINT, SIGTERM, SIGHUP and
-// SIGQUIT also ask the wrapper to stop (SIGKILL after --kill-timeout).
+// SIGQUIT also ask the wrapper to stop (SIGKILL after --child.kill-timeout).
 var ForwardedSignals = []os.Signal{
 	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,

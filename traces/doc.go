@@ -144,7 +144,7 @@ const (
 	AttrSummary       = "cbc.summary"
 
 	// GenAI attributes from the CLI's own telemetry (run
-	// --join-cli-telemetry), on agent and workflow spans.
+	// --cli-telemetry.join), on agent and workflow spans.
 	AttrProviderName      = "gen_ai.provider.name"
 	AttrUsageInputTokens  = "gen_ai.usage.input_tokens"
 	AttrUsageOutputTokens = "gen_ai.usage.output_tokens"

@@ -38,7 +38,7 @@ type Options struct {
 	CapturePreviews bool
 	// Launcher, when set, finds the CLI's own span that launched a run (its
 	// Workflow tool call, by the run's tool_use_id; run
-	// --join-cli-telemetry): the workflow span becomes its child. A run it
+	// --cli-telemetry.join): the workflow span becomes its child. A run it
 	// does not know hangs off Parent as before.
 	Launcher func(toolUseID string) (trace.SpanContext, bool)
 	// HoldAgents exports agent spans when their run is finalized rather
@@ -315,7 +315,7 @@ func (s *Sink) launchedBy(r *ingest.Run) (trace.SpanContext, bool) {
 }
 
 // ExportParent exports the span Options.Parent names, when this process
-// minted it (run --join-cli-telemetry without a TRACEPARENT of the user's):
+// minted it (run --cli-telemetry.join without a TRACEPARENT of the user's):
 // the CLI's interactions and our runs hang off it, so it must exist.
 func (s *Sink) ExportParent(name string, start, end time.Time, kv ...attribute.KeyValue) {
 	if !s.parent.IsValid() {

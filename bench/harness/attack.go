@@ -28,7 +28,7 @@ const attackRate = 4 << 20
 type attackResult struct {
 	peakKB  int64
 	wall    time.Duration
-	lines   float64 // stdout lines the wrapper counted (--metrics-file)
+	lines   float64 // stdout lines the wrapper counted (--metrics.file)
 	dropped float64 // bytes its tap dropped
 	overCap float64 // over_capacity violations: the caps at work
 }
@@ -84,7 +84,7 @@ func memoryAttack(ctx context.Context, c *config, rep *report, tdir string) erro
 	}
 	rep.add("memory", name+": tap dropped bytes / lines counted, worst run; over_capacity, last run without drops",
 		fmt.Sprintf("%.0f / %.0f of %d; %s", worstDrop, worstLines, lines, overCap))
-	rep.note("memory, state attack: the stream of chaos/memory_test.go (internal/attackgen, %.0f MiB), written to `run`'s stdout by its child (`cat` of a FIFO the harness feeds at %d MiB/s, so that the tap keeps up); `run` with the /metrics listener and --metrics-file, as in the chaos suite: --summary-file keeps every run seen by design (it grows with the stream), and --traces-file (a span tree per run given up) would make the tap drop at this rate", mib(size), attackRate>>20)
+	rep.note("memory, state attack: the stream of chaos/memory_test.go (internal/attackgen, %.0f MiB), written to `run`'s stdout by its child (`cat` of a FIFO the harness feeds at %d MiB/s, so that the tap keeps up); `run` with the /metrics listener and --metrics.file, as in the chaos suite: --summary.file keeps every run seen by design (it grows with the stream), and --traces.file (a span tree per run given up) would make the tap drop at this rate", mib(size), attackRate>>20)
 	return nil
 }
 
@@ -142,7 +142,7 @@ func attackOnce(ctx context.Context, c *config, path string, size int64, tag str
 		return attackResult{}, err
 	}
 	metricsFile := tag + "-metrics.prom"
-	cmd := exec.CommandContext(ctx, c.bin, "run", "--web.listen-address", "127.0.0.1:"+strconv.Itoa(port), "--metrics-file", metricsFile, "--", "cat", fifo)
+	cmd := exec.CommandContext(ctx, c.bin, "run", "--web.listen-address", "127.0.0.1:"+strconv.Itoa(port), c.names.of("metrics.file", "metrics-file"), metricsFile, "--", "cat", fifo)
 	out := &countWriter{}
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	start := time.Now()

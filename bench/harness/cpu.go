@@ -35,9 +35,10 @@ const (
 
 // cpuBin is one binary measured by the cpu section.
 type cpuBin struct {
-	name string // "new" or "baseline": short, it is part of row names
-	path string
-	desc string // what the baseline is, for the notes
+	name  string // "new" or "baseline": short, it is part of row names
+	path  string
+	names flagNames // the flag names it takes
+	desc  string    // what the baseline is, for the notes
 }
 
 // cpuResult is what one case cost in one run.
@@ -211,8 +212,8 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 
 	size, _ := fileSize(path)
 	rep.note("cpu: CPU is user+system of the cbc-otel process alone, divided by the task events (system lines task_started/task_progress/task_updated/task_notification, counted by the harness in the input: no metric counts them apart from other lines; cbc_otel_lines_total is used to check that every line was read); input: the task-heavy stream of %.0f MiB (%d lines, %d task events); every figure but the follow case's (a delta while serve runs) includes process start-up", mib(size), lines, events)
-	rep.note("cpu: replay = `replay --json FILE > /dev/null`, rusage of the process (µs precision). run = `run` with telemetry fully on (as in passthrough) whose child is the harness itself (%s) writing the first %d MiB of the stream (%d lines, %d task events) at %d lines/s, one write per line (faster, the tap drops on this 2-core machine: its consumer runs at nice 10 and each line costs a wake-up); the wrapper's own utime+stime are read from /proc/PID/stat once it has exited but before it is reaped (waitid WNOWAIT), so the child's CPU is not in them (10 ms ticks); a run counts only if the metrics file shows cbc_otel_tap_dropped_bytes_total 0 and every line framed. serve = `serve --follow FILE --traces-file F` on a hard link of the stream, /metrics polled every 50 ms until cbc_otel_lines_total reaches the stream's lines, utime+stime from /proc/PID/stat read then, before SIGTERM (no --state-dir: no checkpoints)", pacegen.EnvCPUGen, c.cpuRunMB, runLines, runEvents, c.cpuRunRate)
-	rep.note("cpu serve follow: the harness writes %d plain files (`--follow 'DIR/*.ndjson'`, within --follow.max-files' default 256) with one ticker, %d lines/s per file of generated workflow runs (%d lines each: task_started, 8 task_progress snapshots of 4 agents in 2 phases, task_updated, task_notification; every 4th run failed), for %s; CPU is serve's /proc/PID/stat delta from the first line of every file counted to all lines written counted, over the writing window; peak RSS is serve's VmHWM polled every 5 ms over its whole life", c.cpuFiles, c.cpuFileRate, streamgen.FollowRunLines, c.cpuFollowDur)
+	rep.note("cpu: replay = `replay --summary.json FILE > /dev/null`, rusage of the process (µs precision). run = `run` with telemetry fully on (as in passthrough) whose child is the harness itself (%s) writing the first %d MiB of the stream (%d lines, %d task events) at %d lines/s, one write per line (faster, the tap drops on this 2-core machine: its consumer runs at nice 10 and each line costs a wake-up); the wrapper's own utime+stime are read from /proc/PID/stat once it has exited but before it is reaped (waitid WNOWAIT), so the child's CPU is not in them (10 ms ticks); a run counts only if the metrics file shows cbc_otel_tap_dropped_bytes_total 0 and every line framed. serve = `serve --follow.glob FILE --traces.file F` on a hard link of the stream, /metrics polled every 50 ms until cbc_otel_lines_total reaches the stream's lines, utime+stime from /proc/PID/stat read then, before SIGTERM (no --state-dir: no checkpoints)", pacegen.EnvCPUGen, c.cpuRunMB, runLines, runEvents, c.cpuRunRate)
+	rep.note("cpu serve follow: the harness writes %d plain files (`--follow.glob 'DIR/*.ndjson'`, within --follow.max-files' default 256) with one ticker, %d lines/s per file of generated workflow runs (%d lines each: task_started, 8 task_progress snapshots of 4 agents in 2 phases, task_updated, task_notification; every 4th run failed), for %s; CPU is serve's /proc/PID/stat delta from the first line of every file counted to all lines written counted, over the writing window; peak RSS is serve's VmHWM polled every 5 ms over its whole life", c.cpuFiles, c.cpuFileRate, streamgen.FollowRunLines, c.cpuFollowDur)
 	rep.note("cpu: the section took %s (%d runs of every case, the follow case %d, × %d binaries, interleaved)", time.Since(start).Round(time.Second), c.runs, min(c.runs, 3), len(bins))
 	c.log.Info("cpu section done", "elapsed", time.Since(start).Round(100*time.Millisecond))
 	return nil
@@ -221,12 +222,13 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 // measuredBins is the binary under test and the baseline, if one was
 // given; the notes of section sec say which.
 func measuredBins(ctx context.Context, c *config, rep *report, sec string) ([]cpuBin, error) {
-	bins := []cpuBin{{name: "new", path: c.bin}}
+	bins := []cpuBin{{name: "new", path: c.bin, names: c.names}}
 	base, err := baselineBinary(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	if base.path != "" {
+		base.names = probeFlagNames(ctx, base.path)
 		bins = append(bins, base)
 		rep.note("%s: baseline = %s, `%s` (%s), measured in turn with the current binary in every run of every case", sec, base.desc, base.path, binVersion(ctx, base.path))
 	} else {
@@ -286,10 +288,10 @@ func addCompared(rep *report, bins []cpuBin, sec, name, unit, format string, val
 	}
 }
 
-// cpuReplay runs `replay --json path > /dev/null`: replay starts no child,
+// cpuReplay runs `replay --summary.json path > /dev/null`: replay starts no child,
 // so the rusage of the process is its own CPU.
 func cpuReplay(ctx context.Context, b cpuBin, path string, events int64, devnull *os.File) (cpuResult, error) {
-	cmd := exec.CommandContext(ctx, b.path, "replay", "--json", path)
+	cmd := exec.CommandContext(ctx, b.path, "replay", b.names.of("summary.json", "json"), path)
 	cmd.Stdout, cmd.Stderr = devnull, os.Stderr
 	m, err := timed(cmd)
 	if err != nil {
@@ -313,7 +315,7 @@ type cpuRunArgs struct {
 // is a zombie: exited (every byte pumped, telemetry flushed and written)
 // but not yet reaped.
 func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, error) {
-	tel, err := telemetryOn(a.dir, a.tag)
+	tel, err := telemetryOn(b.names, a.dir, a.tag)
 	if err != nil {
 		return cpuResult{}, err
 	}
@@ -369,7 +371,7 @@ func startServe(ctx context.Context, bin string, args []string, dir, tag string)
 	return startServeProc(ctx, bin, port, args, dir, tag)
 }
 
-// cpuServeFile runs `serve --follow FILE` on a hard link of the stream
+// cpuServeFile runs `serve --follow.glob FILE` on a hard link of the stream
 // until /metrics shows every line counted, and takes serve's CPU from
 // /proc/PID/stat then, before SIGTERM: what a sidecar spent to take in the
 // file, without its shutdown.
@@ -383,7 +385,7 @@ func cpuServeFile(ctx context.Context, c *config, b cpuBin, path string, lines, 
 	defer os.Remove(link)
 	traces := filepath.Join(dir, tag+"-traces.jsonl")
 	defer os.Remove(traces)
-	s, err := startServe(ctx, b.path, []string{"--follow", link, "--traces-file", traces}, dir, tag)
+	s, err := startServe(ctx, b.path, []string{b.names.of("follow.glob", "follow"), link, b.names.of("traces.file", "traces-file"), traces}, dir, tag)
 	if err != nil {
 		return cpuResult{}, err
 	}
@@ -407,7 +409,7 @@ func cpuServeFile(ctx context.Context, c *config, b cpuBin, path string, lines, 
 // cpuFollow has serve follow c.cpuFiles plain files that the harness
 // grows by c.cpuFileRate lines/s each for c.cpuFollowDur, and measures
 // serve's CPU over that window and its peak RSS.
-// extra are more flags of serve (e.g. --state-dir).
+// extra are more flags of serve (e.g. --state.dir).
 func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string, extra []string) (cpuResult, error) {
 	fdir := filepath.Join(dir, tag)
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
@@ -436,7 +438,7 @@ func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string, extra 
 	}
 	traces := filepath.Join(dir, tag+"-traces.jsonl")
 	defer os.Remove(traces)
-	s, err := startServe(ctx, b.path, append([]string{"--follow", filepath.Join(fdir, "*.ndjson"), "--traces-file", traces}, extra...), dir, tag)
+	s, err := startServe(ctx, b.path, append([]string{b.names.of("follow.glob", "follow"), filepath.Join(fdir, "*.ndjson"), b.names.of("traces.file", "traces-file"), traces}, extra...), dir, tag)
 	if err != nil {
 		return cpuResult{}, err
 	}

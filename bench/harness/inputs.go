@@ -201,14 +201,14 @@ func freePort() (int, error) {
 // the final metrics and the runs' summary written to files at exit. The spool
 // (a copy of the whole stream to disk, the serve deployment) stays off: it is
 // another mode, not more telemetry. Files land under dir with the given tag.
-func telemetryOn(dir, tag string) ([]string, error) {
-	flags, _, err := telemetryOnAt(dir, tag)
+func telemetryOn(n flagNames, dir, tag string) ([]string, error) {
+	flags, _, err := telemetryOnAt(n, dir, tag)
 	return flags, err
 }
 
 // telemetryOnAt is telemetryOn that also returns the host:port of the web
 // listener (/metrics and the runs page), for a case that scrapes it.
-func telemetryOnAt(dir, tag string) ([]string, string, error) {
+func telemetryOnAt(n flagNames, dir, tag string) ([]string, string, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, "", err
@@ -216,9 +216,9 @@ func telemetryOnAt(dir, tag string) ([]string, string, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	return []string{
 		"--web.listen-address", addr,
-		"--traces-file", filepath.Join(dir, tag+"-traces.jsonl"),
-		"--metrics-file", filepath.Join(dir, tag+"-metrics.prom"),
-		"--summary-file", filepath.Join(dir, tag+"-summary.json"),
+		n.of("traces.file", "traces-file"), filepath.Join(dir, tag+"-traces.jsonl"),
+		n.of("metrics.file", "metrics-file"), filepath.Join(dir, tag+"-metrics.prom"),
+		n.of("summary.file", "summary-file"), filepath.Join(dir, tag+"-summary.json"),
 	}, addr, nil
 }
 

@@ -113,7 +113,7 @@ func latency(ctx context.Context, c *config, rep *report) error {
 	}
 	rep.note("latency: ~200-byte task event lines (cycles of %d: a task_started of a plain local_agent task, task_progress lines, its task_notification, so that `run` ends a task and makes a span every %d lines), each stamped (wall clock) as written, %s per run and case at 1k and 10k lines/s, %s at 100k; one write per line paced by a 1 ms ticker (a burst of rate/1000 lines per tick), after a warm-up line has made the trip; %d runs, the cases interleaved in each; stdout cases: the harness itself (%s) is the child writing the lines, read from its stdout directly or through `run`; round-trip cases: lines sent into `cat` or `run -- cat` and read back (two pumps)",
 		pacegen.LatencyCycle, pacegen.LatencyCycle, c.latDur, latencyDur(c, 100000), runs, pacegen.EnvLatGen)
-	rep.note("latency: every `run` has telemetry on (/metrics listener, --traces-file, --metrics-file, --summary-file); `(runs page + OTLP)` adds --otlp.endpoint of a local OTLP/gRPC receiver in the harness, and a poller that GETs the runs page `/` every 1 s and /metrics every 5 s (both once at the start) while the lines flow; added = run − baseline taken run by run (the baseline measured just before in the same run), median over the runs and spread (min–max)")
+	rep.note("latency: every `run` has telemetry on (/metrics listener, --traces.file, --metrics.file, --summary.file); `(runs page + OTLP)` adds --otlp.endpoint of a local OTLP/gRPC receiver in the harness, and a poller that GETs the runs page `/` every 1 s and /metrics every 5 s (both once at the start) while the lines flow; added = run − baseline taken run by run (the baseline measured just before in the same run), median over the runs and spread (min–max)")
 	return nil
 }
 
@@ -128,14 +128,14 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 		lats, _, err := latencyOut(ctx, []string{b.self}, latGenEnv(rate, dur), rate, dur, "")
 		return lats, nil, err
 	case "out-run":
-		tel, err := telemetryOn(b.tdir, tag)
+		tel, err := telemetryOn(b.c.names, b.tdir, tag)
 		if err != nil {
 			return nil, nil, err
 		}
 		lats, _, err := latencyOut(ctx, append(append([]string{b.c.bin, "run"}, tel...), "--", b.self), latGenEnv(rate, dur), rate, dur, "")
 		return lats, nil, err
 	case "out-web":
-		tel, addr, err := telemetryOnAt(b.tdir, tag)
+		tel, addr, err := telemetryOnAt(b.c.names, b.tdir, tag)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,7 +160,7 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 		lats, err := latencyRoundTrip(ctx, []string{"cat"}, rate, dur)
 		return lats, nil, err
 	case "rt-run":
-		tel, err := telemetryOn(b.tdir, tag)
+		tel, err := telemetryOn(b.c.names, b.tdir, tag)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -64,6 +64,7 @@ type config struct {
 	cpuFollowDur time.Duration // how long they grow
 	baselineBin  string        // binary to compare with, "" = none
 	baselineRev  string        // or a git revision of root to build it from
+	names        flagNames     // the flag names bin takes
 	log          *slog.Logger
 }
 
@@ -173,6 +174,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		}
 		c.bin = abs
 	}
+	c.names = probeFlagNames(ctx, c.bin)
 	if c.node != "" {
 		if p, err := exec.LookPath(c.node); err != nil {
 			log.Warn("node not found: the Node peer will not run", "node", c.node)

@@ -40,7 +40,7 @@ func memory(ctx context.Context, c *config, rep *report) error {
 	for _, cs := range cases {
 		var rss, wall []float64
 		for i := range runs {
-			tel, err := telemetryOn(tdir, fmt.Sprintf("mem-%d", i))
+			tel, err := telemetryOn(c.names, tdir, fmt.Sprintf("mem-%d", i))
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ func passthrough(ctx context.Context, c *config, rep *report) error {
 				case "pipe":
 					cmd = exec.CommandContext(ctx, "sh", "-c", `cat "$1" | cat`, "sh", in.path)
 				case "run":
-					tel, err := telemetryOn(tdir, fmt.Sprintf("pt-%s-%d", in.name, i))
+					tel, err := telemetryOn(c.names, tdir, fmt.Sprintf("pt-%s-%d", in.name, i))
 					if err != nil {
 						return err
 					}
@@ -100,6 +100,6 @@ func passthrough(ctx context.Context, c *config, rep *report) error {
 			rep.note("passthrough task-heavy: the last run wrote %d bytes of OTLP/JSON spans (telemetry on)", spans)
 		}
 	}
-	rep.note("passthrough: `run` has telemetry fully on: /metrics on a loopback port, --traces-file (OTLP/JSON), --metrics-file and --summary-file at exit; no OTLP network exporter, no spool")
+	rep.note("passthrough: `run` has telemetry fully on: /metrics on a loopback port, --traces.file (OTLP/JSON), --metrics.file and --summary.file at exit; no OTLP network exporter, no spool")
 	return nil
 }

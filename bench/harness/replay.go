@@ -32,7 +32,7 @@ func (c counts) String() string {
 	return strings.Join(parts, " ")
 }
 
-// replayPeers times `cbc-otel replay --json` against two peers doing the
+// replayPeers times `cbc-otel replay --summary.json` against two peers doing the
 // comparable job (terminal status counts of the workflow tasks): the spec's
 // reference consumer in Node, and an OpenTelemetry Collector (filelog →
 // transform parsing each line's JSON → count by status → prometheus), timed
@@ -76,7 +76,7 @@ func replayPeers(ctx context.Context, c *config, rep *report) error {
 	if c.otelcol != "" {
 		rep.note("replay mixed: the Collector peer is not run on the mixed stream: the task-heavy stream already compares it, and on this one it would only parse more large lines (minutes of the full run)")
 	}
-	rep.note("replay: `replay --json FILE` (no exporters) vs `node bench/peers/consumer.mjs FILE` vs the ocb Collector; every wall time includes process start-up (the collector's: until its counts reached the totals); the mixed stream is the task-heavy one with assistant text and user tool-result lines of 4–64 KiB between its lines (streamgen.Interleave, seed %d)", mixedSeed)
+	rep.note("replay: `replay --summary.json FILE` (no exporters) vs `node bench/peers/consumer.mjs FILE` vs the ocb Collector; every wall time includes process start-up (the collector's: until its counts reached the totals); the mixed stream is the task-heavy one with assistant text and user tool-result lines of 4–64 KiB between its lines (streamgen.Interleave, seed %d)", mixedSeed)
 	return nil
 }
 
@@ -159,7 +159,7 @@ func replayStream(ctx context.Context, c *config, rep *report, path, name, detai
 	return want, nil
 }
 
-// replayLine is the part of a `replay --json` line the benchmark reads.
+// replayLine is the part of a `replay --summary.json` line the benchmark reads.
 type replayLine struct {
 	Kind   string `json:"kind"`
 	Status string `json:"status"`
@@ -173,7 +173,7 @@ func replayOnce(ctx context.Context, c *config, path string) (counts, int64, mea
 		return nil, 0, measured{}, fmt.Errorf("replay output: %w", err)
 	}
 	defer os.Remove(outPath)
-	cmd := exec.CommandContext(ctx, c.bin, "replay", "--json", path)
+	cmd := exec.CommandContext(ctx, c.bin, "replay", c.names.of("summary.json", "json"), path)
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	m, err := timed(cmd)
 	if cerr := out.Close(); err == nil && cerr != nil {

@@ -31,7 +31,7 @@ func scaling(ctx context.Context, c *config, rep *report) error {
 		}
 		var wall []float64
 		for range min(c.runs, 3) {
-			cmd := exec.CommandContext(ctx, c.bin, "replay", "--json", path)
+			cmd := exec.CommandContext(ctx, c.bin, "replay", c.names.of("summary.json", "json"), path)
 			cmd.Stdout, cmd.Stderr = devnull, os.Stderr
 			m, err := timed(cmd)
 			if err != nil {

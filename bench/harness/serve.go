@@ -21,7 +21,7 @@ const (
 	serveIdleTargetKB    = 64 << 10 // their peak RSS
 )
 
-// serveSection measures serve as deployed (--state-dir): following
+// serveSection measures serve as deployed (--state.dir): following
 // c.cpuFiles files growing at c.cpuFileRate lines/s each (CPU per event,
 // peak RSS), and following 4×c.cpuFiles files that do not grow (CPU share
 // of one core, peak RSS). Every case alternates with the baseline binary,
@@ -38,17 +38,17 @@ func serveSection(ctx context.Context, c *config, rep *report) error {
 	}
 	defer os.RemoveAll(dir)
 	idleFiles := 4 * c.cpuFiles
-	withState := func(tag string) ([]string, error) {
+	withState := func(b cpuBin, tag string) ([]string, error) {
 		sd := filepath.Join(dir, tag+"-state")
 		if err := os.MkdirAll(sd, 0o755); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
-		return []string{"--state-dir", sd}, nil
+		return []string{b.names.of("state.dir", "state-dir"), sd}, nil
 	}
 	cases := []cpuCase{
 		{"grow", 3, func(b cpuBin, i int) (cpuResult, error) {
 			tag := fmt.Sprintf("grow-%d-%s", i, b.tag())
-			extra, err := withState(tag)
+			extra, err := withState(b, tag)
 			if err != nil {
 				return cpuResult{}, err
 			}
@@ -56,7 +56,7 @@ func serveSection(ctx context.Context, c *config, rep *report) error {
 		}},
 		{"idle", 3, func(b cpuBin, i int) (cpuResult, error) {
 			tag := fmt.Sprintf("idle-%d-%s", i, b.tag())
-			extra, err := withState(tag)
+			extra, err := withState(b, tag)
 			if err != nil {
 				return cpuResult{}, err
 			}
@@ -90,20 +90,20 @@ func serveSection(ctx context.Context, c *config, rep *report) error {
 	peak := func(rs []cpuResult) []float64 {
 		return validValues(rs, func(r cpuResult) float64 { return float64(r.peakKB) / 1024 })
 	}
-	gsec := fmt.Sprintf("serve --state-dir, %d files × %d events/s", c.cpuFiles, c.cpuFileRate)
+	gsec := fmt.Sprintf("serve --state.dir, %d files × %d events/s", c.cpuFiles, c.cpuFileRate)
 	grow := results["grow"]
 	addCompared(rep, bins, gsec, fmt.Sprintf("CPU share of one core over %s", c.cpuFollowDur), "%", "%.1f", mapBins(grow, share), "", nil)
 	addCompared(rep, bins, gsec, "CPU per event", "µs", "%.2f", mapBins(grow, func(rs []cpuResult) []float64 { return validValues(rs, cpuResult.usPerEvent) }),
 		fmt.Sprintf("≤ %g µs", serveTargetUS), func(v float64) bool { return v <= serveTargetUS })
 	addCompared(rep, bins, gsec, "serve peak RSS (VmHWM)", "MiB", "%.1f", mapBins(grow, peak),
 		fmt.Sprintf("≤ %d MiB", serveTargetKB>>10), func(v float64) bool { return v*1024 <= serveTargetKB })
-	isec := fmt.Sprintf("serve --state-dir, %d idle files", idleFiles)
+	isec := fmt.Sprintf("serve --state.dir, %d idle files", idleFiles)
 	idle := results["idle"]
 	addCompared(rep, bins, isec, fmt.Sprintf("CPU share of one core over %s", c.cpuFollowDur), "%", "%.2f", mapBins(idle, share),
 		fmt.Sprintf("≤ %g %%", serveIdleTargetShare), func(v float64) bool { return v <= serveIdleTargetShare })
 	addCompared(rep, bins, isec, "serve peak RSS (VmHWM)", "MiB", "%.1f", mapBins(idle, peak),
 		fmt.Sprintf("≤ %d MiB", serveIdleTargetKB>>10), func(v float64) bool { return v*1024 <= serveIdleTargetKB })
-	rep.note("serve: as deployed, with --state-dir (checkpoints on) and --traces-file; the growing case is the cpu section's follow case (%d files, %d lines/s each, for %s) with a state directory", c.cpuFiles, c.cpuFileRate, c.cpuFollowDur)
+	rep.note("serve: as deployed, with --state.dir (checkpoints on) and --traces.file; the growing case is the cpu section's follow case (%d files, %d lines/s each, for %s) with a state directory", c.cpuFiles, c.cpuFileRate, c.cpuFollowDur)
 	rep.note("serve idle: %d plain files, each holding the first line of a run (an open run per stream), followed with --follow.max-files %d; once every line is counted, serve's CPU (/proc/PID/stat) over %s in which nothing is written; peak RSS is VmHWM over serve's whole life", idleFiles, idleFiles, c.cpuFollowDur)
 	rep.note("serve: the section took %s (%d runs of every case × %d binaries, interleaved)", time.Since(start).Round(time.Second), min(c.runs, 3), len(bins))
 	return nil
@@ -123,8 +123,8 @@ func serveIdle(ctx context.Context, b cpuBin, dir, tag string, n int, dur time.D
 			return cpuResult{}, fmt.Errorf("idle file: %w", err)
 		}
 	}
-	args := append([]string{"--follow", filepath.Join(fdir, "*.ndjson"), "--follow.max-files", strconv.Itoa(n),
-		"--traces-file", filepath.Join(dir, tag+"-traces.jsonl")}, extra...)
+	args := append([]string{b.names.of("follow.glob", "follow"), filepath.Join(fdir, "*.ndjson"), "--follow.max-files", strconv.Itoa(n),
+		b.names.of("traces.file", "traces-file"), filepath.Join(dir, tag+"-traces.jsonl")}, extra...)
 	s, err := startServe(ctx, b.path, args, dir, tag)
 	if err != nil {
 		return cpuResult{}, err

@@ -19,7 +19,7 @@ type webStats struct {
 	Page, Metrics, Failed int   // GETs of / and /metrics answered 200, GETs that were not
 	Spans                 int64 // spans the OTLP receiver got from the run
 	// TapDropped and SpansDropped are the run's own counts, from its
-	// --metrics-file: bytes its tap let go, spans its exporter did.
+	// --metrics.file: bytes its tap let go, spans its exporter did.
 	TapDropped, SpansDropped float64
 }
 

@@ -13,7 +13,7 @@ import (
 // (one a line of interest) and a tap queue of 64 KiB, so that the telemetry
 // falls behind. Per source, the metrics file's framed + incomplete +
 // dropped bytes are all the child wrote, and every output says what was
-// missed: the --summary waterfall, the --summary-file stats line and the
+// missed: the --summary.waterfall, the --summary.file stats line and the
 // step summary.
 func TestE2EEveryByteAccounted(t *testing.T) {
 	rec, err := os.ReadFile(exportRecording)
@@ -27,8 +27,8 @@ func TestE2EEveryByteAccounted(t *testing.T) {
 	in.Write(rec[len(rec)/2+bytes.IndexByte(rec[len(rec)/2:], '\n')+1:])
 	dir := t.TempDir()
 	metrics, summary, step := filepath.Join(dir, "m.prom"), filepath.Join(dir, "s.ndjson"), filepath.Join(dir, "step.md")
-	cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--tap-queue=65536", "--summary", "--summary-file", summary,
-		"--step-summary", step, "--metrics-file", metrics, "--", "cat")
+	cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--tap.queue-bytes=65536", "--summary.waterfall", "--summary.file", summary,
+		"--summary.step-file", step, "--metrics.file", metrics, "--", "cat")
 	cmd.Stdin = bytes.NewReader(in.Bytes())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -59,9 +59,9 @@ func TestE2EEveryByteAccounted(t *testing.T) {
 		text string
 		want string
 	}{
-		"--summary":      {errb.String(), "telemetry incomplete: "},
-		"--summary-file": {string(sf), `"dropped_bytes":`},
-		"step summary":   {string(st), "> **Warning:** telemetry incomplete: "},
+		"--summary.waterfall": {errb.String(), "telemetry incomplete: "},
+		"--summary.file":      {string(sf), `"dropped_bytes":`},
+		"step summary":        {string(st), "> **Warning:** telemetry incomplete: "},
 	} {
 		if strings.Contains(c.text, c.want) != lost {
 			t.Errorf("%s says %q: %v, want %v:\n%s", name, c.want, !lost, lost, c.text)

@@ -13,8 +13,8 @@ import (
 // TestReplayAgentStalls: in replay the stream's clock decides an agent's
 // stall too: agent 1's lastProgressAt stays for 12 minutes of stream time
 // while agent 2's advances every minute (so the run never falls silent);
-// agent 1 is stalled once, in --json and in the metrics file, the gauge
-// back at 0 once it moves; --stall-after 0 and 15m see none.
+// agent 1 is stalled once, in --summary.json and in the metrics file, the gauge
+// back at 0 once it moves; --tracker.stall-after 0 and 15m see none.
 func TestReplayAgentStalls(t *testing.T) {
 	const t0 = 1796292000000 // 2026-12-03T10:00:00Z: startedAt, the first written_at
 	stamp := func(m int) string {
@@ -40,12 +40,12 @@ func TestReplayAgentStalls(t *testing.T) {
 		stalled bool
 	}{
 		{nil, true},
-		{[]string{"--stall-after", "0"}, false},
-		{[]string{"--stall-after", "15m"}, false},
+		{[]string{"--tracker.stall-after", "0"}, false},
+		{[]string{"--tracker.stall-after", "15m"}, false},
 	} {
 		mfile := filepath.Join(t.TempDir(), "m.prom")
 		var out, errb bytes.Buffer
-		args := append(append([]string{"--json", "--metrics-file", mfile}, tc.flags...), "-")
+		args := append(append([]string{"--summary.json", "--metrics.file", mfile}, tc.flags...), "-")
 		if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(b.String()), out: &out, err: &errb}); code != exitOK {
 			t.Fatalf("replay %q: exit %d: %s", args, code, errb.String())
 		}

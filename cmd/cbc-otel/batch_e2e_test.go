@@ -1,5 +1,5 @@
 // End-to-end tests of the batch paths through the built binary: replay
-// --json on every corpus recording, and run --push.gateway (up and down).
+// --summary.json on every corpus recording, and run --push.gateway (up and down).
 package main
 
 import (
@@ -23,7 +23,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
-// `cbc-otel replay --json FILE` prints, for every recording of the corpus,
+// `cbc-otel replay --summary.json FILE` prints, for every recording of the corpus,
 // exactly the runs written by hand from the recording.
 func TestE2EReplayCorpus(t *testing.T) {
 	recs, _ := filepath.Glob("../../testdata/corpus/*/*.ndjson")
@@ -37,10 +37,10 @@ func TestE2EReplayCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// With --capture-errors the error texts are those of the recording;
+		// With --tracker.capture-errors the error texts are those of the recording;
 		// by default each one is withheld, everything else unchanged.
 		for _, keep := range []bool{true, false} {
-			args := []string{"replay", "--json", "--capture-errors=" + strconv.FormatBool(keep), rec}
+			args := []string{"replay", "--summary.json", "--tracker.capture-errors=" + strconv.FormatBool(keep), rec}
 			exp := jsonLines(t, want)
 			if !keep {
 				withholdErrors(exp)

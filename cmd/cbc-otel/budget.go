@@ -134,7 +134,7 @@ func interruptRequest(id, sessionID string) []byte {
 
 // stop writes the interrupt and waits for its acknowledgement, at most
 // stopTimeout (the SDK's current stdin line ending included), then SIGINTs
-// the child (and the supervisor SIGKILLs it --kill-timeout later).
+// the child (and the supervisor SIGKILLs it --child.kill-timeout later).
 func (b *budgetCap) stop(spend float64, source, sessionID string) {
 	defer close(b.stopped)
 	var r [8]byte

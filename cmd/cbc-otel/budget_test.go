@@ -98,14 +98,14 @@ var budgetResponse = regexp.MustCompile(`(?m)^\{"type":"control_response","respo
 
 // The cap passed at the second turn's result ($1.2 > $1): the wrapper
 // interrupts the session as an SDK does; the run ends stopped with reason
-// budget in --summary-file, the step summary and the metrics; the SDK sees
+// budget in --summary.file, the step summary and the metrics; the SDK sees
 // every byte the CLI wrote but the answer to the interrupt; the exit status
 // is the CLI's own.
 func TestBudgetStopsSession(t *testing.T) {
 	dir := t.TempDir()
 	summary, step, prom, traces := filepath.Join(dir, "runs.jsonl"), filepath.Join(dir, "step.md"), filepath.Join(dir, "m.prom"), filepath.Join(dir, "traces.jsonl")
 	saw, wrote, stderr, code := budgetSession(t, "budgetcli", 2, "stopped", "--budget.max-cost-usd", "1",
-		"--summary-file", summary, "--step-summary", step, "--metrics-file", prom, "--traces-file", traces, "--summary")
+		"--summary.file", summary, "--summary.step-file", step, "--metrics.file", prom, "--traces.file", traces, "--summary.waterfall")
 	if code != 0 {
 		t.Errorf("exit %d, want the CLI's 0; stderr: %s", code, stderr)
 	}
@@ -148,13 +148,13 @@ func TestBudgetStopsSession(t *testing.T) {
 		t.Errorf("step summary:\n%s", md)
 	}
 	if !regexp.MustCompile(`\nbudget \(--budget\.max-cost-usd\): \$1\.2\d{3} of \$1\.0000 \(12\d%: over\)\n`).MatchString(stderr) {
-		t.Errorf("--summary lacks the spend against the cap:\n%s", stderr)
+		t.Errorf("--summary.waterfall lacks the spend against the cap:\n%s", stderr)
 	}
 	if tr, _ := os.ReadFile(traces); !regexp.MustCompile(`"name":"invoke_workflow spend".*\{"key":"cbc.stop.reason","value":\{"stringValue":"budget"\}\}`).Match(tr) {
 		t.Errorf("no span with cbc.stop.reason budget:\n%s", tr)
 	}
 	if !strings.Contains(stderr, "stop reason: budget") {
-		t.Errorf("--summary lacks the stop reason:\n%s", stderr)
+		t.Errorf("--summary.waterfall lacks the stop reason:\n%s", stderr)
 	}
 	if m, _ := os.ReadFile(prom); !regexp.MustCompile(`(?m)^cbc_budget_stops_total(\{[^}]*\})? 1$`).Match(m) {
 		t.Errorf("metrics file has no cbc_budget_stops_total 1:\n%s", m)

@@ -14,7 +14,7 @@ import (
 )
 
 // capFlagNames are the flags of the Tracker's caps.
-var capFlagNames = []string{"max-runs", "max-tasks", "max-agents", "max-phases", "max-grace-runs"}
+var capFlagNames = []string{"tracker.max-runs", "tracker.max-tasks", "tracker.max-agents", "tracker.max-phases", "tracker.max-grace-runs"}
 
 // TestCapFlagsRegister: the cap flags map onto ingest.Caps field by field,
 // 0 (unset) leaves the Tracker's defaults, a negative value is refused in
@@ -40,7 +40,7 @@ func TestCapFlagsRegister(t *testing.T) {
 		t.Errorf("no cap flags: %v", err)
 	}
 	d := ingest.DefaultCaps()
-	for name, def := range map[string]int{"max-runs": d.Runs, "max-tasks": d.Tasks, "max-agents": d.Agents, "max-phases": d.Phases, "max-grace-runs": d.Grace} {
+	for name, def := range map[string]int{"tracker.max-runs": d.Runs, "tracker.max-tasks": d.Tasks, "tracker.max-agents": d.Agents, "tracker.max-phases": d.Phases, "tracker.max-grace-runs": d.Grace} {
 		fl := fs.Lookup(name)
 		if fl == nil {
 			t.Errorf("--%s is not registered", name)
@@ -51,7 +51,7 @@ func TestCapFlagsRegister(t *testing.T) {
 		}
 	}
 
-	f, _ = parse("--max-runs", "2", "--max-tasks", "3", "--max-agents", "4", "--max-phases", "5", "--max-grace-runs", "6", "--grace", "7s")
+	f, _ = parse("--tracker.max-runs", "2", "--tracker.max-tasks", "3", "--tracker.max-agents", "4", "--tracker.max-phases", "5", "--tracker.max-grace-runs", "6", "--tracker.grace", "7s")
 	opts := f.trackerOptions(nil, nil)
 	if want := (ingest.Caps{Runs: 2, Tasks: 3, Agents: 4, Phases: 5, Grace: 6}); opts.Caps != want {
 		t.Errorf("Caps = %+v, want %+v", opts.Caps, want)
@@ -93,23 +93,23 @@ func TestCapFlagsEverySubcommand(t *testing.T) {
 			}
 		}
 		args := map[string][]string{
-			"run":    {"--web.listen-address=", "--max-agents", "-5", "--", "true"},
-			"replay": {"--max-agents", "-5", "-"},
-			"demo":   {"--web.listen-address=", "--max-agents", "-5"},
-			"serve":  {"--web.listen-address=", "--spool-dir", t.TempDir(), "--max-agents", "-5"},
+			"run":    {"--web.listen-address=", "--tracker.max-agents", "-5", "--", "true"},
+			"replay": {"--tracker.max-agents", "-5", "-"},
+			"demo":   {"--web.listen-address=", "--tracker.max-agents", "-5"},
+			"serve":  {"--web.listen-address=", "--spool.dir", t.TempDir(), "--tracker.max-agents", "-5"},
 		}[sub]
 		errb.Reset()
 		if code := cmd(context.Background(), args, stdio{in: strings.NewReader(""), out: io.Discard, err: &errb}); code != exitUsage {
 			t.Errorf("%s %q: exit %d, want %d (stderr %q)", sub, args, code, exitUsage, errb.String())
 		}
-		if !strings.Contains(errb.String(), "--max-agents -5: must not be negative") {
+		if !strings.Contains(errb.String(), "--tracker.max-agents -5: must not be negative") {
 			t.Errorf("%s %q: stderr %q does not name the flag", sub, args, errb.String())
 		}
 	}
 }
 
-// TestReplayMaxRuns: --max-runs reaches the Tracker. Three workflow runs
-// that never finish under --max-runs 2: starting the third gives up the
+// TestReplayMaxRuns: --tracker.max-runs reaches the Tracker. Three workflow runs
+// that never finish under --tracker.max-runs 2: starting the third gives up the
 // oldest (abandoned, finalized first, one over_capacity); the stream's end
 // abandons the other two. Without the flag nothing is over capacity.
 func TestReplayMaxRuns(t *testing.T) {
@@ -120,7 +120,7 @@ func TestReplayMaxRuns(t *testing.T) {
 	replay := func(flags ...string) (runs []map[string]any, stats map[string]any) {
 		t.Helper()
 		var out, errb bytes.Buffer
-		args := append(append([]string{"--json"}, flags...), "-")
+		args := append(append([]string{"--summary.json"}, flags...), "-")
 		if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(stream.String()), out: &out, err: &errb}); code != exitOK {
 			t.Fatalf("replay %q: exit %d, stderr %q", args, code, errb.String())
 		}
@@ -145,15 +145,15 @@ func TestReplayMaxRuns(t *testing.T) {
 		return v
 	}
 
-	runs, stats := replay("--max-runs", "2")
+	runs, stats := replay("--tracker.max-runs", "2")
 	if got := violations(stats)["over_capacity"]; got != float64(1) {
-		t.Errorf("--max-runs 2: violations %v, want over_capacity 1", stats["violations"])
+		t.Errorf("--tracker.max-runs 2: violations %v, want over_capacity 1", stats["violations"])
 	}
 	if len(runs) != 3 {
-		t.Fatalf("--max-runs 2: %d runs, want 3: %v", len(runs), runs)
+		t.Fatalf("--tracker.max-runs 2: %d runs, want 3: %v", len(runs), runs)
 	}
 	if runs[0]["workflow"] != "wf1" || runs[0]["status"] != "abandoned" {
-		t.Errorf("--max-runs 2: first run finalized %v %v, want wf1 abandoned (the oldest, given up)", runs[0]["workflow"], runs[0]["status"])
+		t.Errorf("--tracker.max-runs 2: first run finalized %v %v, want wf1 abandoned (the oldest, given up)", runs[0]["workflow"], runs[0]["status"])
 	}
 	for _, r := range runs {
 		if r["status"] != "abandoned" {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -19,16 +20,26 @@ func newFlagSet(cmd, usage string, w io.Writer) *flag.FlagSet {
 	fs.SetOutput(w)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+		printFlags(fs)
 		writeEnvUsage(fs.Output(), cmd)
 	}
 	return fs
+}
+
+// flagConfig is the one style in which run, serve, replay and demo keep
+// their flags: a config type whose register defines them (with the
+// config's values as defaults) and whose validate checks them after
+// parsing, all problems in one error.
+type flagConfig interface {
+	register(fs *flag.FlagSet)
+	validate() error
 }
 
 // parseFlags parses args into fs, stopping at the first argument that is
 // not a flag. When it returns false, the subcommand ends with code: 0 after
 // -h (the usage printed), 2 after a bad flag, said in one line.
 func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
+	addAliases(fs)
 	out, usage := fs.Output(), fs.Usage
 	// The flag package would print the error, then the whole usage: one
 	// line is what a mistyped flag deserves.
@@ -38,6 +49,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
 	fs.SetOutput(out)
 	fs.Usage = usage
 	switch {
+	case err == nil && versionAsked(fs):
+		fmt.Fprintf(out, "cbc-otel %s\n", buildVersion())
+		return false, exitOK
 	case err == nil:
 		return true, exitOK
 	case errors.Is(err, flag.ErrHelp):
@@ -46,6 +60,36 @@ func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
 	}
 	fmt.Fprintf(out, "%s: %v (see '%s -h')\n", fs.Name(), err, fs.Name())
 	return false, exitUsage
+}
+
+// versionFlag is a subcommand's --version, as Prometheus' exporters have
+// it: the version is printed (on stderr, like -h) and the command ends.
+type versionFlag bool
+
+func (v *versionFlag) String() string   { return fmt.Sprint(bool(*v)) }
+func (v *versionFlag) IsBoolFlag() bool { return true }
+
+// Set notes the flag; parseFlags prints the version once parsing is done.
+func (v *versionFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = versionFlag(b)
+	return err
+}
+
+// registerVersion defines --version on a subcommand's flags (not
+// simulate's: the CLI it stands in for has a --version of its own).
+func registerVersion(fs *flag.FlagSet) {
+	fs.Var(new(versionFlag), "version", "print the version and exit")
+}
+
+// versionAsked reports whether --version was given.
+func versionAsked(fs *flag.FlagSet) bool {
+	f := fs.Lookup("version")
+	if f == nil {
+		return false
+	}
+	v, ok := f.Value.(*versionFlag)
+	return ok && bool(*v)
 }
 
 // parseInterspersed is parseFlags for a subcommand whose arguments are

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -37,10 +38,32 @@ type demoConfig struct {
 	joinCLI   bool
 	budget    float64 // --budget.show-usd
 	tel       telemetryFlags
+	// scenarioList is --simulate.scenarios as given, split into scenarios.
+	scenarioList string
+	// renamedUsed lists the deprecated flag names used.
+	renamedUsed []string
+}
+
+// register defines demo's flags on fs.
+func (c *demoConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.scenarioList, "simulate.scenarios", "completed,failed,stopped,cached,mixed", "comma-separated simulator scenarios, one workflow each")
+	fs.StringVar(&c.dialect, "simulate.dialect", "cbc", "stream dialect of the simulated CLI: cbc or claude")
+	fs.Float64Var(&c.speed, "simulate.speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
+	fs.BoolVar(&c.json, "summary.json", false, "print the replay --summary.json lines instead of the waterfall")
+	fs.IntVar(&c.width, "summary.width", 100, "width of the waterfall in columns")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
+	fs.BoolVar(&c.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
+	fs.BoolVar(&c.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
+	fs.DurationVar(&c.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
+	fs.StringVar(&c.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	registerLogFormat(fs, &c.logFormat)
+	fs.BoolVar(&c.joinCLI, "cli-telemetry.join", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --cli-telemetry.join does with Claude Code")
+	fs.Float64Var(&c.budget, "budget.show-usd", defaultDemoBudget, "a budget for show: the summary and the runs page show the session's spend (the joined cost, with --cli-telemetry.join) against it; nothing is stopped (that is run --budget.max-cost-usd); 0: none")
+	c.tel.register(fs, true)
 }
 
 // defaultDemoBudget is the demo's budget for show: the default scenarios
-// spend about half of it with --join-cli-telemetry ($0.12), and demo
+// spend about half of it with --cli-telemetry.join ($0.12), and demo
 // --live passes it after a few rounds of them: the line and the runs
 // page's meter are seen filling, then over.
 const defaultDemoBudget = 0.25
@@ -51,48 +74,50 @@ Runs simulated workflows under the wrapper and prints what cbc-otel observed.
 With --live they keep coming, one every --pace, until SIGINT or SIGTERM
 (exit 0), with /metrics up the whole time: something to scrape and look at.
 
+examples:
+  # five scenarios, the waterfall of what was observed
+  cbc-otel demo
+  # workflows until interrupted: /metrics and the runs page on :9478, spans to a collector
+  cbc-otel demo --live --web.listen-address 127.0.0.1:9478 --otlp.endpoint http://127.0.0.1:4317
+  # Claude Code's dialect with its own telemetry joined, fast, as JSON lines
+  cbc-otel demo --simulate.dialect claude --cli-telemetry.join --simulate.speed 0 --summary.json
+
 flags:
 `
 
+// validate checks the configuration after parsing, in the order the
+// messages are worth reading: the simulator's flags, then the rest.
+func (c *demoConfig) validate() error {
+	if len(c.scenarios) == 0 || (c.dialect != "cbc" && c.dialect != "claude") || c.speed < 0 || c.pace < 0 || !(c.budget >= 0) {
+		return errors.New("need at least one scenario, --simulate.dialect cbc|claude, --simulate.speed >= 0, --pace >= 0 and --budget.show-usd >= 0")
+	}
+	for _, s := range c.scenarios {
+		if !slices.Contains(simulate.Scenarios(), s) {
+			return fmt.Errorf("--simulate.scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", "))
+		}
+	}
+	_, lerr := parseLogLevel(c.logLevel)
+	return errors.Join(lerr, checkLogFormat(c.logFormat), c.tel.validate())
+}
+
 // parseDemoArgs parses and validates demo's command line.
 func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, code int) {
-	var scenarios string
 	fs := newFlagSet("demo", demoUsage, stderr)
-	fs.StringVar(&scenarios, "scenarios", "completed,failed,stopped,cached,mixed", "comma-separated simulator scenarios, one workflow each")
-	fs.StringVar(&cfg.dialect, "dialect", "cbc", "stream dialect of the simulated CLI: cbc or claude")
-	fs.Float64Var(&cfg.speed, "speed", 0.3, "simulator time scale (1 = realistic, 0 = no delays)")
-	fs.BoolVar(&cfg.json, "json", false, "print the replay --json lines instead of the waterfall")
-	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
-	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if the demo takes longer than this")
-	fs.BoolVar(&cfg.hold, "hold", false, "after the summary, keep serving /metrics until interrupted (for dashboard work)")
-	fs.BoolVar(&cfg.live, "live", false, "keep running the scenarios in turn, one workflow every --pace, until interrupted; /metrics (and OTLP, when configured) stay up the whole time")
-	fs.DurationVar(&cfg.pace, "pace", 2*time.Second, "with --live, the pause between two workflows")
-	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
-	registerLogFormat(fs, &cfg.logFormat)
-	fs.BoolVar(&cfg.joinCLI, "join-cli-telemetry", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --join-cli-telemetry does with Claude Code")
-	fs.Float64Var(&cfg.budget, "budget.show-usd", defaultDemoBudget, "a budget for show: the summary and the runs page show the session's spend (the joined cost, with --join-cli-telemetry) against it; nothing is stopped (that is run --budget.max-cost-usd); 0: none")
-	cfg.tel.register(fs, true)
+	registerVersion(fs)
+	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
 	}
 	if fs.NArg() > 0 {
 		return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	for _, s := range strings.Split(scenarios, ",") {
+	cfg.renamedUsed = aliasesUsed(fs)
+	for _, s := range strings.Split(cfg.scenarioList, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.scenarios = append(cfg.scenarios, s)
 		}
 	}
-	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 || !(cfg.budget >= 0) {
-		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude, --speed >= 0, --pace >= 0 and --budget.show-usd >= 0"))
-	}
-	for _, s := range cfg.scenarios {
-		if !slices.Contains(simulate.Scenarios(), s) {
-			return cfg, false, fail(stderr, "demo", exitUsage, fmt.Errorf("--scenarios: unknown scenario %q (have %s)", s, strings.Join(simulate.Scenarios(), ", ")))
-		}
-	}
-	_, lerr := parseLogLevel(cfg.logLevel)
-	if err := errors.Join(lerr, checkLogFormat(cfg.logFormat), cfg.tel.validate()); err != nil {
+	if err := cfg.validate(); err != nil {
 		return cfg, false, fail(stderr, "demo", exitUsage, err)
 	}
 	return cfg, true, exitOK
@@ -108,7 +133,8 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
 	rc.budgetShow = c.budget // shown, never a cap: the demo stops nothing by it
-	rc.collect = !c.live     // a live demo runs for hours: keep no run
+	rc.renamedUsed = c.renamedUsed
+	rc.collect = !c.live // a live demo runs for hours: keep no run
 	// Every series says it is the demo's: the shipped alert rules leave
 	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
 	rc.tel.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
@@ -191,7 +217,7 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 	if cfg.budget > 0 {
 		why := "the joined cost, which burns it"
 		if !cfg.joinCLI {
-			why = "none without --join-cli-telemetry: the simulator's result lines report no cost, as CodeBuddy's"
+			why = "none without --cli-telemetry.join: the simulator's result lines report no cost, as CodeBuddy's"
 		}
 		fmt.Fprintf(w, "cbc-otel demo: a budget of %s for show (--budget.show-usd; nothing is stopped by it) against the session's spend: %s\n", runcost.USD(cfg.budget), why)
 	}

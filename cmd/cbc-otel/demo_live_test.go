@@ -19,7 +19,7 @@ import (
 // of the scenarios counted.
 func TestDemoLiveCountersGrow(t *testing.T) {
 	addr := freeAddr(t)
-	s := startBin(t, addr, "demo", "--live", "--speed", "0.02", "--pace", "10ms", "--web.listen-address", addr)
+	s := startBin(t, addr, "demo", "--live", "--simulate.speed", "0.02", "--pace", "10ms", "--web.listen-address", addr)
 	sum := func(m map[string]float64) (n float64) {
 		for _, v := range m {
 			n += v
@@ -64,12 +64,12 @@ func TestDemoLiveCountersGrow(t *testing.T) {
 }
 
 // demo --live dates everything it emits at the wall clock: it paces the
-// simulator's script by --speed instead of stretching its clock. Run for
+// simulator's script by --simulate.speed instead of stretching its clock. Run for
 // several workflows of every scenario (mixed has Bash and agent side
 // tasks), no span starts before the demo did or ends after the receiver
 // got it, no run on the page starts after the page's own clock, and the
 // runs' durations (one workflow at a time) add up to no more than the wall
-// time that passed; every series on /metrics has demo="true". At --speed 0.1 a clock scaled by 1/speed would run ten
+// time that passed; every series on /metrics has demo="true". At --simulate.speed 0.1 a clock scaled by 1/speed would run ten
 // times ahead and fail every one of these.
 func TestDemoLiveOnTheWallClock(t *testing.T) {
 	clearOTelEnv(t)
@@ -77,7 +77,7 @@ func TestDemoLiveOnTheWallClock(t *testing.T) {
 	rcv, otlp := startOTLPReceiver(t)
 	addr := freeAddr(t)
 	began := time.Now()
-	s := startBin(t, addr, "demo", "--live", "--dialect", "claude", "--speed", "0.1", "--pace", "20ms", "--grace", "100ms",
+	s := startBin(t, addr, "demo", "--live", "--simulate.dialect", "claude", "--simulate.speed", "0.1", "--pace", "20ms", "--tracker.grace", "100ms",
 		"--web.listen-address", addr, "--otlp.endpoint", otlp)
 	page := regexp.MustCompile(`page at (\S+ \S+Z)`)
 	started := regexp.MustCompile(`started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ)`)
@@ -199,7 +199,7 @@ func durationSum(t *testing.T, addr string) float64 {
 func TestDemoJoinSeriesMarked(t *testing.T) {
 	clearOTelEnv(t)
 	addr := freeAddr(t)
-	s := startBin(t, addr, "demo", "--hold", "--speed", "0", "--join-cli-telemetry", "--web.listen-address", addr)
+	s := startBin(t, addr, "demo", "--hold", "--simulate.speed", "0", "--cli-telemetry.join", "--web.listen-address", addr)
 	// Stopped while it drives the simulator, the demo exits 1: wait for
 	// --hold's word that every scenario ran.
 	poll(t, 60*time.Second, "the demo holding", func() (bool, string) {

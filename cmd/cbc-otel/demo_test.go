@@ -13,12 +13,12 @@ import (
 )
 
 // demo prints only URLs it goes on serving: with --hold every URL it
-// printed answers after the summary; --join-cli-telemetry says why
+// printed answers after the summary; --cli-telemetry.join says why
 // cbc_cost_usd_total stays 0 beside the joined costs.
 func TestDemoSaysWhatItServes(t *testing.T) {
 	t.Run("hold", func(t *testing.T) {
 		addr := freeAddr(t)
-		s := startBin(t, addr, "demo", "--speed", "0", "--hold", "--web.listen-address", addr)
+		s := startBin(t, addr, "demo", "--simulate.speed", "0", "--hold", "--web.listen-address", addr)
 		poll(t, 30*time.Second, "the summary, then serving", func() (bool, string) {
 			return strings.Contains(s.stderr.String(), "until interrupted"), s.stderr.String()
 		})
@@ -37,14 +37,14 @@ func TestDemoSaysWhatItServes(t *testing.T) {
 			}
 		}
 	})
-	t.Run("join-cli-telemetry", func(t *testing.T) {
-		out, err := exec.Command(wrapperBin, "demo", "--speed", "0", "--join-cli-telemetry", "--web.listen-address=127.0.0.1:0").CombinedOutput()
+	t.Run("cli-telemetry.join", func(t *testing.T) {
+		out, err := exec.Command(wrapperBin, "demo", "--simulate.speed", "0", "--cli-telemetry.join", "--web.listen-address=127.0.0.1:0").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		for _, want := range []string{"cbc_cost_usd_total, which counts the CLI's result lines, stays 0", "$0."} {
 			if !strings.Contains(string(out), want) {
-				t.Errorf("demo --join-cli-telemetry lacks %q:\n%s", want, out)
+				t.Errorf("demo --cli-telemetry.join lacks %q:\n%s", want, out)
 			}
 		}
 	})
@@ -58,7 +58,7 @@ func TestDemoSaysWhatItServes(t *testing.T) {
 // stopped for the budget.
 func TestDemoBudgetBurns(t *testing.T) {
 	t.Run("summary", func(t *testing.T) {
-		out, err := exec.Command(wrapperBin, "demo", "--speed", "0", "--join-cli-telemetry", "--budget.show-usd", "0.01").CombinedOutput()
+		out, err := exec.Command(wrapperBin, "demo", "--simulate.speed", "0", "--cli-telemetry.join", "--budget.show-usd", "0.01").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -71,7 +71,7 @@ func TestDemoBudgetBurns(t *testing.T) {
 	})
 	t.Run("live page", func(t *testing.T) {
 		addr := freeAddr(t)
-		s := startBin(t, addr, "demo", "--live", "--speed", "0.02", "--pace", "10ms", "--join-cli-telemetry", "--web.listen-address", addr)
+		s := startBin(t, addr, "demo", "--live", "--simulate.speed", "0.02", "--pace", "10ms", "--cli-telemetry.join", "--web.listen-address", addr)
 		line := regexp.MustCompile(`id="budget">budget \(the demo&#39;s, for show: nothing is stopped\): \$(\d+\.\d{4}) of \$0\.2500`)
 		spent := func() float64 {
 			resp, err := http.Get("http://" + addr + "/")

@@ -111,7 +111,7 @@ func TestReplayUndelivered(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clearOTelEnv(t)
 			ep, where := c.endpoint(t)
-			args := append([]string{"replay", "--json", "--otlp.endpoint", ep, "--otlp.protocol", c.protocol}, c.flags...)
+			args := append([]string{"replay", "--summary.json", "--otlp.endpoint", ep, "--otlp.protocol", c.protocol}, c.flags...)
 			args = append(args, exportRecording)
 			var out, errb bytes.Buffer
 			code := realMain(context.Background(), args, stdio{in: strings.NewReader(""), out: &out, err: &errb})

@@ -17,20 +17,20 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		want string // in the line
 	}{
 		{[]string{"run", "--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
-		{[]string{"serve", "--follow"}, "flag needs an argument"},
-		{[]string{"replay", "--width", "x", "-"}, "invalid value"},
-		{[]string{"demo", "--speed", "fast"}, "invalid value"},
+		{[]string{"serve", "--follow.glob"}, "flag needs an argument"},
+		{[]string{"replay", "--summary.width", "x", "-"}, "invalid value"},
+		{[]string{"demo", "--simulate.speed", "fast"}, "invalid value"},
 		{[]string{"simulate", "--seed", "x"}, "invalid value"},
 		{[]string{"install", "--nope", dir}, "flag provided but not defined"},
-		{[]string{"demo", "--scenarios", "completed,nosuch"}, `unknown scenario "nosuch"`},
+		{[]string{"demo", "--simulate.scenarios", "completed,nosuch"}, `unknown scenario "nosuch"`},
 		{[]string{"demo", "--traces.exporter", "bogus"}, "--traces.exporter"},
 		{[]string{"replay", "--otlp.protocol", "smoke", "-"}, "--otlp.protocol"},
-		{[]string{"run", "--summary-file", "/nonexistent/x", "--", "true"}, "--summary-file /nonexistent/x: directory /nonexistent does not exist"},
-		{[]string{"run", "--summary-file", dir, "--", "true"}, "is a directory"},
-		{[]string{"run", "--web.listen-address=", "--metrics-file", filepath.Join(dir, "nodir", "m.prom"), "--", "true"}, "does not exist"},
-		{[]string{"replay", "--json"}, "no FILE given"},
-		{[]string{"demo", "extra", "--json"}, `unexpected argument "extra"`},
-		{[]string{"serve", "--follow", filepath.Join(dir, "*"), "extra"}, "unexpected arguments"},
+		{[]string{"run", "--summary.file", "/nonexistent/x", "--", "true"}, "--summary.file /nonexistent/x: directory /nonexistent does not exist"},
+		{[]string{"run", "--summary.file", dir, "--", "true"}, "is a directory"},
+		{[]string{"run", "--web.listen-address=", "--metrics.file", filepath.Join(dir, "nodir", "m.prom"), "--", "true"}, "does not exist"},
+		{[]string{"replay", "--summary.json"}, "no FILE given"},
+		{[]string{"demo", "extra", "--summary.json"}, `unexpected argument "extra"`},
+		{[]string{"serve", "--follow.glob", filepath.Join(dir, "*"), "extra"}, "unexpected arguments"},
 		{[]string{"simulate", "extra"}, "unexpected arguments"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestFlagErrorPointsAtHelp(t *testing.T) {
 	if code := realMain(context.Background(), []string{"replay", "-h"}, stdio{out: new(bytes.Buffer), err: &errb}); code != exitOK {
 		t.Fatalf("-h: exit %d", code)
 	}
-	if !strings.Contains(errb.String(), "usage: cbc-otel replay") || !strings.Contains(errb.String(), "-width") {
+	if !strings.Contains(errb.String(), "usage: cbc-otel replay") || !strings.Contains(errb.String(), "-summary.width") {
 		t.Errorf("-h printed %q", errb.String())
 	}
 }
@@ -74,19 +74,19 @@ func TestFlagErrorPointsAtHelp(t *testing.T) {
 func TestReplayFlagsAfterOperands(t *testing.T) {
 	in := `{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n"
 	for _, args := range [][]string{
-		{"replay", "-", "--json", "--width", "60"},
-		{"replay", "--json", "-", "--width", "60"},
-		{"replay", "--width", "60", "--json", "--", "-"},
+		{"replay", "-", "--summary.json", "--summary.width", "60"},
+		{"replay", "--summary.json", "-", "--summary.width", "60"},
+		{"replay", "--summary.width", "60", "--summary.json", "--", "-"},
 	} {
 		var out, errb bytes.Buffer
 		code := realMain(context.Background(), args, stdio{in: strings.NewReader(in), out: &out, err: &errb})
 		if code != exitOK || !strings.Contains(out.String(), `"kind":"stats"`) {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the --json output of stdin", args, code, out.String(), errb.String())
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the --summary.json output of stdin", args, code, out.String(), errb.String())
 		}
 	}
 	var errb bytes.Buffer
-	code := realMain(context.Background(), []string{"replay", "--json", "--", "--width"}, stdio{in: strings.NewReader(""), out: new(bytes.Buffer), err: &errb})
-	if code != exitFailure || !strings.Contains(errb.String(), "--width") {
+	code := realMain(context.Background(), []string{"replay", "--summary.json", "--", "--summary.width"}, stdio{in: strings.NewReader(""), out: new(bytes.Buffer), err: &errb})
+	if code != exitFailure || !strings.Contains(errb.String(), "--summary.width") {
 		t.Errorf(`after "--", --width is a file: exit %d, stderr %q`, code, errb.String())
 	}
 }
@@ -97,12 +97,12 @@ func TestConsoleExporterAccepted(t *testing.T) {
 	in := `{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n" +
 		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed","session_id":"s"}` + "\n"
 	var out, errb bytes.Buffer
-	code := realMain(context.Background(), []string{"replay", "--traces.exporter", "console", "--json", "-"}, stdio{in: strings.NewReader(in), out: &out, err: &errb})
+	code := realMain(context.Background(), []string{"replay", "--traces.exporter", "console", "--summary.json", "-"}, stdio{in: strings.NewReader(in), out: &out, err: &errb})
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 	if strings.Contains(out.String(), "resourceSpans") || !strings.Contains(out.String(), `"kind":"stats"`) {
-		t.Errorf("stdout %q: want the --json lines only", out.String())
+		t.Errorf("stdout %q: want the --summary.json lines only", out.String())
 	}
 	if !strings.Contains(errb.String(), `"resourceSpans"`) {
 		t.Errorf("stderr %q: want the spans as OTLP/JSON", errb.String())

@@ -14,7 +14,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
-// cliJoin is run --join-cli-telemetry: the join.Session of the child, and
+// cliJoin is run --cli-telemetry.join: the join.Session of the child, and
 // whether we minted the parent span it runs under (then we export it).
 // A nil *cliJoin is no join.
 type cliJoin struct {

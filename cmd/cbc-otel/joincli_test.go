@@ -183,7 +183,7 @@ func flatten(sp *tracepb.Span) jspan {
 
 // TestRunJoinsRecordedCLITelemetry drives the built binary around a child
 // that replays what the real Claude Code 2.1.334 printed and exported in
-// one run, and checks the joined trace in --traces-file: one trace under a
+// one run, and checks the joined trace in --traces.file: one trace under a
 // minted parent; every sub-agent span under its agent's invoke_agent, with
 // a link to its original parent; nested spans untouched; the workflow
 // under the Workflow tool span; cost per agent on the spans.
@@ -194,8 +194,8 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--traces-file", spans,
-		"--summary-file", summary, "--grace=2s", "--", testExe)
+	cmd := exec.Command(wrapperBin, "run", "--cli-telemetry.join", "--web.listen-address=", "--traces.file", spans,
+		"--summary.file", summary, "--tracker.grace=2s", "--", testExe)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") }),
 		fakeCLIEnv+"="+rec)
 	var stderr bytes.Buffer
@@ -278,8 +278,8 @@ func TestRunJoinsRecordedCLITelemetry(t *testing.T) {
 }
 
 // TestJoinCostMatchesSimulator runs the simulator as the CLI, with its
-// telemetry on, under run --join-cli-telemetry, and compares the cost of
-// every run and agent in --summary-file with the simulator's own
+// telemetry on, under run --cli-telemetry.join, and compares the cost of
+// every run and agent in --summary.file with the simulator's own
 // accounting (--expect). The scenarios repeat the same workflow, so agents
 // of different runs share their content-addressed ids, and the simulator
 // exports its logs before its spans: only the Workflow call each event ran
@@ -294,7 +294,7 @@ func TestJoinCostMatchesSimulator(t *testing.T) {
 	for _, sc := range []string{"completed", "cached", "completed", "failed", "mixed", "nested"} {
 		fmt.Fprintf(&in, `{"type":"user","message":{"role":"user","content":"[[SCENARIO:%s]] go"},"parent_tool_use_id":null,"session_id":""}`+"\n", sc)
 	}
-	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--summary-file", summary, "--metrics-file", prom, "--",
+	cmd := exec.Command(wrapperBin, "run", "--cli-telemetry.join", "--web.listen-address=", "--summary.file", summary, "--metrics.file", prom, "--",
 		wrapperBin, "simulate", "--dialect", "claude", "--speed", "0", "--expect", expect)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") })
 	cmd.Stdin = strings.NewReader(in.String())
@@ -457,8 +457,8 @@ func TestJoinForwardsAndNeverChangesTheChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--web.listen-address=", "--otlp.endpoint", url,
-		"--otlp.protocol", "http/protobuf", "--grace=1s", "--", testExe)
+	cmd := exec.Command(wrapperBin, "run", "--cli-telemetry.join", "--web.listen-address=", "--otlp.endpoint", url,
+		"--otlp.protocol", "http/protobuf", "--tracker.grace=1s", "--", testExe)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") || strings.HasPrefix(kv, "OTEL_") }),
 		fakeCLIEnv+"="+rec, fakeCLIEnv+"_GARBAGE=1", fakeCLIEnv+"_EXIT=7")
 	var stderr bytes.Buffer
@@ -485,7 +485,7 @@ func TestJoinForwardsAndNeverChangesTheChild(t *testing.T) {
 	}
 }
 
-// TestJoinReceiverRefusesOthers: while `run --join-cli-telemetry` runs its
+// TestJoinReceiverRefusesOthers: while `run --cli-telemetry.join` runs its
 // child, other local processes that find the receiver (its port is no
 // secret) are refused: a span posted without a header, with another
 // scheme, or with another token never reaches the traces file, nor the
@@ -498,8 +498,8 @@ func TestJoinReceiverRefusesOthers(t *testing.T) {
 	// The child tells the test where it exports and with what, then waits
 	// for its stdin to close.
 	script := `printf '%s\n%s\n%s\n' "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" "$OTEL_EXPORTER_OTLP_TRACES_HEADERS" "$TRACEPARENT" >"$1.tmp" && mv "$1.tmp" "$1"; exec cat`
-	cmd := exec.Command(wrapperBin, "run", "--join-cli-telemetry", "--log.level=debug", "--traces-file", spans, "--metrics-file", prom,
-		"--grace=100ms", "--", "sh", "-c", script, "sh", envFile)
+	cmd := exec.Command(wrapperBin, "run", "--cli-telemetry.join", "--log.level=debug", "--traces.file", spans, "--metrics.file", prom,
+		"--tracker.grace=100ms", "--", "sh", "-c", script, "sh", envFile)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TRACEPARENT=") || strings.HasPrefix(kv, "OTEL_") })
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -123,13 +123,13 @@ func TestListenDefaults(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--", "true"}, ""},
-		{[]string{"run", "--spool-dir", spool, "--", "true"}, ""},
-		{[]string{"run", "--spool-dir", spool, "--spool.process", "--", "true"}, ""},
+		{[]string{"run", "--spool.dir", spool, "--", "true"}, ""},
+		{[]string{"run", "--spool.dir", spool, "--spool.process", "--", "true"}, ""},
 		{[]string{"run", "--web.listen-address", ":9478", "--", "true"}, ":9478"},
 		{[]string{"demo"}, exposition.DefaultAddr},
 		{[]string{"demo", "--web.listen-address", "0.0.0.0:9478"}, "0.0.0.0:9478"},
-		{[]string{"serve", "--spool-dir", spool}, exposition.DefaultAddr},
-		{[]string{"serve", "--spool-dir", spool, "--web.listen-address", ""}, ""},
+		{[]string{"serve", "--spool.dir", spool}, exposition.DefaultAddr},
+		{[]string{"serve", "--spool.dir", spool, "--web.listen-address", ""}, ""},
 	} {
 		var got string
 		var ok bool
@@ -182,12 +182,12 @@ func TestListenersStayOnLoopback(t *testing.T) {
 		want  []string
 	}{
 		{"run", append([]string{"run"}, child...), "ready", false, nil},
-		{"run, the SDK recipe", append([]string{"run", "--spool-dir", t.TempDir()}, child...), "ready", false, nil},
-		{"run, telemetry outputs", append([]string{"run", "--metrics-file", filepath.Join(t.TempDir(), "m.prom"), "--summary", "--otlp.endpoint", "http://127.0.0.1:1"}, child...), "ready", false, nil},
-		{"run, CLI telemetry joined", append([]string{"run", "--join-cli-telemetry"}, child...), "ready", false, []string{"127.0.0.1:*"}},
+		{"run, the SDK recipe", append([]string{"run", "--spool.dir", t.TempDir()}, child...), "ready", false, nil},
+		{"run, telemetry outputs", append([]string{"run", "--metrics.file", filepath.Join(t.TempDir(), "m.prom"), "--summary.waterfall", "--otlp.endpoint", "http://127.0.0.1:1"}, child...), "ready", false, nil},
+		{"run, CLI telemetry joined", append([]string{"run", "--cli-telemetry.join"}, child...), "ready", false, []string{"127.0.0.1:*"}},
 		{"run, a loopback endpoint asked for", append([]string{"run", "--web.listen-address", "127.0.0.1:0"}, child...), "ready", false, []string{"127.0.0.1:*"}},
-		{"demo", []string{"demo", "--live", "--speed", "0", "--pace", "50ms"}, "cbc-otel demo: running", true, []string{def}},
-		{"serve", []string{"serve", "--spool-dir", t.TempDir()}, "msg=following", true, []string{def}},
+		{"demo", []string{"demo", "--live", "--simulate.speed", "0", "--pace", "50ms"}, "cbc-otel demo: running", true, []string{def}},
+		{"serve", []string{"serve", "--spool.dir", t.TempDir()}, "msg=following", true, []string{def}},
 		{"run, every interface asked for", append([]string{"run", "--web.listen-address", ":0"}, child...), "ready", false, []string{"[::]:*"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,7 +29,7 @@ import (
 const defaultFlushTimeout = 10 * time.Second
 
 // metricsFlags holds the Prometheus-side flags shared by run, demo and
-// replay (replay has only --metrics-file and --metrics.max-workflows).
+// replay (replay has only --metrics.file and --metrics.max-workflows).
 type metricsFlags struct {
 	listen, webConfig, file, pushURL, pushJob string
 	workflowAllow                             string         // --metrics.workflow-allow, REGEX or FILE
@@ -74,7 +74,7 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 			"Pushgateway URL (http[s]://[user:pass@]host:port) to push the final metrics to on exit")
 		fs.StringVar(&m.pushJob, "push.job", "cbc-otel", "job label of the Pushgateway group")
 		fs.DurationVar(&m.flushTimeout, "push.timeout", defaultFlushTimeout,
-			"the most the push at exit may take (a gateway that never answers delays the exit by this much; the --metrics-file is written before)")
+			"the most the push at exit may take (a gateway that never answers delays the exit by this much; the --metrics.file is written before)")
 	}
 	m.registerFiles(fs)
 }
@@ -82,7 +82,7 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 // registerFiles defines the flags every mode has: the metrics file and the
 // label cap.
 func (m *metricsFlags) registerFiles(fs *flag.FlagSet) {
-	fs.StringVar(&m.file, "metrics-file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
+	fs.StringVar(&m.file, "metrics.file", "", "write the final metrics in Prometheus text format to this file on exit (atomically)")
 	fs.IntVar(&m.maxWorkflows, "metrics.max-workflows", metrics.DefaultMaxWorkflows,
 		"distinct workflow label values before further workflows are counted as \"other\"")
 	fs.StringVar(&m.workflowAllow, "metrics.workflow-allow", "",
@@ -121,7 +121,7 @@ func (m *metricsFlags) validate() error {
 		errs = append(errs, fmt.Errorf("--push.timeout %s: must be positive", m.flushTimeout))
 	}
 	if m.file != "" {
-		errs = append(errs, checkOutputPath("metrics-file", m.file))
+		errs = append(errs, checkOutputPath("metrics.file", m.file))
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))

@@ -45,7 +45,7 @@ func TestMetricsFlagsRegister(t *testing.T) {
 		t.Errorf("defaults do not validate: %v", err)
 	}
 	m, err = parseMetricsFlags(t, true, "--web.listen-address", "", "--push.gateway", "http://pgw:9091", "--push.job", "nightly",
-		"--metrics-file", filepath.Join(t.TempDir(), "m.prom"), "--metrics.max-workflows", "7", "--push.timeout", "1500ms")
+		"--metrics.file", filepath.Join(t.TempDir(), "m.prom"), "--metrics.max-workflows", "7", "--push.timeout", "1500ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestMetricsFlagsRegister(t *testing.T) {
 		t.Error("enabled() false with a push gateway")
 	}
 	// replay: only the file and the cap.
-	m, err = parseMetricsFlags(t, false, "--metrics-file", "x.prom", "--metrics.max-workflows", "3")
+	m, err = parseMetricsFlags(t, false, "--metrics.file", "x.prom", "--metrics.max-workflows", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMetricsFlagsValidate(t *testing.T) {
 		{"push no scheme", func(m *metricsFlags) { m.pushURL = "pgw:9091" }, "--push.gateway"},
 		{"push empty job", func(m *metricsFlags) { m.pushURL, m.pushJob = "http://pgw:9091", "" }, "--push.job"},
 		{"file", func(m *metricsFlags) { m.file = filepath.Join(dir, "m.prom") }, ""},
-		{"file dir missing", func(m *metricsFlags) { m.file = filepath.Join(dir, "no", "m.prom") }, "--metrics-file"},
+		{"file dir missing", func(m *metricsFlags) { m.file = filepath.Join(dir, "no", "m.prom") }, "--metrics.file"},
 		{"cap zero", func(m *metricsFlags) { m.maxWorkflows = 0 }, "--metrics.max-workflows"},
 		{"model cap zero", func(m *metricsFlags) { m.maxModels = 0 }, "--metrics.max-models"},
 		{"allow regexp", func(m *metricsFlags) { m.workflowAllow = `review|deploy-.*` }, ""},
@@ -176,7 +176,7 @@ func TestMetricsRuntime(t *testing.T) {
 	}))
 	defer pgw.Close()
 	file := filepath.Join(t.TempDir(), "final.prom")
-	m, err := parseMetricsFlags(t, true, "--web.listen-address", "127.0.0.1:0", "--metrics-file", file, "--push.gateway", pgw.URL, "--push.job", "e2e")
+	m, err := parseMetricsFlags(t, true, "--web.listen-address", "127.0.0.1:0", "--metrics.file", file, "--push.gateway", pgw.URL, "--push.job", "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestMetricsRuntimeBindFailure(t *testing.T) {
 	}
 	defer busy.Close()
 	file := filepath.Join(t.TempDir(), "m.prom")
-	m, _ := parseMetricsFlags(t, true, "--web.listen-address", busy.Addr().String(), "--metrics-file", file)
+	m, _ := parseMetricsFlags(t, true, "--web.listen-address", busy.Addr().String(), "--metrics.file", file)
 	var logs syncBuffer
 	rt, err := m.start(context.Background(), nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -321,7 +321,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 	defer pgw.Close()
 	defer close(release)
 	const timeout = 300 * time.Millisecond
-	m, err := parseMetricsFlags(t, true, "--web.listen-address", "", "--metrics-file", file,
+	m, err := parseMetricsFlags(t, true, "--web.listen-address", "", "--metrics.file", file,
 		"--push.gateway", pgw.URL, "--push.timeout", timeout.String())
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 // replaying process's runtime metrics.
 func TestReplayMetricsFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "replay.prom")
-	m, _ := parseMetricsFlags(t, false, "--metrics-file", file)
+	m, _ := parseMetricsFlags(t, false, "--metrics.file", file)
 	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestWorkflowAllowEverySubcommand(t *testing.T) {
 			"run":    {"--web.listen-address=", "--metrics.workflow-allow", "(", "--", "true"},
 			"replay": {"--metrics.workflow-allow", "(", "-"},
 			"demo":   {"--web.listen-address=", "--metrics.workflow-allow", "("},
-			"serve":  {"--web.listen-address=", "--spool-dir", t.TempDir(), "--metrics.workflow-allow", "("},
+			"serve":  {"--web.listen-address=", "--spool.dir", t.TempDir(), "--metrics.workflow-allow", "("},
 		}[sub]
 		var errb bytes.Buffer
 		if code := cmd(context.Background(), args, stdio{in: strings.NewReader(""), out: io.Discard, err: &errb}); code != exitUsage {
@@ -418,7 +418,7 @@ func TestWorkflowAllowEverySubcommand(t *testing.T) {
 	}
 	file := filepath.Join(t.TempDir(), "m.prom")
 	var errb bytes.Buffer
-	args := []string{"--metrics-file", file, "--metrics.workflow-allow", "review", "-"}
+	args := []string{"--metrics.file", file, "--metrics.workflow-allow", "review", "-"}
 	if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(stream.String()), out: io.Discard, err: &errb}); code != exitOK {
 		t.Fatalf("replay %q: exit %d, stderr %q", args, code, errb.String())
 	}

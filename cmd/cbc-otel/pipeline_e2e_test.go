@@ -26,8 +26,8 @@ func TestE2ERunSimulateReconstructsEveryRun(t *testing.T) {
 			dir := t.TempDir()
 			expect, record := filepath.Join(dir, "expect.ndjson"), filepath.Join(dir, "record.ndjson")
 			summary, prom := filepath.Join(dir, "summary.ndjson"), filepath.Join(dir, "metrics.prom")
-			cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--grace=1s",
-				"--capture-errors", "--summary-file", summary, "--metrics-file", prom, "--",
+			cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--tracker.grace=1s",
+				"--tracker.capture-errors", "--summary.file", summary, "--metrics.file", prom, "--",
 				wrapperBin, "simulate", "--dialect", dialect, "--speed", "0.05", "--noise", "3000",
 				"--expect", expect, "--record", record)
 			stdin, err := cmd.StdinPipe()
@@ -164,7 +164,7 @@ func TestE2ERunSimulateReconstructsEveryRun(t *testing.T) {
 	}
 }
 
-// splitSummary parses replay --json lines: the runs, sorted by task id, and
+// splitSummary parses replay --summary.json lines: the runs, sorted by task id, and
 // the stats object.
 func splitSummary(t *testing.T, b []byte) (runs []map[string]any, stats map[string]any) {
 	t.Helper()
@@ -187,8 +187,8 @@ func TestE2EDemo(t *testing.T) {
 	for _, dialect := range []string{"cbc", "claude"} {
 		t.Run(dialect, func(t *testing.T) {
 			tracesFile := filepath.Join(t.TempDir(), "traces.jsonl")
-			cmd := exec.Command(wrapperBin, "demo", "--json", "--dialect", dialect, "--speed", "0.05",
-				"--web.listen-address=127.0.0.1:0", "--traces-file", tracesFile)
+			cmd := exec.Command(wrapperBin, "demo", "--summary.json", "--simulate.dialect", dialect, "--simulate.speed", "0.05",
+				"--web.listen-address=127.0.0.1:0", "--traces.file", tracesFile)
 			var out, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &stderr
 			if err := cmd.Run(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +25,19 @@ type replayConfig struct {
 	heapProf string // --profile.heap
 	tel      telemetryFlags
 	files    []string
+	// renamedUsed lists the deprecated flag names used.
+	renamedUsed []string
+}
+
+// register defines replay's flags on fs.
+func (c *replayConfig) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.json, "summary.json", false, "print one JSON object per run and a stats line instead of the waterfall")
+	fs.IntVar(&c.width, "summary.width", 100, "width of the waterfall in columns")
+	fs.StringVar(&c.logLevel, "log.level", c.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	fs.StringVar(&c.cpuProf, "profile.cpu", "", "write a CPU profile of the replay to this file (pprof format: go tool pprof FILE)")
+	fs.StringVar(&c.heapProf, "profile.heap", "", "write a heap profile to this file once the replay is done (pprof format)")
+	registerLogFormat(fs, &c.logFmt)
+	c.tel.register(fs, false)
 }
 
 func (c *replayConfig) validate() error {
@@ -40,18 +54,26 @@ func (c *replayConfig) validate() error {
 }
 
 // exitUndelivered is replay's status when it ran through, but some span it
-// made did not reach every destination (the collector, the --traces-file):
+// made did not reach every destination (the collector, the --traces.file):
 // a backfill that lost spans must not pass for one that did not.
 const exitUndelivered = 3
 
 const replayUsage = `usage: cbc-otel replay [flags] FILE... (- for stdin)
 
 Replays recorded stream-json stdout and prints every workflow run as a waterfall,
-or with --json one JSON object per run and a final stats line.
+or with --summary.json one JSON object per run and a final stats line.
 
 Exit status: 0 all done; 1 a recording could not be read or the output written;
 2 usage error; 3 ran through, but spans were not delivered (to the OTLP endpoint
-or the --traces-file: how many, where and why is said on stderr).
+or the --traces.file: how many, where and why is said on stderr).
+
+examples:
+  # the runs of a recording as a waterfall
+  cbc-otel replay session.ndjson
+  # one JSON line per run, for a script
+  cbc-otel replay --summary.json session.ndjson | jq 'select(.status == "failed")'
+  # backfill: the recording's spans to a collector, its metrics to a file
+  cbc-otel replay --otlp.endpoint http://127.0.0.1:4317 --metrics.file metrics.prom session.ndjson
 
 flags:
 `
@@ -62,18 +84,13 @@ flags:
 func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	cfg := replayConfig{logLevel: "error"}
 	fs := newFlagSet("replay", replayUsage, sio.err)
-	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per run and a stats line instead of the waterfall")
-	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
-	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
-	fs.StringVar(&cfg.cpuProf, "profile.cpu", "", "write a CPU profile of the replay to this file (pprof format: go tool pprof FILE)")
-	fs.StringVar(&cfg.heapProf, "profile.heap", "", "write a heap profile to this file once the replay is done (pprof format)")
-	registerLogFormat(fs, &cfg.logFmt)
-	cfg.tel.register(fs, false)
+	registerVersion(fs)
+	cfg.register(fs)
 	files, ok, code := parseInterspersed(fs, args)
 	if !ok {
 		return code
 	}
-	cfg.files = files
+	cfg.files, cfg.renamedUsed = files, aliasesUsed(fs)
 	if err := cfg.validate(); err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
@@ -139,11 +156,13 @@ func writeHeapProfile(name string) error {
 // the exit status.
 func replay(ctx context.Context, cfg replayConfig, sio stdio) int {
 	cfg.tel.traces.console = sio.err
-	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
+	log := newLogger(sio.err, cfg.logLevel, cfg.logFmt)
+	warnRenamed(cfg.tel.traces.lossLogger(log), cfg.renamedUsed)
+	tel, err := cfg.tel.start(ctx, os.Getenv, log)
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
-	// With --json each run is kept as its line, not as a copy of the run.
+	// With --summary.json each run is kept as its line, not as a copy of the run.
 	col := report.Collector{JSONOnly: cfg.json}
 	for _, name := range cfg.files {
 		if err := replayFile(ctx, name, tel.newPipeline(stream{extra: []ingest.Sink{&col}}), sio.in); err != nil {
@@ -167,7 +186,7 @@ func replay(ctx context.Context, cfg replayConfig, sio stdio) int {
 	return exitOK
 }
 
-// writeRuns prints runs as the replay --json lines or as a waterfall.
+// writeRuns prints runs as the replay --summary.json lines or as a waterfall.
 func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, sessions []report.Session, st *ingest.Stats) error {
 	if asJSON {
 		return report.WriteJSONSessions(w, runs, sessions, st)

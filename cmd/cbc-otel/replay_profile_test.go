@@ -31,7 +31,7 @@ func TestReplayProfiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cpu, heap := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof")
-			args := []string{"--json"}
+			args := []string{"--summary.json"}
 			if tc.cpu {
 				args = append(args, "--profile.cpu", cpu)
 			}

@@ -26,7 +26,7 @@ import (
 const defaultConsumerWait = 5 * time.Second
 
 // runConfig is the configuration of `cbc-otel run`. Later issues add their
-// flags here: a field, a line in register, a check in Validate.
+// flags here: a field, a line in register, a check in validate.
 type runConfig struct {
 	killTimeout  time.Duration
 	drainTimeout time.Duration
@@ -35,13 +35,14 @@ type runConfig struct {
 	tapQueue     int
 	summary      bool
 	summaryFile  string
-	stepSummary  string // --step-summary, else $GITHUB_STEP_SUMMARY
-	stepOutput   string // --step-output, else $GITHUB_OUTPUT
+	stepSummary  string // --summary.step-file, else $GITHUB_STEP_SUMMARY
+	stepOutput   string // --summary.step-output, else $GITHUB_OUTPUT
 	tel          telemetryFlags
 	spool        spoolFlags
-	joinCLI      bool            // --join-cli-telemetry
+	joinCLI      bool            // --cli-telemetry.join
 	collect      bool            // keep the runs seen for the caller (demo)
-	explicit     map[string]bool // flags set on the command line
+	explicit     map[string]bool // flags set on the command line, by their new names
+	renamedUsed  []string        // deprecated flag names used (warned once the logger exists)
 	command      []string        // CMD [ARGS...], after --
 
 	// --budget.max-cost-usd (0: no cap) and --budget.stop-timeout
@@ -70,51 +71,51 @@ func defaultRunConfig() runConfig {
 
 // register declares the flags on fs, with the config's values as defaults.
 func (c *runConfig) register(fs *flag.FlagSet) {
-	fs.DurationVar(&c.killTimeout, "kill-timeout", c.killTimeout, "after a stop signal, SIGKILL the child if it has not exited within this")
-	fs.DurationVar(&c.drainTimeout, "drain-timeout", c.drainTimeout, "after the child exited, wait at most this for EOF on its stdout (a grandchild may hold it open)")
+	fs.DurationVar(&c.killTimeout, "child.kill-timeout", c.killTimeout, "after a stop signal, SIGKILL the child if it has not exited within this")
+	fs.DurationVar(&c.drainTimeout, "child.drain-timeout", c.drainTimeout, "after the child exited, wait at most this for EOF on its stdout (a grandchild may hold it open)")
 	fs.StringVar(&c.logLevel, "log.level", c.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	registerLogFormat(fs, &c.logFormat)
-	fs.IntVar(&c.tapQueue, "tap-queue", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
-	fs.BoolVar(&c.summary, "summary", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
-	fs.StringVar(&c.summaryFile, "summary-file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --json contract)")
-	fs.StringVar(&c.stepSummary, "step-summary", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
-	fs.StringVar(&c.stepOutput, "step-output", c.stepOutput, "when the child exits, append the session's cost, tokens by type and runs by status to this file (GitHub Actions step outputs; default $GITHUB_OUTPUT)")
-	fs.BoolVar(&c.joinCLI, "join-cli-telemetry", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see the README)")
-	fs.Float64Var(&c.budgetMaxCost, "budget.max-cost-usd", c.budgetMaxCost, "stop the session (an interrupt on the CLI's stdin, as an SDK sends) once its spend passes this many USD: the result lines' total_cost_usd, or the joined cost with --join-cli-telemetry, whichever is higher; 0: no cap (see the README)")
+	fs.IntVar(&c.tapQueue, "tap.queue-bytes", c.tapQueue, "bytes each telemetry tap may queue before it drops (the pipe never waits for telemetry)")
+	fs.BoolVar(&c.summary, "summary.waterfall", c.summary, "when the child exits, print the waterfall of the runs seen to stderr")
+	fs.StringVar(&c.summaryFile, "summary.file", c.summaryFile, "when the child exits, write the runs seen to this file, one JSON object per line (the replay --summary.json contract)")
+	fs.StringVar(&c.stepSummary, "summary.step-file", c.stepSummary, "when the child exits, append a Markdown table of the runs seen to this file (a CI step summary; default $GITHUB_STEP_SUMMARY)")
+	fs.StringVar(&c.stepOutput, "summary.step-output", c.stepOutput, "when the child exits, append the session's cost, tokens by type and runs by status to this file (GitHub Actions step outputs; default $GITHUB_OUTPUT)")
+	fs.BoolVar(&c.joinCLI, "cli-telemetry.join", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see docs/traces.md)")
+	fs.Float64Var(&c.budgetMaxCost, "budget.max-cost-usd", c.budgetMaxCost, "stop the session (an interrupt on the CLI's stdin, as an SDK sends) once its spend passes this many USD: the result lines' total_cost_usd, or the joined cost with --cli-telemetry.join, whichever is higher; 0: no cap (see docs/cli.md)")
 	fs.DurationVar(&c.budgetStopTimeout, "budget.stop-timeout", c.budgetStopTimeout, "with --budget.max-cost-usd, SIGINT the child if the CLI has not acknowledged the interrupt within this (the SDK's stdin line in progress included)")
 	c.tel.metrics.noListen = true // no port, no page unless --web.listen-address
 	c.tel.register(fs, true)
 	c.spool.register(fs)
 }
 
-// Validate checks the configuration after parsing.
-func (c *runConfig) Validate() error {
+// validate checks the configuration after parsing.
+func (c *runConfig) validate() error {
 	var errs []error
 	if len(c.command) == 0 {
 		errs = append(errs, errors.New("no command given: cbc-otel run [flags] -- CMD [ARGS...]"))
 	}
 	if c.killTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--kill-timeout must be positive, got %v", c.killTimeout))
+		errs = append(errs, fmt.Errorf("--child.kill-timeout must be positive, got %v", c.killTimeout))
 	}
 	if c.drainTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--drain-timeout must be positive, got %v", c.drainTimeout))
+		errs = append(errs, fmt.Errorf("--child.drain-timeout must be positive, got %v", c.drainTimeout))
 	}
 	if _, err := parseLogLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkLogFormat(c.logFormat))
 	if c.tapQueue < 64<<10 {
-		errs = append(errs, fmt.Errorf("--tap-queue must be at least 65536 bytes, got %d", c.tapQueue))
+		errs = append(errs, fmt.Errorf("--tap.queue-bytes must be at least 65536 bytes, got %d", c.tapQueue))
 	}
 	if c.summaryFile != "" {
-		errs = append(errs, checkOutputPath("summary-file", c.summaryFile))
+		errs = append(errs, checkOutputPath("summary.file", c.summaryFile))
 	}
-	if c.explicit["step-summary"] && c.stepSummary != "" {
+	if c.explicit["summary.step-file"] && c.stepSummary != "" {
 		// $GITHUB_STEP_SUMMARY is not checked: the CI's, not the user's.
-		errs = append(errs, checkOutputPath("step-summary", c.stepSummary))
+		errs = append(errs, checkOutputPath("summary.step-file", c.stepSummary))
 	}
-	if c.explicit["step-output"] && c.stepOutput != "" {
-		errs = append(errs, checkOutputPath("step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
+	if c.explicit["summary.step-output"] && c.stepOutput != "" {
+		errs = append(errs, checkOutputPath("summary.step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
 	}
 	if c.budgetMaxCost < 0 || c.budgetMaxCost != c.budgetMaxCost {
 		errs = append(errs, fmt.Errorf("--budget.max-cost-usd must be 0 (no cap) or positive, got %v", c.budgetMaxCost))
@@ -123,10 +124,10 @@ func (c *runConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("--budget.stop-timeout must be positive, got %v", c.budgetStopTimeout))
 	}
 	if c.budgetMaxCost > 0 && c.spool.dir != "" && !c.spool.process {
-		errs = append(errs, errors.New("--budget.max-cost-usd needs the pipeline: with --spool-dir, add --spool.process"))
+		errs = append(errs, errors.New("--budget.max-cost-usd needs the pipeline: with --spool.dir, add --spool.process"))
 	}
 	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
-		errs = append(errs, errors.New("--join-cli-telemetry needs the pipeline: with --spool-dir, add --spool.process"))
+		errs = append(errs, errors.New("--cli-telemetry.join needs the pipeline: with --spool.dir, add --spool.process"))
 	}
 	errs = append(errs, c.tel.validate(), c.spool.validate(c.explicit))
 	return errors.Join(errs...)
@@ -172,10 +173,10 @@ examples:
   # Claude Code headless; /metrics and the runs page on loopback, spans to a collector
   cbc-otel run --web.listen-address 127.0.0.1:9478 --otlp.endpoint http://127.0.0.1:4317 -- claude -p --input-format stream-json --output-format stream-json --verbose
   # the script an SDK starts instead of the CLI, once per session: no port of its
-  # own, the stream spooled for one long-lived "cbc-otel serve --spool-dir DIR"
-  exec cbc-otel run --spool-dir /var/spool/cbc-otel -- claude "$@"
+  # own, the stream spooled for one long-lived "cbc-otel serve --spool.dir DIR"
+  exec cbc-otel run --spool.dir /var/spool/cbc-otel -- claude "$@"
   # a CI step: the runs as a Markdown step summary, the metrics in a file
-  cbc-otel run --step-summary "$GITHUB_STEP_SUMMARY" --metrics-file metrics.prom -- claude -p "Review the diff" --output-format stream-json --verbose
+  cbc-otel run --summary.step-file "$GITHUB_STEP_SUMMARY" --metrics.file metrics.prom -- claude -p "Review the diff" --output-format stream-json --verbose
 
 flags:
 `
@@ -193,20 +194,20 @@ func (r *runner) run(ctx context.Context, args []string, sio stdio) int {
 func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code int) {
 	cfg = defaultRunConfig()
 	fs := newFlagSet("run", runUsage, stderr)
+	registerVersion(fs)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
 	}
 	cfg.command = fs.Args()
-	cfg.explicit = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { cfg.explicit[f.Name] = true })
-	if !cfg.explicit["step-summary"] {
+	cfg.explicit, cfg.renamedUsed = explicitFlags(fs), aliasesUsed(fs)
+	if !cfg.explicit["summary.step-file"] {
 		cfg.stepSummary = os.Getenv("GITHUB_STEP_SUMMARY")
 	}
-	if !cfg.explicit["step-output"] {
+	if !cfg.explicit["summary.step-output"] {
 		cfg.stepOutput = os.Getenv("GITHUB_OUTPUT")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return cfg, false, fail(stderr, "run", exitUsage, err)
 	}
 	return cfg, true, exitOK
@@ -218,7 +219,7 @@ type outcome struct {
 	code     int
 	err      error
 	runs     []ingest.Run
-	sessions []report.Session // the main conversation's cost (--join-cli-telemetry)
+	sessions []report.Session // the main conversation's cost (--cli-telemetry.join)
 	stats    *ingest.Stats
 	budget   *runcost.Budget // the spend against the budget shown; nil: none
 }
@@ -230,6 +231,7 @@ type outcome struct {
 // skipped.
 func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
+	warnRenamed(cfg.tel.traces.lossLogger(log), cfg.renamedUsed)
 	sigs, stopSignals := r.signals()
 	defer stopSignals()
 	if r.watchParent {
@@ -331,12 +333,12 @@ type consumers struct {
 	tel      *telemetry // nil when only spooling
 	pipe     *tap.Tap   // stdout tap of the pipeline; nil when only spooling
 	pipeIn   *tap.Tap
-	sp       *spooling // nil without --spool-dir
+	sp       *spooling // nil without --spool.dir
 	runs     report.Collector
 	collect  bool
 	consumed chan struct{}
-	join     *cliJoin      // --join-cli-telemetry; nil without
-	spend    *report.Spend // --step-output or a budget; nil without
+	join     *cliJoin      // --cli-telemetry.join; nil without
+	spend    *report.Spend // --summary.step-output or a budget; nil without
 	// budgetUSD is the budget shown against spend (0: none); showOnly
 	// when it is the demo's, which nothing acts on.
 	budgetUSD float64
@@ -344,7 +346,7 @@ type consumers struct {
 }
 
 // startConsumers starts the telemetry and the spool writer that cfg asks
-// for. With --spool-dir (and no --spool.process) the wrapper only spools:
+// for. With --spool.dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
 func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin, budget *budgetCap) (*consumers, error) {
 	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != "" || cfg.stepOutput != ""}
@@ -519,8 +521,8 @@ func (c *consumers) shutdown(ctx context.Context, command string) {
 	c.tel.shutdown(ctx)
 }
 
-// summarize writes the waterfall (--summary) and the runs file
-// (--summary-file), the step summary and the step outputs of a consumer
+// summarize writes the waterfall (--summary.waterfall) and the runs file
+// (--summary.file), the step summary and the step outputs of a consumer
 // that finished.
 func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger) {
 	if c.tel == nil || !c.collect {
@@ -549,7 +551,7 @@ func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger
 }
 
 // appendStepSummary appends the Markdown section of the runs to path
-// (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
+// (--summary.step-file, $GITHUB_STEP_SUMMARY), creating it if need be: the
 // file holds the job's other steps' summaries too, never truncated.
 func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats, budget *runcost.Budget) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)

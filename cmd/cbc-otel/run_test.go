@@ -65,7 +65,7 @@ func testMain(m *testing.M) int {
 func TestRunConfigValidate(t *testing.T) {
 	ok := defaultRunConfig()
 	ok.command = []string{"cat"}
-	if err := ok.Validate(); err != nil {
+	if err := ok.validate(); err != nil {
 		t.Fatalf("default config with a command: %v", err)
 	}
 	for name, mutate := range map[string]func(*runConfig){
@@ -77,7 +77,7 @@ func TestRunConfigValidate(t *testing.T) {
 	} {
 		c := ok
 		mutate(&c)
-		if err := c.Validate(); err == nil {
+		if err := c.validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)
 		}
 	}
@@ -106,7 +106,7 @@ func TestRunUsage(t *testing.T) {
 		{nil, exitUsage},
 		{[]string{"--"}, exitUsage},
 		{[]string{"--nope", "--", "true"}, exitUsage},
-		{[]string{"--kill-timeout=-1s", "--", "true"}, exitUsage},
+		{[]string{"--child.kill-timeout=-1s", "--", "true"}, exitUsage},
 		{[]string{"--log.level=loud", "--", "true"}, exitUsage},
 		{[]string{"-h"}, exitOK},
 	} {
@@ -165,7 +165,7 @@ func TestRunStuckConsumer(t *testing.T) {
 	}
 	h := sha256.New()
 	var errb bytes.Buffer
-	code := r.run(context.Background(), childArgs("--tap-queue=65536"), stdio{in: bytes.NewReader(in), out: h, err: &errb})
+	code := r.run(context.Background(), childArgs("--tap.queue-bytes=65536"), stdio{in: bytes.NewReader(in), out: h, err: &errb})
 	close(release)
 	if code != 0 {
 		t.Fatalf("run = %d; stderr:\n%s", code, errb.String())
@@ -444,10 +444,10 @@ func TestE2ESignalsForwarded(t *testing.T) {
 	}
 }
 
-// A child that ignores SIGTERM is killed --kill-timeout after the wrapper
+// A child that ignores SIGTERM is killed --child.kill-timeout after the wrapper
 // is told to stop.
 func TestE2EKillTimeout(t *testing.T) {
-	cmd := wrapper("ignore-term", "--kill-timeout=300ms")
+	cmd := wrapper("ignore-term", "--child.kill-timeout=300ms")
 	stdout, _ := cmd.StdoutPipe()
 	start(t, cmd)
 	if got := readLines(t, stdout).next(); got != "ready" {
@@ -476,7 +476,7 @@ func TestE2EGrandchild(t *testing.T) {
 		code int
 	}{{"grandchild", false, 0}, {"grandchild-wait", true, 143}} {
 		t.Run(tc.mode, func(t *testing.T) {
-			cmd := wrapper(tc.mode, "--drain-timeout=300ms")
+			cmd := wrapper(tc.mode, "--child.drain-timeout=300ms")
 			stdout, _ := cmd.StdoutPipe()
 			start(t, cmd)
 			l := readLines(t, stdout)

@@ -139,8 +139,8 @@ func TestE2ESDKEndingsLoseNoTappedByte(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for try := range tries {
 				metrics := filepath.Join(dir, fmt.Sprintf("%s-%d.prom", tc.end, try))
-				cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--drain-timeout=200ms",
-					"--metrics-file", metrics, "--", testExe)
+				cmd := exec.Command(wrapperBin, "run", "--web.listen-address=", "--child.drain-timeout=200ms",
+					"--metrics.file", metrics, "--", testExe)
 				cmd.Env = supervisetest.Env("replay:" + tc.end + ":" + recFile)
 				stdin, err := cmd.StdinPipe()
 				if err != nil {
@@ -238,7 +238,7 @@ func TestRunGivesUpSlowConsumerCounted(t *testing.T) {
 		got <- res
 	}
 	var out, errb bytes.Buffer
-	code := r.run(context.Background(), childArgs("--tap-queue=4194304"), stdio{in: bytes.NewReader(in.Bytes()), out: &out, err: &errb})
+	code := r.run(context.Background(), childArgs("--tap.queue-bytes=4194304"), stdio{in: bytes.NewReader(in.Bytes()), out: &out, err: &errb})
 	if code != 0 || !bytes.Equal(out.Bytes(), in.Bytes()) {
 		t.Fatalf("run = %d, %d of %d bytes out; stderr:\n%s", code, out.Len(), in.Len(), errb.String())
 	}

@@ -70,8 +70,8 @@ func TestE2ESecretsNeverLeave(t *testing.T) {
 			}
 			metricsFile, tracesFile := filepath.Join(dir, "m.prom"), filepath.Join(dir, "t.jsonl")
 			summaryFile := filepath.Join(dir, "s.ndjson")
-			args := []string{"run", "--web.listen-address=", "--log.level=debug", "--summary",
-				"--metrics-file", metricsFile, "--traces-file", tracesFile, "--summary-file", summaryFile}
+			args := []string{"run", "--web.listen-address=", "--log.level=debug", "--summary.waterfall",
+				"--metrics.file", metricsFile, "--traces.file", tracesFile, "--summary.file", summaryFile}
 			if tc.optIn {
 				args = append(args, "--traces.capture-previews")
 			}
@@ -88,7 +88,7 @@ func TestE2ESecretsNeverLeave(t *testing.T) {
 			// answer: the account block must not reach the shared volume.
 			spoolDir := filepath.Join(dir, "spool")
 			os.Mkdir(spoolDir, 0o700)
-			if err := exec.Command(wrapperBin, "run", "--spool-dir", spoolDir, "--", "cat", stream).Run(); err != nil {
+			if err := exec.Command(wrapperBin, "run", "--spool.dir", spoolDir, "--", "cat", stream).Run(); err != nil {
 				t.Fatal(err)
 			}
 			spools, _ := filepath.Glob(filepath.Join(spoolDir, "*"))

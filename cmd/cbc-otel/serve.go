@@ -48,15 +48,16 @@ type serveConfig struct {
 	logLevel        string
 	logFormat       string
 	tel             telemetryFlags
+	renamedUsed     []string // deprecated flag names used
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
-	fs.Var(&c.follows, "follow", "follow the files matching this glob (repeatable): spool files (*.cbcspool, *.cbcspool.open) or the CLI's stdout written by tee")
-	fs.Var(&c.spoolDirs, "spool-dir", "follow the spool files in this directory (repeatable): the same as --follow 'DIR/*.cbcspool*'")
-	fs.StringVar(&c.stateDir, "state-dir", "", "directory of the checkpoint (offsets, open runs, cumulative totals); without it a restart reads every file from the start")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file after this long without growth, or a spool file never marked complete after this long without growth or heartbeat of its wrapper (every 10s): its open runs become abandoned")
-	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often files are checked for growth: those written since (inotify), or every file when the directories cannot be watched; with inotify every file is checked and the globs expanded every 2s all the same")
-	fs.DurationVar(&c.checkpointEvery, "checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
+	fs.Var(&c.follows, "follow.glob", "follow the files matching this glob (repeatable): spool files (*.cbcspool, *.cbcspool.open) or the CLI's stdout written by tee")
+	fs.Var(&c.spoolDirs, "spool.dir", "follow the spool files in this directory (repeatable): the same as --follow.glob 'DIR/*.cbcspool*'")
+	fs.StringVar(&c.stateDir, "state.dir", "", "directory of the checkpoint (offsets, open runs, cumulative totals); without it a restart reads every file from the start")
+	fs.DurationVar(&c.idleTimeout, "follow.idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file after this long without growth, or a spool file never marked complete after this long without growth or heartbeat of its wrapper (every 10s): its open runs become abandoned")
+	fs.DurationVar(&c.poll, "follow.poll-interval", follow.DefaultPoll, "how often files are checked for growth: those written since (inotify), or every file when the directories cannot be watched; with inotify every file is checked and the globs expanded every 2s all the same")
+	fs.DurationVar(&c.checkpointEvery, "state.checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
 	fs.BoolVar(&c.keep, "spool.keep", false, "keep spool files once processed (default: remove them)")
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")
 	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
@@ -69,15 +70,15 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 func (c *serveConfig) validate() error {
 	var errs []error
 	if len(c.follows) == 0 && len(c.spoolDirs) == 0 {
-		errs = append(errs, errors.New("nothing to follow: give --follow GLOB or --spool-dir DIR"))
+		errs = append(errs, errors.New("nothing to follow: give --follow.glob GLOB or --spool.dir DIR"))
 	}
 	for _, g := range c.globs() {
 		if _, err := filepath.Match(g, ""); err != nil {
-			errs = append(errs, fmt.Errorf("--follow %q: %w", g, err))
+			errs = append(errs, fmt.Errorf("--follow.glob %q: %w", g, err))
 		}
 	}
 	if c.idleTimeout <= 0 || c.poll <= 0 || c.checkpointEvery <= 0 {
-		errs = append(errs, errors.New("--idle-timeout, --poll-interval and --checkpoint-interval must be positive"))
+		errs = append(errs, errors.New("--follow.idle-timeout, --follow.poll-interval and --state.checkpoint-interval must be positive"))
 	}
 	if c.maxFiles < 1 {
 		errs = append(errs, fmt.Errorf("--follow.max-files %d: must be at least 1", c.maxFiles))
@@ -106,13 +107,13 @@ func (c *serveConfig) warnAtStart(log *slog.Logger) {
 		log.Warn("a directory to follow does not exist; nothing is read there until it does", "dir", d)
 	}
 	if c.idleTimeout < 3*spool.Heartbeat && c.followsSpool() {
-		log.Warn("--idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
+		log.Warn("--follow.idle-timeout is short next to the spool writers' heartbeat: a live wrapper whose child is quiet may be taken for a dead one",
 			"idle_timeout", c.idleTimeout, "heartbeat", spool.Heartbeat)
 	}
 }
 
-// noStateDirWarning is serve's line at start without --state-dir.
-const noStateDirWarning = "no --state-dir: nothing is checkpointed; after a restart every file still there is read again from the start, " +
+// noStateDirWarning is serve's line at start without --state.dir.
+const noStateDirWarning = "no --state.dir: nothing is checkpointed; after a restart every file still there is read again from the start, " +
 	"its runs counted again, and every counter restarts at zero"
 
 // missingDirs lists the directories of the globs that do not exist (or are
@@ -143,7 +144,7 @@ func (c *serveConfig) followsSpool() bool {
 	return false
 }
 
-// globs are the --follow patterns plus one per --spool-dir.
+// globs are the --follow.glob patterns plus one per --spool.dir.
 func (c *serveConfig) globs() []string {
 	out := append([]string(nil), c.follows...)
 	for _, d := range c.spoolDirs {
@@ -155,12 +156,18 @@ func (c *serveConfig) globs() []string {
 const serveUsage = `usage: cbc-otel serve [flags]
 
 The long-lived sidecar: follows spool files written by 'cbc-otel run
---spool-dir' and plain stream-json files (cbc ... | tee FILE), one pipeline
+--spool.dir' and plain stream-json files (cbc ... | tee FILE), one pipeline
 per file, serves /metrics, /healthz and /readyz, exports traces, and
-checkpoints its state (--state-dir) so that a restart counts every run
+checkpoints its state (--state.dir) so that a restart counts every run
 exactly once. Exit status: 0 after SIGTERM/SIGINT and a final checkpoint,
 2 for bad flags, 1 when it cannot run (state directory not writable,
 metrics address taken, final checkpoint failed).
+
+examples:
+  # the sidecar of wrappers started with 'cbc-otel run --spool.dir /var/spool/cbc-otel'
+  cbc-otel serve --spool.dir /var/spool/cbc-otel --state.dir /var/lib/cbc-otel --web.listen-address :9478 --otlp.endpoint http://collector:4317
+  # plain stream-json files written by 'cbc ... | tee', finalized after 5 minutes without growth
+  cbc-otel serve --follow.glob '/var/log/cbc/*.ndjson' --follow.idle-timeout 5m --state.dir /var/lib/cbc-otel
 
 flags:
 `
@@ -172,6 +179,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		return code
 	}
 	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
+	warnRenamed(log, cfg.renamedUsed)
 	defer onHangup(log)()
 	cfg.warnAtStart(log)
 	if cfg.stateDir != "" {
@@ -247,6 +255,7 @@ func onHangup(log *slog.Logger) (stop func()) {
 // parseServeArgs parses and validates serve's command line.
 func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, code int) {
 	fs := newFlagSet("serve", serveUsage, stderr)
+	registerVersion(fs)
 	cfg.register(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
@@ -254,6 +263,7 @@ func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, 
 	if fs.NArg() > 0 {
 		return cfg, false, fail(stderr, "serve", exitUsage, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
+	cfg.renamedUsed = aliasesUsed(fs)
 	if err := cfg.validate(); err != nil {
 		return cfg, false, fail(stderr, "serve", exitUsage, err)
 	}

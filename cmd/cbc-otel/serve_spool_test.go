@@ -11,11 +11,11 @@ import (
 	"testing"
 )
 
-// spoolWrapper starts `cbc-otel run --spool-dir dir -- sh -c script` with
+// spoolWrapper starts `cbc-otel run --spool.dir dir -- sh -c script` with
 // a fast spool heartbeat, in its own process group.
 func spoolWrapper(t *testing.T, dir, script string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "sh", "-c", script)
+	cmd := exec.Command(wrapperBin, "run", "--spool.dir", dir, "--", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "CBC_OTEL_TEST_SPOOL_HEARTBEAT=100ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = new(syncBuffer)
@@ -29,7 +29,7 @@ func spoolWrapper(t *testing.T, dir, script string) *exec.Cmd {
 	return cmd
 }
 
-// A live wrapper whose child is quiet for longer than --idle-timeout (an
+// A live wrapper whose child is quiet for longer than --follow.idle-timeout (an
 // SDK session between turns) is not finalized: its heartbeat keeps the
 // .open file fresh, and what the child writes later is counted. A killed
 // wrapper's .open file goes idle and is finalized (its open run
@@ -41,7 +41,7 @@ func TestServeQuietWrapperVersusKilled(t *testing.T) {
 	head, tail := rec.split()
 	os.WriteFile(filepath.Join(data, "head"), head, 0o600)
 	os.WriteFile(filepath.Join(data, "tail"), tail, 0o600)
-	s := startServed(t, "--spool-dir", dir, "--idle-timeout", "1s")
+	s := startServed(t, "--spool.dir", dir, "--follow.idle-timeout", "1s")
 
 	w := spoolWrapper(t, dir, "cat "+filepath.Join(data, "head")+"; sleep 3; cat "+filepath.Join(data, "tail"))
 	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
@@ -77,7 +77,7 @@ func TestRunSpoolDropsControlResponse(t *testing.T) {
 	all := append([]byte(resp), rec.all()...)
 	os.WriteFile(filepath.Join(data, "out"), all, 0o600)
 	dir := t.TempDir()
-	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "cat", filepath.Join(data, "out"))
+	cmd := exec.Command(wrapperBin, "run", "--spool.dir", dir, "--", "cat", filepath.Join(data, "out"))
 	out, err := cmd.Output()
 	if err != nil || !bytes.Equal(out, all) {
 		t.Fatalf("passthrough changed (%v)", err)
@@ -93,7 +93,7 @@ func TestRunSpoolDropsControlResponse(t *testing.T) {
 	if want := append([]byte("\x1ecbcspool 1\n"), rec.all()...); !bytes.Equal(b, want) {
 		t.Fatalf("spool file is not the stream without the control_response (%d bytes, want %d)", len(b), len(want))
 	}
-	s := startServed(t, "--spool-dir", dir)
+	s := startServed(t, "--spool.dir", dir)
 	s.waitFor(t, rec, "totals of the spooled stream")
 	s.waitMetric(t, "cbc_otel_follow_streams_finalized_total", "reason", "complete", 1)
 	if m, _ := s.metric("cbc_otel_lines_rejected_total", "reason"); m["invalid_json"] != 0 || m["bad_shape"] != 0 {

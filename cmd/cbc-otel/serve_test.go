@@ -41,7 +41,7 @@ func freeAddr(t *testing.T) string {
 func startServed(t *testing.T, args ...string) *served {
 	t.Helper()
 	addr := freeAddr(t)
-	return startBin(t, addr, append([]string{"serve", "--web.listen-address", addr, "--poll-interval", "20ms", "--grace", "200ms"}, args...)...)
+	return startBin(t, addr, append([]string{"serve", "--web.listen-address", addr, "--follow.poll-interval", "20ms", "--tracker.grace", "200ms"}, args...)...)
 }
 
 // startBin runs the built binary with args, its listen address addr, and
@@ -269,7 +269,7 @@ func TestServeTeeFileIdleAndRestart(t *testing.T) {
 	f := filepath.Join(dir, "session.ndjson")
 	head, tail := rec.split()
 	appendFile(t, f, head)
-	s := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "700ms")
+	s := startServed(t, "--follow.glob", filepath.Join(dir, "*.ndjson"), "--state.dir", state, "--follow.idle-timeout", "700ms")
 	s.waitMetric(t, "cbc_workflow_runs_active", "", "", 1)
 	appendFile(t, f, tail)
 	s.waitFor(t, rec, "totals of the tee'd file")
@@ -278,7 +278,7 @@ func TestServeTeeFileIdleAndRestart(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
 	// The same state: totals restored, the file not read again.
-	s2 := startServed(t, "--follow", filepath.Join(dir, "*.ndjson"), "--state-dir", state, "--idle-timeout", "700ms")
+	s2 := startServed(t, "--follow.glob", filepath.Join(dir, "*.ndjson"), "--state.dir", state, "--follow.idle-timeout", "700ms")
 	poll(t, 10*time.Second, "ready", func() (bool, string) {
 		resp, err := http.Get("http://" + s2.addr + "/readyz")
 		if err != nil {
@@ -322,7 +322,7 @@ func TestServeStateDirReadOnly(t *testing.T) {
 	if os.Geteuid() == 0 {
 		state = "/proc" // root writes anywhere else
 	}
-	cmd := exec.Command(wrapperBin, "serve", "--follow", filepath.Join(t.TempDir(), "*"), "--state-dir", state, "--web.listen-address", freeAddr(t))
+	cmd := exec.Command(wrapperBin, "serve", "--follow.glob", filepath.Join(t.TempDir(), "*"), "--state.dir", state, "--web.listen-address", freeAddr(t))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -334,10 +334,10 @@ func TestServeStateDirReadOnly(t *testing.T) {
 func TestServeUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{},
-		{"--follow", "[", "--web.listen-address", ""},
-		{"--spool-dir", "x", "--push.gateway", "http://h:1"},
-		{"--spool-dir", "x", "--idle-timeout", "0s"},
-		{"--spool-dir", "x", "extra"},
+		{"--follow.glob", "[", "--web.listen-address", ""},
+		{"--spool.dir", "x", "--push.gateway", "http://h:1"},
+		{"--spool.dir", "x", "--follow.idle-timeout", "0s"},
+		{"--spool.dir", "x", "extra"},
 	} {
 		cmd := exec.Command(wrapperBin, append([]string{"serve"}, args...)...)
 		var stderr bytes.Buffer
@@ -349,12 +349,12 @@ func TestServeUsage(t *testing.T) {
 	}
 }
 
-// run --spool-dir: the spool file is complete when the wrapper exits; with
+// run --spool.dir: the spool file is complete when the wrapper exits; with
 // a missing directory the passthrough still works and the failure is
 // logged; telemetry output flags without --spool.process are refused.
 func TestRunSpoolDir(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(wrapperBin, "run", "--spool-dir", dir, "--", "sh", "-c", "echo '{\"a\":1}'; printf '\\036odd\\n'")
+	cmd := exec.Command(wrapperBin, "run", "--spool.dir", dir, "--", "sh", "-c", "echo '{\"a\":1}'; printf '\\036odd\\n'")
 	out, err := cmd.Output()
 	if err != nil || string(out) != "{\"a\":1}\n\x1eodd\n" {
 		t.Fatalf("passthrough %q, %v", out, err)
@@ -368,7 +368,7 @@ func TestRunSpoolDir(t *testing.T) {
 		t.Fatalf("spool file %q, want %q", b, want)
 	}
 
-	cmd = exec.Command(wrapperBin, "run", "--spool-dir", filepath.Join(dir, "missing"), "--", "echo", "hi")
+	cmd = exec.Command(wrapperBin, "run", "--spool.dir", filepath.Join(dir, "missing"), "--", "echo", "hi")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err = cmd.Output()
@@ -376,7 +376,7 @@ func TestRunSpoolDir(t *testing.T) {
 		t.Fatalf("missing spool dir: out %q err %v stderr %q", out, err, stderr.String())
 	}
 
-	cmd = exec.Command(wrapperBin, "run", "--spool-dir", dir, "--otlp.endpoint", "localhost:4317", "--", "true")
+	cmd = exec.Command(wrapperBin, "run", "--spool.dir", dir, "--otlp.endpoint", "localhost:4317", "--", "true")
 	cmd.Run()
 	if code := cmd.ProcessState.ExitCode(); code != exitUsage {
 		t.Fatalf("--otlp.endpoint without --spool.process: exit %d", code)
@@ -395,10 +395,10 @@ func TestServeWarnsAtStart(t *testing.T) {
 		heartbeat bool
 		noState   bool
 	}{
-		{"missing spool dir", []string{"--spool-dir", filepath.Join(dir, "nosuch")}, true, false, true},
-		{"plain files, short idle timeout", []string{"--follow", filepath.Join(dir, "*.ndjson"), "--idle-timeout", "1s"}, false, false, true},
-		{"spool dir, short idle timeout", []string{"--spool-dir", dir, "--idle-timeout", "1s"}, false, true, true},
-		{"state dir", []string{"--spool-dir", dir, "--state-dir", t.TempDir()}, false, false, false},
+		{"missing spool dir", []string{"--spool.dir", filepath.Join(dir, "nosuch")}, true, false, true},
+		{"plain files, short idle timeout", []string{"--follow.glob", filepath.Join(dir, "*.ndjson"), "--follow.idle-timeout", "1s"}, false, false, true},
+		{"spool dir, short idle timeout", []string{"--spool.dir", dir, "--follow.idle-timeout", "1s"}, false, true, true},
+		{"state dir", []string{"--spool.dir", dir, "--state.dir", t.TempDir()}, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServed(t, tc.args...)
@@ -417,7 +417,7 @@ func TestServeWarnsAtStart(t *testing.T) {
 			if tc.noState {
 				want = 1
 			}
-			if n := strings.Count(head, "level=WARN msg=\"no --state-dir: "); n != want {
+			if n := strings.Count(head, "level=WARN msg=\"no --state.dir: "); n != want {
 				t.Errorf("no-state-dir warnings before following: %d, want %d:\n%s", n, want, got)
 			}
 			if tc.noState && !strings.Contains(head, "read again from the start, its runs counted again, and every counter restarts at zero") {

@@ -23,7 +23,7 @@ func sharedCLI(dir string, i int) []string {
 
 // TestWrappersShareAHost: n wrappers at once on one host, as an SDK starts
 // them (one per session), each over a CLI that writes to stderr. With the
-// defaults, with the README's recipe (run --spool-dir and one serve) and
+// defaults, with the README's recipe (run --spool.dir and one serve) and
 // with a metrics file each, every wrapper's stderr is the CLI's alone,
 // byte for byte, its stdout the CLI's, and (where counted) no count is
 // lost. The control: a port all of them are given explicitly is fought
@@ -72,17 +72,17 @@ func TestWrappersShareAHost(t *testing.T) {
 		fight   bool // the control
 	}{
 		{name: "defaults", args: func(int) []string { return nil }},
-		{name: "run --spool-dir and one serve", args: func(int) []string { return []string{"--spool-dir", filepath.Join(data, "spool")} },
+		{name: "run --spool.dir and one serve", args: func(int) []string { return []string{"--spool.dir", filepath.Join(data, "spool")} },
 			counted: func(t *testing.T) func() string {
 				spool := filepath.Join(data, "spool")
 				if err := os.MkdirAll(spool, 0o700); err != nil {
 					t.Fatal(err)
 				}
-				s := startServed(t, "--spool-dir", spool)
+				s := startServed(t, "--spool.dir", spool)
 				return func() string { return s.matches(sum) }
 			}},
 		{name: "a metrics file each", args: func(i int) []string {
-			return []string{"--metrics-file", filepath.Join(data, fmt.Sprintf("m%d.prom", i))}
+			return []string{"--metrics.file", filepath.Join(data, fmt.Sprintf("m%d.prom", i))}
 		}, counted: func(*testing.T) func() string {
 			return func() string {
 				return sum.differs(func(name, label string) (map[string]float64, error) {

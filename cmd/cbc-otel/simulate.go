@@ -28,7 +28,7 @@ flags:
 func cmdSimulate(ctx context.Context, args []string, sio stdio) int {
 	fs := newFlagSet("simulate", simulateUsage, sio.err)
 	// The CLI's own telemetry, when its environment switches it on
-	// (demo --join-cli-telemetry), as Claude Code does.
+	// (demo --cli-telemetry.join), as Claude Code does.
 	cfg := simulate.Config{Getenv: os.Getenv, Stderr: sio.err}
 	var record, expect string
 	fs.StringVar(&cfg.Scenario, "scenario", simulate.ScenarioCompleted,

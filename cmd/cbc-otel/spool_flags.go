@@ -22,25 +22,25 @@ type spoolFlags struct {
 }
 
 func (s *spoolFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.dir, "spool-dir", "",
+	fs.StringVar(&s.dir, "spool.dir", "",
 		"also write the tapped stdout (without control_response lines, which carry credentials; with the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
 			"run then does no processing of its own unless --spool.process")
 	fs.BoolVar(&s.process, "spool.process", false,
-		"with --spool-dir, also run the pipeline and telemetry in the wrapper as without it")
+		"with --spool.dir, also run the pipeline and telemetry in the wrapper as without it")
 }
 
 // telemetryOutputFlags are the flags that ask the wrapper itself for
-// telemetry output; with --spool-dir they need --spool.process.
+// telemetry output; with --spool.dir they need --spool.process.
 var telemetryOutputFlags = []string{
-	"web.listen-address", "web.config.file", "push.gateway", "metrics-file",
-	"traces.exporter", "otlp.endpoint", "otlp.protocol", "traces-file", "summary", "summary-file",
+	"web.listen-address", "web.config.file", "push.gateway", "metrics.file",
+	"traces.exporter", "otlp.endpoint", "otlp.protocol", "traces.file", "summary.waterfall", "summary.file",
 }
 
 // validate checks the spool flags against the flags set explicitly.
 func (s *spoolFlags) validate(explicit map[string]bool) error {
 	if s.dir == "" {
 		if s.process {
-			return errors.New("--spool.process needs --spool-dir")
+			return errors.New("--spool.process needs --spool.dir")
 		}
 		return nil
 	}
@@ -55,7 +55,7 @@ func (s *spoolFlags) validate(explicit map[string]bool) error {
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return fmt.Errorf("%s with --spool-dir need --spool.process (without it the wrapper only spools; the sidecar does the rest)", strings.Join(bad, ", "))
+		return fmt.Errorf("%s with --spool.dir need --spool.process (without it the wrapper only spools; the sidecar does the rest)", strings.Join(bad, ", "))
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 
 // TestReplayStalls: in replay the stream's own clock (written_at) decides
 // stalls: a run silent for 11 minutes of stream time while another runs
-// is stalled once, in --json and in the metrics file; --stall-after 0 and
-// a longer --stall-after see none.
+// is stalled once, in --summary.json and in the metrics file; --tracker.stall-after 0 and
+// a longer --tracker.stall-after see none.
 func TestReplayStalls(t *testing.T) {
 	line := func(at, rest string) string {
 		return `{"type":"system","written_at":"2026-12-03T10:` + at + `.000Z",` + rest + "}\n"
@@ -27,17 +27,17 @@ func TestReplayStalls(t *testing.T) {
 		stalls, prom string
 	}{
 		{nil, `"stalls":1`, `cbc_workflow_stalls_total{workflow="slow"} 1`},
-		{[]string{"--stall-after", "0"}, "", ""},
-		{[]string{"--stall-after", "15m"}, "", ""},
+		{[]string{"--tracker.stall-after", "0"}, "", ""},
+		{[]string{"--tracker.stall-after", "15m"}, "", ""},
 	} {
 		mfile := filepath.Join(t.TempDir(), "m.prom")
 		var out, errb bytes.Buffer
-		args := append(append([]string{"--json", "--metrics-file", mfile}, tc.flags...), "-")
+		args := append(append([]string{"--summary.json", "--metrics.file", mfile}, tc.flags...), "-")
 		if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(stream), out: &out, err: &errb}); code != exitOK {
 			t.Fatalf("replay %q: exit %d: %s", args, code, errb.String())
 		}
 		if got := strings.Contains(out.String(), `"stalls"`); got != (tc.stalls != "") || (tc.stalls != "" && !strings.Contains(out.String(), tc.stalls)) {
-			t.Errorf("replay %q: --json stalls: %s", args, out.String())
+			t.Errorf("replay %q: --summary.json stalls: %s", args, out.String())
 		}
 		prom, err := os.ReadFile(mfile)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/report"
 )
 
-// Step outputs (--step-output, $GITHUB_OUTPUT): the session's spend and
+// Step outputs (--summary.step-output, $GITHUB_OUTPUT): the session's spend and
 // its workflow runs by status, for a later step of the job to gate or
 // comment on. The table of docs/json.md lists the same names.
 const (
@@ -91,7 +91,7 @@ func cutRunes(s string, n int) string {
 	return s
 }
 
-// appendStepOutputs appends the session's outputs to path (--step-output,
+// appendStepOutputs appends the session's outputs to path (--summary.step-output,
 // $GITHUB_OUTPUT) in one write, creating it if need be: the file holds
 // the job's other steps' outputs too, never truncated.
 func appendStepOutputs(path string, runs []ingest.Run, spend report.SpendTotals) error {

@@ -77,7 +77,7 @@ func readOutputs(t *testing.T, path, before string) map[string]string {
 	return got
 }
 
-// summaryTotals sums a --summary-file: workflow runs by status, and the
+// summaryTotals sums a --summary.file: workflow runs by status, and the
 // cost and tokens by type of every run and session line.
 type summaryTotals struct {
 	status  map[string]int
@@ -120,18 +120,18 @@ func readSummaryTotals(t *testing.T, path string) summaryTotals {
 	return s
 }
 
-// checkRuns holds the runs outputs to the --summary-file's workflow runs.
+// checkRuns holds the runs outputs to the --summary.file's workflow runs.
 func checkRuns(t *testing.T, got map[string]string, s summaryTotals) {
 	t.Helper()
 	total := 0
 	for _, st := range []string{"completed", "failed", "stopped", "abandoned"} {
 		total += s.status[st]
 		if want := strconv.Itoa(s.status[st]); got["cbc-runs-"+st] != want {
-			t.Errorf("cbc-runs-%s=%q, --summary-file says %s", st, got["cbc-runs-"+st], want)
+			t.Errorf("cbc-runs-%s=%q, --summary.file says %s", st, got["cbc-runs-"+st], want)
 		}
 	}
 	if got["cbc-runs-total"] != strconv.Itoa(total) || total == 0 {
-		t.Errorf("cbc-runs-total=%q, --summary-file says %d", got["cbc-runs-total"], total)
+		t.Errorf("cbc-runs-total=%q, --summary.file says %d", got["cbc-runs-total"], total)
 	}
 	var runs []struct {
 		Workflow string `json:"workflow"`
@@ -145,7 +145,7 @@ func checkRuns(t *testing.T, got map[string]string, s summaryTotals) {
 		names = append(names, r.Workflow)
 	}
 	if !slices.Equal(names, s.names) {
-		t.Errorf("cbc-runs-json names %q, --summary-file says %q", names, s.names)
+		t.Errorf("cbc-runs-json names %q, --summary.file says %q", names, s.names)
 	}
 }
 
@@ -153,8 +153,8 @@ func closeTo(a, b float64) bool { return math.Abs(a-b) <= 1e-12*max(1, math.Abs(
 
 // TestE2EStepOutputs: with GITHUB_OUTPUT set, run appends the session's
 // spend and runs by status to that file at exit, in GitHub's format, after
-// what the file held; each value is what --summary-file and the metrics
-// say of the same stream; --step-output wins over the variable; a file it
+// what the file held; each value is what --summary.file and the metrics
+// say of the same stream; --summary.step-output wins over the variable; a file it
 // cannot write is logged and leaves the child's exit status alone.
 func TestE2EStepOutputs(t *testing.T) {
 	dir := t.TempDir()
@@ -174,7 +174,7 @@ func TestE2EStepOutputs(t *testing.T) {
 	if err := os.WriteFile(out, []byte(before), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, stderr := stepOutputRun(t, []string{"GITHUB_OUTPUT=" + out}, rec, "--summary-file", summary, "--metrics-file", prom, "--", "cat"); code != 0 {
+	if code, stderr := stepOutputRun(t, []string{"GITHUB_OUTPUT=" + out}, rec, "--summary.file", summary, "--metrics.file", prom, "--", "cat"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	got := readOutputs(t, out, before)
@@ -205,7 +205,7 @@ func TestE2EStepOutputs(t *testing.T) {
 	checkRuns(t, got, readSummaryTotals(t, summary))
 
 	// The CLI's telemetry joined (the simulator writes total_cost_usd 0):
-	// the cost and tokens are the --summary-file's runs and sessions, and
+	// the cost and tokens are the --summary.file's runs and sessions, and
 	// the step summary's total; the flag wins over the variable.
 	in := `{"type":"control_request","request_id":"init","request":{"subtype":"initialize"}}` + "\n"
 	for _, sc := range []string{"completed", "failed", "mixed"} {
@@ -213,21 +213,21 @@ func TestE2EStepOutputs(t *testing.T) {
 	}
 	envOut, flagOut, md := filepath.Join(dir, "env-out"), filepath.Join(dir, "out2"), filepath.Join(dir, "step.md")
 	summary = filepath.Join(dir, "s2.jsonl")
-	if code, stderr := stepOutputRun(t, []string{"GITHUB_OUTPUT=" + envOut}, []byte(in), "--join-cli-telemetry", "--step-output", flagOut,
-		"--summary-file", summary, "--step-summary", md, "--", wrapperBin, "simulate", "--dialect", "claude", "--speed", "0"); code != 0 {
+	if code, stderr := stepOutputRun(t, []string{"GITHUB_OUTPUT=" + envOut}, []byte(in), "--cli-telemetry.join", "--summary.step-output", flagOut,
+		"--summary.file", summary, "--summary.step-file", md, "--", wrapperBin, "simulate", "--dialect", "claude", "--speed", "0"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	if _, err := os.Stat(envOut); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("--step-output given, yet $GITHUB_OUTPUT's file was written: %v", err)
+		t.Errorf("--summary.step-output given, yet $GITHUB_OUTPUT's file was written: %v", err)
 	}
 	got = readOutputs(t, flagOut, "")
 	s := readSummaryTotals(t, summary)
 	if c, err := strconv.ParseFloat(got["cbc-cost-usd"], 64); err != nil || !s.costAny || !closeTo(c, s.cost) {
-		t.Errorf("cbc-cost-usd=%q, --summary-file's runs and sessions cost %v", got["cbc-cost-usd"], s.cost)
+		t.Errorf("cbc-cost-usd=%q, --summary.file's runs and sessions cost %v", got["cbc-cost-usd"], s.cost)
 	}
 	for typ, n := range s.tokens {
 		if got["cbc-tokens-"+typ] != strconv.FormatInt(n, 10) {
-			t.Errorf("cbc-tokens-%s=%q, --summary-file says %d", typ, got["cbc-tokens-"+typ], n)
+			t.Errorf("cbc-tokens-%s=%q, --summary.file says %d", typ, got["cbc-tokens-"+typ], n)
 		}
 	}
 	checkRuns(t, got, s)
@@ -251,7 +251,7 @@ func TestE2EStepOutputsNoCost(t *testing.T) {
 		`{"type":"user","message":{"role":"user","content":"[[SCENARIO:completed]] one"}}` + "\n" +
 		`{"type":"user","message":{"role":"user","content":"[[SCENARIO:failed]] two"}}` + "\n"
 	out, summary := filepath.Join(t.TempDir(), "out"), filepath.Join(t.TempDir(), "s.jsonl")
-	if code, stderr := stepOutputRun(t, nil, []byte(in), "--step-output", out, "--summary-file", summary, "--", wrapperBin, "simulate", "--speed", "0"); code != 0 {
+	if code, stderr := stepOutputRun(t, nil, []byte(in), "--summary.step-output", out, "--summary.file", summary, "--", wrapperBin, "simulate", "--speed", "0"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	got := readOutputs(t, out, "")
@@ -265,7 +265,7 @@ func TestE2EStepOutputsNoCost(t *testing.T) {
 
 // TestE2EStepOutputsHostileName: a workflow name written to end an output
 // and start others (newlines, a heredoc, a delimiter's prefix, CR) reaches
-// cbc-runs-json as --summary-file has it (the decoder made its controls
+// cbc-runs-json as --summary.file has it (the decoder made its controls
 // spaces), and the file read as the runner reads it holds our outputs and
 // no other.
 func TestE2EStepOutputsHostileName(t *testing.T) {
@@ -281,7 +281,7 @@ func TestE2EStepOutputsHostileName(t *testing.T) {
 		t.Fatal("the recording names no workflow_name mock-review")
 	}
 	out, summary := filepath.Join(t.TempDir(), "out"), filepath.Join(t.TempDir(), "s.jsonl")
-	if code, stderr := stepOutputRun(t, nil, rec, "--step-output", out, "--summary-file", summary, "--", "cat"); code != 0 {
+	if code, stderr := stepOutputRun(t, nil, rec, "--summary.step-output", out, "--summary.file", summary, "--", "cat"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	got := readOutputs(t, out, "")

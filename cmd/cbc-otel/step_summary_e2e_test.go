@@ -45,7 +45,7 @@ func withoutEnv(env []string, name string) []string {
 
 // TestE2EStepSummary: with GITHUB_STEP_SUMMARY set, run appends a Markdown
 // table of the runs it saw to that file at exit and keeps what the file
-// held; --step-summary wins over the variable; a file it cannot write is
+// held; --summary.step-file wins over the variable; a file it cannot write is
 // logged and leaves the child's exit status as it was.
 func TestE2EStepSummary(t *testing.T) {
 	dir := t.TempDir()
@@ -79,14 +79,14 @@ func TestE2EStepSummary(t *testing.T) {
 
 	// The flag wins: the variable's file is left alone.
 	flagPath := filepath.Join(dir, "flag.md")
-	if code, stderr := stepSummaryRun(t, []string{"GITHUB_STEP_SUMMARY=" + path}, "--step-summary", flagPath); code != 0 {
+	if code, stderr := stepSummaryRun(t, []string{"GITHUB_STEP_SUMMARY=" + path}, "--summary.step-file", flagPath); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	if b2, _ := os.ReadFile(path); !bytes.Equal(b2, b) {
-		t.Errorf("--step-summary given, yet $GITHUB_STEP_SUMMARY's file changed")
+		t.Errorf("--summary.step-file given, yet $GITHUB_STEP_SUMMARY's file changed")
 	}
 	if fb, err := os.ReadFile(flagPath); err != nil || !strings.Contains(string(fb), "❌ failed") {
-		t.Errorf("--step-summary's file: %v\n%s", err, fb)
+		t.Errorf("--summary.step-file's file: %v\n%s", err, fb)
 	}
 
 	// A variable naming a directory: logged, the exit status is the child's.

@@ -17,7 +17,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
-// defaultStallAfter is --stall-after's default: a workflow's agents run for
+// defaultStallAfter is --tracker.stall-after's default: a workflow's agents run for
 // minutes, a silence of ten is worth a look.
 const defaultStallAfter = 10 * time.Minute
 
@@ -37,13 +37,13 @@ type telemetryFlags struct {
 // lives while the child does: listen address, Pushgateway, OTLP), false for
 // replay (files only, plus OTLP for backfill).
 func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
-	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
-	fs.DurationVar(&f.stallAfter, "stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled), and so is a live agent of one with no progress (cbc_workflow_agents_stalled; on the stream's clock in replay); 0 disables")
-	fs.IntVar(&f.maxLine, "max-line", ndjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
+	fs.DurationVar(&f.grace, "tracker.grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
+	fs.DurationVar(&f.stallAfter, "tracker.stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled), and so is a live agent of one with no progress (cbc_workflow_agents_stalled; on the stream's clock in replay); 0 disables")
+	fs.IntVar(&f.maxLine, "tracker.max-line", ndjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
 	for _, c := range f.capFlags() {
 		fs.IntVar(c.v, c.name, 0, fmt.Sprintf("%s (0 = %d)", c.usage, c.def))
 	}
-	fs.BoolVar(&f.captureErrors, "capture-errors", false,
+	fs.BoolVar(&f.captureErrors, "tracker.capture-errors", false,
 		"keep the text of error fields (patch.error, an agent's error) in span statuses, summaries and replay output; off by default, they can quote secrets: only that there was an error is kept")
 	f.metrics.register(fs, live)
 	f.traces.register(fs, live)
@@ -62,21 +62,21 @@ type capFlag struct {
 func (f *telemetryFlags) capFlags() []capFlag {
 	d := ingest.DefaultCaps()
 	return []capFlag{
-		{"max-runs", &f.caps.Runs, d.Runs, "most unfinished workflow runs held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
-		{"max-tasks", &f.caps.Tasks, d.Tasks, "most unfinished non-workflow tasks held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
-		{"max-agents", &f.caps.Agents, d.Agents, "most agents kept per run; a snapshot's further agents are ignored and counted as over_capacity"},
-		{"max-phases", &f.caps.Phases, d.Phases, "most phases kept per run; a snapshot's further phases are ignored and counted as over_capacity"},
-		{"max-grace-runs", &f.caps.Grace, d.Grace, "most finished runs held in their grace window per stream; beyond, the one that has waited longest is finalized early and counted as over_capacity"},
+		{"tracker.max-runs", &f.caps.Runs, d.Runs, "most unfinished workflow runs held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
+		{"tracker.max-tasks", &f.caps.Tasks, d.Tasks, "most unfinished non-workflow tasks held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
+		{"tracker.max-agents", &f.caps.Agents, d.Agents, "most agents kept per run; a snapshot's further agents are ignored and counted as over_capacity"},
+		{"tracker.max-phases", &f.caps.Phases, d.Phases, "most phases kept per run; a snapshot's further phases are ignored and counted as over_capacity"},
+		{"tracker.max-grace-runs", &f.caps.Grace, d.Grace, "most finished runs held in their grace window per stream; beyond, the one that has waited longest is finalized early and counted as over_capacity"},
 	}
 }
 
 func (f *telemetryFlags) validate() error {
 	var errs []error
 	if f.grace < 0 {
-		errs = append(errs, errors.New("--grace must not be negative"))
+		errs = append(errs, errors.New("--tracker.grace must not be negative"))
 	}
 	if f.stallAfter < 0 {
-		errs = append(errs, errors.New("--stall-after must not be negative (0 disables)"))
+		errs = append(errs, errors.New("--tracker.stall-after must not be negative (0 disables)"))
 	}
 	for _, c := range f.capFlags() {
 		if *c.v < 0 {
@@ -84,7 +84,7 @@ func (f *telemetryFlags) validate() error {
 		}
 	}
 	if f.maxLine < 1024 {
-		errs = append(errs, errors.New("--max-line must be at least 1024"))
+		errs = append(errs, errors.New("--tracker.max-line must be at least 1024"))
 	}
 	if f.metrics.webRuns < 0 || f.metrics.webRuns > 1000 {
 		errs = append(errs, fmt.Errorf("--web.runs %d: must be in 0-1000", f.metrics.webRuns))
@@ -150,7 +150,7 @@ type stream struct {
 	// one (if tracing is on).
 	traces ingest.Sink
 	// calls makes the pipeline take the CLI's own model calls (run
-	// --join-cli-telemetry).
+	// --cli-telemetry.join).
 	calls bool
 }
 

@@ -41,11 +41,11 @@ type tracesFlags struct {
 	// console is where the console exporter writes: the command's stderr
 	// (never stdout); nil means os.Stderr.
 	console io.Writer
-	// join is set by run --join-cli-telemetry before the start.
+	// join is set by run --cli-telemetry.join before the start.
 	join *tracesJoin
 }
 
-// tracesJoin is what the traces sink needs under --join-cli-telemetry: the
+// tracesJoin is what the traces sink needs under --cli-telemetry.join: the
 // parent the child's TRACEPARENT names (the user's, or minted), and the
 // CLI's spans that launched runs.
 type tracesJoin struct {
@@ -68,7 +68,7 @@ func (f *tracesFlags) register(fs *flag.FlagSet, live bool) {
 		"OTLP endpoint, URL or host:port (plaintext); default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT (http:// or https:// URLs); none = no OTLP export")
 	fs.StringVar(&f.protocol, "otlp.protocol", "",
 		"OTLP protocol: grpc or http/protobuf (default $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
-	fs.StringVar(&f.file, "traces-file", "",
+	fs.StringVar(&f.file, "traces.file", "",
 		"also write spans to this file as OTLP/JSON, one ExportTraceServiceRequest per line (the Collector's otlpjsonfile format)")
 	fs.BoolVar(&f.capturePreviews, "traces.capture-previews", false,
 		"export resultPreview, promptPreview and summary as span attributes (user and model text: off by default)")
@@ -110,7 +110,7 @@ func (f *tracesFlags) validate() error {
 	if f.file != "" {
 		dir := filepath.Dir(f.file)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--traces-file %s: directory %s does not exist", f.file, dir))
+			errs = append(errs, fmt.Errorf("--traces.file %s: directory %s does not exist", f.file, dir))
 		}
 	}
 	if f.flushTimeout <= 0 {
@@ -145,7 +145,7 @@ type tracesRuntime struct {
 // no console it returns a runtime with tracing off (the wrapper stays a
 // pure pipe). An error means the configuration cannot work (e.g.
 // --traces.exporter otlp without any endpoint, a malformed
-// OTEL_EXPORTER_OTLP_HEADERS, an unwritable --traces-file).
+// OTEL_EXPORTER_OTLP_HEADERS, an unwritable --traces.file).
 func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*tracesRuntime, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -65,7 +65,7 @@ func TestTracesFlagsValidate(t *testing.T) {
 		{[]string{"--traces.exporter", "none", "--otlp.endpoint", "localhost:1"}, "conflicts"},
 		{[]string{"--otlp.endpoint", "NONE"}, ""},
 		{[]string{"--traces.exporter", "none", "--otlp.endpoint", "none"}, ""},
-		{[]string{"--traces-file", "/nonexistent-dir/x.jsonl"}, "--traces-file"},
+		{[]string{"--traces.file", "/nonexistent-dir/x.jsonl"}, "--traces.file"},
 		{[]string{"--traces.flush-timeout", "0s"}, "--traces.flush-timeout"},
 		{[]string{"--traces.queue", "0"}, "--traces.queue"},
 	} {
@@ -112,7 +112,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "spans.jsonl")
 	// --otlp.endpoint none: the file alone, no OTLP export to a host
 	// called "none" failing every span.
-	f := parseTracesFlags(t, false, "--traces-file", path, "--traces.capture-previews", "--otlp.endpoint", "none")
+	f := parseTracesFlags(t, false, "--traces.file", path, "--traces.capture-previews", "--otlp.endpoint", "none")
 	if err := f.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestTracesRuntimeEnvHidesParent(t *testing.T) {
 		}
 		return os.Getenv(k)
 	}
-	f := parseTracesFlags(t, false, "--traces-file", filepath.Join(t.TempDir(), "spans.jsonl"))
+	f := parseTracesFlags(t, false, "--traces.file", filepath.Join(t.TempDir(), "spans.jsonl"))
 	r, err := f.start(context.Background(), env, nil)
 	if err != nil {
 		t.Fatal(err)

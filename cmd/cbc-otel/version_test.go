@@ -51,7 +51,7 @@ func TestVersionAgreesWithBuildInfo(t *testing.T) {
 			t.Errorf("%s version = %q, want %q", bin.path, v, bin.want)
 		}
 		mf := t.TempDir() + "/m.prom"
-		cmd := exec.Command(bin.path, "replay", "--metrics-file", mf, "-")
+		cmd := exec.Command(bin.path, "replay", "--metrics.file", mf, "-")
 		cmd.Stdin = strings.NewReader("")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("replay: %v\n%s", err, out)

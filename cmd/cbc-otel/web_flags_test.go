@@ -42,15 +42,15 @@ func TestWebFlagsUsageErrors(t *testing.T) {
 	}{
 		{[]string{"run", "--web.telemetry-path", "metrics", "--", "true"}, `--web.telemetry-path "metrics": must start with /`},
 		{[]string{"demo", "--web.telemetry-path", "/"}, "must not be /, /healthz or /readyz"},
-		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/healthz"}, "must not be /, /healthz or /readyz"},
-		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/readyz"}, "must not be /, /healthz or /readyz"},
-		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/debug/pprof/m"}, "must not be under /debug/pprof"},
+		{[]string{"serve", "--follow.glob", follow, "--web.telemetry-path", "/healthz"}, "must not be /, /healthz or /readyz"},
+		{[]string{"serve", "--follow.glob", follow, "--web.telemetry-path", "/readyz"}, "must not be /, /healthz or /readyz"},
+		{[]string{"serve", "--follow.glob", follow, "--web.telemetry-path", "/debug/pprof/m"}, "must not be under /debug/pprof"},
 		{[]string{"run", "--web.max-requests", "-1", "--", "true"}, "--web.max-requests -1: must not be negative"},
 		{[]string{"run", "--web.listen-address=", "--web.systemd-socket", "--", "true"}, "--web.systemd-socket needs a --web.listen-address"},
 		{[]string{"run", "--log.format", "xml", "--", "true"}, `--log.format must be logfmt or json, got "xml"`},
 		{[]string{"demo", "--log.format", "text"}, "--log.format"},
 		{[]string{"replay", "--log.format", "JSON", "-"}, "--log.format"},
-		{[]string{"serve", "--follow", follow, "--log.format", "yaml"}, "--log.format"},
+		{[]string{"serve", "--follow.glob", follow, "--log.format", "yaml"}, "--log.format"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -170,7 +170,7 @@ func TestE2ESystemdSocketAndJSONLogs(t *testing.T) {
 	// The listen address is a port nobody serves: only the socket answers.
 	unused := freeAddr(t)
 	s.cmd = exec.Command("sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$@"`, "sh", wrapperBin, "serve",
-		"--follow", filepath.Join(t.TempDir(), "*"), "--web.listen-address", unused, "--web.systemd-socket", "--log.format", "json")
+		"--follow.glob", filepath.Join(t.TempDir(), "*"), "--web.listen-address", unused, "--web.systemd-socket", "--log.format", "json")
 	s.cmd.ExtraFiles = []*os.File{f}
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -212,7 +212,7 @@ func TestE2ESystemdSocketAndJSONLogs(t *testing.T) {
 // TestE2EServeSIGHUP: SIGHUP neither stops serve nor costs anything: it is
 // logged (nothing is reloadable) and serve then stops on SIGTERM as ever.
 func TestE2EServeSIGHUP(t *testing.T) {
-	s := startServed(t, "--follow", filepath.Join(t.TempDir(), "*"))
+	s := startServed(t, "--follow.glob", filepath.Join(t.TempDir(), "*"))
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(s.stderr.String(), "following") {
 		if time.Now().After(deadline) {

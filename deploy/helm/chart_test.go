@@ -291,8 +291,8 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 	}
 	// workload.wrapper.joinCliTelemetry: the run flag exactly when set, as a
 	// bare boolean flag (plain and SDK mode alike).
-	if val, ok := runArgs["join-cli-telemetry"]; ok != v.Workload.Wrapper.JoinCliTelemetry || val != "" {
-		t.Errorf("workload.wrapper.joinCliTelemetry=%v, but cbc-otel run has --join-cli-telemetry: %v (value %q)",
+	if val, ok := runArgs["cli-telemetry.join"]; ok != v.Workload.Wrapper.JoinCliTelemetry || val != "" {
+		t.Errorf("workload.wrapper.joinCliTelemetry=%v, but cbc-otel run has --cli-telemetry.join: %v (value %q)",
 			v.Workload.Wrapper.JoinCliTelemetry, ok, val)
 	}
 	if len(v.Workload.Args) > 0 && !reflect.DeepEqual(cli.Args, v.Workload.Args) {
@@ -304,9 +304,9 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 		t.Fatalf("sidecar args %v do not start with serve", sidecar.Args)
 	}
 	serveArgs := checkFlags(t, "cbc-otel serve", sidecar.Args[1:], serveFlags)
-	spoolDir := runArgs["spool-dir"]
-	if spoolDir == "" || serveArgs["spool-dir"] != spoolDir {
-		t.Errorf("run --spool-dir=%q, serve --spool-dir=%q: not the same directory", spoolDir, serveArgs["spool-dir"])
+	spoolDir := runArgs["spool.dir"]
+	if spoolDir == "" || serveArgs["spool.dir"] != spoolDir {
+		t.Errorf("run --spool.dir=%q, serve --spool.dir=%q: not the same directory", spoolDir, serveArgs["spool.dir"])
 	}
 	for _, c := range []corev1.Container{cli, sidecar} {
 		m, ok := mountOf(c, "spool")
@@ -317,8 +317,8 @@ func checkPod(t *testing.T, spec corev1.PodSpec, v values, serveFlags, runFlags 
 	if vol := vols["spool"]; vol.EmptyDir == nil {
 		t.Errorf("the spool volume is not an emptyDir: %+v", vol)
 	}
-	if sm, ok := mountOf(sidecar, "state"); !ok || serveArgs["state-dir"] != sm.MountPath {
-		t.Errorf("serve --state-dir=%q, state mount %+v", serveArgs["state-dir"], sm)
+	if sm, ok := mountOf(sidecar, "state"); !ok || serveArgs["state.dir"] != sm.MountPath {
+		t.Errorf("serve --state.dir=%q, state mount %+v", serveArgs["state.dir"], sm)
 	}
 
 	// The metrics port: the flag, the container port, the probes. The
@@ -414,13 +414,13 @@ func subset(sel, labels map[string]string) bool {
 }
 
 // TestJoinCliTelemetry: workload.wrapper.joinCliTelemetry renders
-// --join-cli-telemetry into `cbc-otel run` when true and not when false
+// --cli-telemetry.join into `cbc-otel run` when true and not when false
 // (checkPod asserts both ways), with the wrapped command and with the SDK
 // script, and the rest of the wiring holds either way.
 func TestJoinCliTelemetry(t *testing.T) {
 	serveFlags, runFlags := subcommandFlags(t, "serve"), subcommandFlags(t, "run")
-	if _, ok := runFlags["join-cli-telemetry"]; !ok {
-		t.Fatal("cbc-otel run has no --join-cli-telemetry, which the chart's value renders")
+	if _, ok := runFlags["cli-telemetry.join"]; !ok {
+		t.Fatal("cbc-otel run has no --cli-telemetry.join, which the chart's value renders")
 	}
 	for _, files := range [][]string{nil, {filepath.Join(chartDir, "examples", sdkExample)}} {
 		for _, join := range []bool{false, true} {
@@ -436,8 +436,8 @@ func TestJoinCliTelemetry(t *testing.T) {
 				v := loadValues(t, files...)
 				v.Workload.Wrapper.JoinCliTelemetry = join
 				checkManifest(t, decode(t, out), v, serveFlags, runFlags)
-				if got := strings.Contains(out, "--join-cli-telemetry"); got != join {
-					t.Errorf("joinCliTelemetry=%v: --join-cli-telemetry in the rendering: %v", join, got)
+				if got := strings.Contains(out, "--cli-telemetry.join"); got != join {
+					t.Errorf("joinCliTelemetry=%v: --cli-telemetry.join in the rendering: %v", join, got)
 				}
 			})
 		}
@@ -454,13 +454,13 @@ func TestDefaultPortIsTheBinarys(t *testing.T) {
 	if host, port, err := net.SplitHostPort(def); err != nil || host != "127.0.0.1" || port != strconv.Itoa(v.Sidecar.Port) {
 		t.Errorf("serve --web.listen-address defaults to %q, the chart's sidecar.port is %d", def, v.Sidecar.Port)
 	}
-	for _, f := range []string{"spool-dir", "state-dir", "web.config.file", "idle-timeout", "poll-interval", "checkpoint-interval", "spool.keep", "spool.max-bytes", "otlp.protocol", "traces.capture-previews"} {
+	for _, f := range []string{"spool.dir", "state.dir", "web.config.file", "follow.idle-timeout", "follow.poll-interval", "state.checkpoint-interval", "spool.keep", "spool.max-bytes", "otlp.protocol", "traces.capture-previews"} {
 		if _, ok := fl[f]; !ok {
 			t.Errorf("serve has no --%s (the chart uses it)", f)
 		}
 	}
-	if _, ok := subcommandFlags(t, "run")["spool-dir"]; !ok {
-		t.Error("run has no --spool-dir (the chart's wrapper uses it)")
+	if _, ok := subcommandFlags(t, "run")["spool.dir"]; !ok {
+		t.Error("run has no --spool.dir (the chart's wrapper uses it)")
 	}
 }
 

@@ -234,10 +234,10 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 	if len(names) < 3 {
 		t.Fatalf("recordings in %s: %q", corpus, names)
 	}
-	// The demo at --speed 0 without "stopped": that scenario waits its
-	// scripted time (times --speed: none) for an interrupt, so at 0 the
+	// The demo at --simulate.speed 0 without "stopped": that scenario waits its
+	// scripted time (times --simulate.speed: none) for an interrupt, so at 0 the
 	// interrupt races the end; the other four give the same runs every time.
-	demo := []string{"demo", "--speed", "0", "--json", "--scenarios", "completed,failed,cached,mixed"}
+	demo := []string{"demo", "--simulate.speed", "0", "--summary.json", "--simulate.scenarios", "completed,failed,cached,mixed"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -246,7 +246,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 		{"version", []string{"version"}, nil},
 		{"demo", demo, normalizeDemo},
 		{"replay", append([]string{"replay"}, names...), nil},
-		{"replay --json", append([]string{"replay", "--json"}, names...), nil},
+		{"replay --summary.json", append([]string{"replay", "--summary.json"}, names...), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(host, tc.args...)
@@ -270,7 +270,7 @@ func podmanImage(t *testing.T, pm *podman, ref, host string) {
 	}
 }
 
-// normalizeDemo drops what the wall clock decides from demo --json lines:
+// normalizeDemo drops what the wall clock decides from demo --summary.json lines:
 // start, end and durations of runs, phases and agents.
 func normalizeDemo(t *testing.T, out string) string {
 	t.Helper()
@@ -278,7 +278,7 @@ func normalizeDemo(t *testing.T, out string) string {
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var v map[string]any
 		if err := json.Unmarshal([]byte(line), &v); err != nil {
-			t.Fatalf("demo --json line %q: %v", line, err)
+			t.Fatalf("demo --summary.json line %q: %v", line, err)
 		}
 		dropClock(v)
 		n, err := json.Marshal(v)

@@ -176,7 +176,7 @@ func checkSDKContainer(t *testing.T, spec corev1.PodSpec, cli corev1.Container, 
 // runSDKScript runs script with args, its cbc-otel (the single word
 // shq(wrapper) in it) replaced by a fake that records its argv and exits
 // 42, and returns that argv and the exit status. spool, when not "",
-// replaces --spool-dir's value. direct runs the file itself (its
+// replaces --spool.dir's value. direct runs the file itself (its
 // #! line: the Claude Agent SDK spawns the path), else `/bin/sh FILE`
 // (the CodeBuddy agent SDK with executable: "/bin/sh"). It asserts the
 // fake ran as the script's own process: the script execs it.
@@ -190,7 +190,7 @@ func runSDKScript(t *testing.T, script, wrapper, spool string, direct bool, args
 	}
 	script = replaceWord(t, script, wrapper, fake)
 	if spool != "" {
-		script = replaceWord(t, script, "--spool-dir=/cbc-otel/spool", "--spool-dir="+spool)
+		script = replaceWord(t, script, "--spool.dir=/cbc-otel/spool", "--spool.dir="+spool)
 	}
 	file := filepath.Join(dir, "cli")
 	if err := os.WriteFile(file, []byte(script), 0o555); err != nil {
@@ -272,7 +272,7 @@ func TestSDKServer(t *testing.T) {
 		t.Errorf("CBC_OTEL_CLI_PATH=%q, want /cbc-otel/sdk/cli", env["CBC_OTEL_CLI_PATH"])
 	}
 	cm := sdkConfigMapOf(t, m, v)
-	wantExec := `exec '/cbc-otel/bin/cbc-otel' 'run' '--spool-dir=/cbc-otel/spool' '--log.level=warn' '--kill-timeout=30s' '--' ` +
+	wantExec := `exec '/cbc-otel/bin/cbc-otel' 'run' '--spool.dir=/cbc-otel/spool' '--log.level=warn' '--child.kill-timeout=30s' '--' ` +
 		`'/app/node_modules/@anthropic-ai/claude-agent-sdk-linux-x64/claude' "$@"`
 	lines := strings.Split(strings.TrimSuffix(cm.script, "\n"), "\n")
 	if lines[0] != "#!/bin/sh" || lines[len(lines)-1] != wantExec {
@@ -292,7 +292,7 @@ func TestSDKScriptArgv(t *testing.T) {
 	realCLI := []string{"/usr/bin/env", "node", "/app/it's here/cli.js"}
 	out, err := render(t, []string{filepath.Join(chartDir, "examples", sdkExample)},
 		"--set-json", `workload.sdk.realCLI=["/usr/bin/env","node","/app/it's here/cli.js"]`,
-		"--set-json", `workload.wrapper.args=["--kill-timeout=30s","--summary"]`)
+		"--set-json", `workload.wrapper.args=["--child.kill-timeout=30s","--summary.waterfall"]`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestSDKScriptArgv(t *testing.T) {
 		for _, args := range [][]string{nil, {""}, sdkArgs} {
 			t.Run(map[bool]string{true: "exec", false: "sh"}[direct]+"/"+strconv.Itoa(len(args)), func(t *testing.T) {
 				argv, exit := runSDKScript(t, cm.script, "/cbc-otel/bin/cbc-otel", "", direct, args)
-				want := append([]string{"run", "--spool-dir=/cbc-otel/spool", "--log.level=warn", "--kill-timeout=30s", "--summary", "--"}, realCLI...)
+				want := append([]string{"run", "--spool.dir=/cbc-otel/spool", "--log.level=warn", "--child.kill-timeout=30s", "--summary.waterfall", "--"}, realCLI...)
 				want = append(want, args...)
 				if !reflect.DeepEqual(argv, want) {
 					t.Errorf("argv\n%q\nwant\n%q", argv, want)
@@ -339,7 +339,7 @@ func TestSDKScriptRealWrapper(t *testing.T) {
 		t.Fatal(err)
 	}
 	script = replaceWord(t, script, "/cbc-otel/bin/cbc-otel", cbc)
-	script = replaceWord(t, script, "--spool-dir=/cbc-otel/spool", "--spool-dir="+spool)
+	script = replaceWord(t, script, "--spool.dir=/cbc-otel/spool", "--spool.dir="+spool)
 	file := filepath.Join(dir, "cli")
 	if err := os.WriteFile(file, []byte(script), 0o555); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ var marshalOpts = protojson.MarshalOptions{UseEnumNumbers: true}
 //
 // One pass over protojson's output, not a generic document: decoding it
 // into maps and encoding them again was a third of `run`'s CPU with
-// --traces-file (and most of its garbage). protojson writes valid, compact
+// --traces.file (and most of its garbage). protojson writes valid, compact
 // JSON (but for that whitespace) in proto field order, and an id's key
 // can only be a key there: a string value holding `"traceId":` has its
 // quotes escaped.

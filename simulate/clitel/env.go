@@ -1,7 +1,7 @@
 // Package clitel is the simulator's stand-in for Claude Code's own
 // telemetry: what Claude Code 2.1.334 exports over OTLP/HTTP when its
 // environment switches it on (/work/shared/CLI-TELEMETRY.md describes it,
-// its corpus holds samples), so that `run --join-cli-telemetry` can be
+// its corpus holds samples), so that `run --cli-telemetry.join` can be
 // shown without the real CLI. It reads the variables the CLI reads
 // (Parse), records the spans and log events of a session (Recorder) and
 // exports them on goroutines of its own, never to stdout, which is the
@@ -67,7 +67,7 @@ type Settings struct {
 	// TracesProtocol and LogsProtocol are ProtocolJSON or ProtocolProtobuf.
 	TracesProtocol, LogsProtocol string
 	// TracesHeaders and LogsHeaders are sent with every export (e.g. the
-	// token of run --join-cli-telemetry's receiver).
+	// token of run --cli-telemetry.join's receiver).
 	TracesHeaders, LogsHeaders map[string]string
 	// TraceID and ParentSpanID come from TRACEPARENT; zero without it.
 	TraceID      [16]byte

@@ -1,5 +1,5 @@
 // Package promtext sums the samples of one metric in a Prometheus text
-// exposition (a /metrics body or a --metrics-file): the benchmark harness
+// exposition (a /metrics body or a --metrics.file): the benchmark harness
 // reads cbc-otel's own counts from them (lines framed, bytes and spans
 // dropped) and needs no more than a sum per family, so no full parser.
 package promtext

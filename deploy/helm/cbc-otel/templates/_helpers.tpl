@@ -127,17 +127,17 @@ httpGet:
     - /usr/local/bin/cbc-otel
   args:
     - serve
-    - --spool-dir={{ include "cbc-otel.spoolDir" . }}
-    - --state-dir={{ include "cbc-otel.stateDir" . }}
+    - --spool.dir={{ include "cbc-otel.spoolDir" . }}
+    - --state.dir={{ include "cbc-otel.stateDir" . }}
     - --web.listen-address=:{{ .Values.sidecar.port }}
     {{- if .Values.webConfig.existingSecret }}
     - --web.config.file={{ include "cbc-otel.webConfigDir" . }}/{{ .Values.webConfig.key }}
     {{- end }}
     - --log.level={{ .Values.sidecar.logLevel }}
-    - --idle-timeout={{ .Values.sidecar.idleTimeout }}
-    - --poll-interval={{ .Values.sidecar.pollInterval }}
-    - --checkpoint-interval={{ .Values.sidecar.checkpointInterval }}
-    - --grace={{ .Values.sidecar.grace }}
+    - --follow.idle-timeout={{ .Values.sidecar.idleTimeout }}
+    - --follow.poll-interval={{ .Values.sidecar.pollInterval }}
+    - --state.checkpoint-interval={{ .Values.sidecar.checkpointInterval }}
+    - --tracker.grace={{ .Values.sidecar.grace }}
     - --metrics.max-workflows={{ .Values.sidecar.maxWorkflows }}
     {{- if .Values.sidecar.spool.keep }}
     - --spool.keep
@@ -284,8 +284,8 @@ an SDK started with its own `env` option still runs it right.
 */}}
 {{- define "cbc-otel.sdkScript" -}}
 {{- $w := .Values.workload -}}
-{{- $words := list (printf "%s/cbc-otel" (include "cbc-otel.binDir" .)) "run" (printf "--spool-dir=%s" (include "cbc-otel.spoolDir" .)) (printf "--log.level=%s" $w.wrapper.logLevel) -}}
-{{- if $w.wrapper.joinCliTelemetry }}{{ $words = append $words "--join-cli-telemetry" }}{{ end -}}
+{{- $words := list (printf "%s/cbc-otel" (include "cbc-otel.binDir" .)) "run" (printf "--spool.dir=%s" (include "cbc-otel.spoolDir" .)) (printf "--log.level=%s" $w.wrapper.logLevel) -}}
+{{- if $w.wrapper.joinCliTelemetry }}{{ $words = append $words "--cli-telemetry.join" }}{{ end -}}
 {{- $words = concat $words $w.wrapper.args (list "--") $w.sdk.realCLI -}}
 {{- $quoted := list -}}
 {{- range $words }}{{ $quoted = append $quoted (include "cbc-otel.shq" .) }}{{ end -}}
@@ -310,10 +310,10 @@ exec {{ join " " $quoted }} "$@"
     {{- else }}
     - {{ include "cbc-otel.binDir" . }}/cbc-otel
     - run
-    - --spool-dir={{ include "cbc-otel.spoolDir" . }}
+    - --spool.dir={{ include "cbc-otel.spoolDir" . }}
     - --log.level={{ $w.wrapper.logLevel }}
     {{- if $w.wrapper.joinCliTelemetry }}
-    - --join-cli-telemetry
+    - --cli-telemetry.join
     {{- end }}
     {{- with $w.wrapper.args }}
     {{- toYaml . | nindent 4 }}
