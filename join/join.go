@@ -172,17 +172,6 @@ func New(opts Options) *Joiner {
 	}
 }
 
-// Configure replaces the options, before the Joiner is used: the traces
-// sink needs Launcher before the pipeline, which Submit names, exists.
-func (j *Joiner) Configure(opts Options) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	j.mu.Lock()
-	j.opts = opts
-	j.mu.Unlock()
-}
-
 // Stats returns the Joiner's counters.
 func (j *Joiner) Stats() *Stats { return &j.stats }
 

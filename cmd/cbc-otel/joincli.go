@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbc-otel/cbc-otel/clitelemetry"
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -15,46 +17,51 @@ import (
 	"github.com/cbc-otel/cbc-otel/traces"
 )
 
-// cliJoin is run --join-cli-telemetry: the join.Session of the child, and
-// whether we minted the parent span it runs under (then we export it).
-// A nil *cliJoin is no join.
+// cliJoin is run --join-cli-telemetry: the join.Session of the child, the
+// call queue it feeds the pipeline through, and whether we minted the
+// parent span it runs under (then we export it). A nil *cliJoin is no join.
 type cliJoin struct {
 	s       *join.Session
+	calls   *ingest.CallQueue
+	parent  trace.SpanContext
 	minted  bool
 	started time.Time
 }
 
-// newCLIJoin prepares the join before the telemetry starts: the traces sink
-// needs the parent, the launcher and to hold agent spans. The parent is
-// the user's TRACEPARENT, else one we mint.
-func newCLIJoin(cfg *runConfig, log *slog.Logger) *cliJoin {
-	parent := traces.ParentFromEnv(os.Getenv)
-	j := &cliJoin{}
-	if !parent.IsValid() {
-		parent, j.minted = join.MintParent(), true
+// newCLIJoin ties the join's knot, in order: the parent (the user's
+// TRACEPARENT, else one we mint), the call queue the pipeline will take,
+// then the session on tr's exporters. The traces sink, made next, takes
+// the session's launcher.
+func newCLIJoin(tr *tracesRuntime, env func(string) string, hold time.Duration, log *slog.Logger) *cliJoin {
+	j := &cliJoin{parent: traces.ParentFromEnv(env), calls: ingest.NewCallQueue()}
+	if !j.parent.IsValid() {
+		j.parent, j.minted = join.MintParent(), true
 	}
-	j.s = join.NewSession(parent, cfg.tel.grace, log)
-	cfg.tel.traces.join = &tracesJoin{parent: parent, launcher: j.s.Joiner.Launcher}
+	target := tr.otlp()
+	opts := join.SessionOptions{Parent: j.parent, Calls: j.calls, Hold: hold, Logger: log,
+		Forward: clitelemetry.ForwarderConfig{Protocol: target.Protocol, Endpoint: target.Endpoint}}
+	if !target.On {
+		opts.Forward.Endpoint = "none" // logs and metrics go where OTLP spans go: nowhere
+	}
+	if tr.enabled() {
+		parent := j.parent
+		opts.Spans = tr.prov.Forward
+		opts.AgentSpan = func(task, run string, index int) trace.SpanContext {
+			return traces.AgentSpanContext(parent, task, run, index)
+		}
+	}
+	j.s = join.NewSession(opts)
 	return j
 }
 
-// start wires the session to the pipeline and the sinks and starts its
-// receiver; a receiver that cannot start is logged, never fatal.
-func (j *cliJoin) start(ctx context.Context, tel *telemetry, p *ingest.Pipeline, log *slog.Logger) {
-	target := tel.traces.prov.OTLP()
-	w := join.Wiring{Pipeline: p, Spans: tel.traces.prov.Forward,
-		Forward: clitelemetry.ForwarderConfig{Protocol: target.Protocol, Endpoint: target.Endpoint}}
-	if !target.On {
-		w.Forward.Endpoint = "none" // logs and metrics go where OTLP spans go: nowhere
-	}
-	if tel.traces.enabled() {
-		w.AgentSpan = tel.traces.sk.AgentSpanContext
-	}
-	if err := j.s.Start(ctx, w); err != nil {
+// start starts the session's receiver and registers its metrics; a
+// receiver that cannot start is logged, never fatal.
+func (j *cliJoin) start(ctx context.Context, reg prometheus.Registerer, log *slog.Logger) {
+	if err := j.s.Start(ctx); err != nil {
 		log.Error("the CLI's own telemetry will not be joined: its receiver did not start", "err", err)
 		return
 	}
-	if err := tel.metrics.registry().Register(j.s.Collector()); err != nil {
+	if err := reg.Register(j.s.Collector()); err != nil {
 		log.Error("registering the join metrics", "err", err)
 	}
 	j.started = time.Now()

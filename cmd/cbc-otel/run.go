@@ -234,17 +234,14 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	}
 	name := cmp.Or(r.name, "run")
 	cfg.tel.traces.console = sio.err
-	var join *cliJoin
-	if cfg.joinCLI {
-		join = newCLIJoin(&cfg, log)
-	}
+	cfg.tel.joinCLI = cfg.joinCLI
 	var budget *budgetCap
 	if cfg.budgetMaxCost > 0 {
 		budget = newBudgetCap(&cfg, log, sigs)
 		defer budget.childDone()
 		sigs = budget.sigs
 	}
-	c, err := r.startConsumers(ctx, &cfg, log, join, budget)
+	c, err := r.startConsumers(ctx, &cfg, log, budget)
 	if err != nil {
 		return outcome{code: fail(sio.err, name, exitUsage, err)}
 	}
@@ -337,7 +334,7 @@ type consumers struct {
 // startConsumers starts the telemetry and the spool writer that cfg asks
 // for. With --spool-dir (and no --spool.process) the wrapper only spools:
 // no pipeline, no telemetry.
-func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin, budget *budgetCap) (*consumers, error) {
+func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, budget *budgetCap) (*consumers, error) {
 	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != "" || cfg.stepOutput != ""}
 	if cfg.spool.dir == "" || cfg.spool.process {
 		var err error
@@ -369,6 +366,7 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		if c.collect {
 			extra = append(extra, &c.runs)
 		}
+		join := c.tel.join
 		if join != nil {
 			extra = append(extra, join.s.Joiner)
 		}
@@ -382,7 +380,7 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 		}
 		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
 		if join != nil {
-			join.start(ctx, c.tel, p, log)
+			join.start(ctx, c.tel.metrics.registry(), log)
 			c.join = join
 		}
 		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {

@@ -29,6 +29,7 @@ type telemetryFlags struct {
 	maxLine       int
 	caps          ingest.Caps // 0 fields: the Tracker's defaults
 	captureErrors bool
+	joinCLI       bool // run --join-cli-telemetry: set by the command, no flag of its own here
 	metrics       metricsFlags
 	traces        tracesFlags
 }
@@ -102,6 +103,7 @@ type telemetry struct {
 	traces  *tracesRuntime
 	logger  *slog.Logger
 	page    *runspage.Page // the runs page at / of the listen address; nil: none
+	join    *cliJoin       // --join-cli-telemetry; nil without
 }
 
 // start builds the sinks. Failures of optional outputs (a port taken, an
@@ -109,11 +111,15 @@ type telemetry struct {
 // error here means a configuration that validate should have refused.
 func (f *telemetryFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*telemetry, error) {
 	t := &telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
-	tr, err := f.traces.start(ctx, env, logger)
+	tr, err := f.traces.setup(ctx, env, logger)
 	if err != nil {
 		return nil, err
 	}
 	t.traces = tr
+	if f.joinCLI {
+		t.join = newCLIJoin(tr, env, f.grace, logger)
+	}
+	tr.newSink(t.join)
 	if f.metrics.serve && f.metrics.webRuns > 0 {
 		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: buildVersion(),
 			Gaps: func() string { return report.StatsOf(t.stats).GapsText() }})
@@ -150,7 +156,7 @@ type stream struct {
 	// one (if tracing is on).
 	traces ingest.Sink
 	// calls makes the pipeline take the CLI's own model calls (run
-	// --join-cli-telemetry).
+	// --join-cli-telemetry) from the join's queue.
 	calls bool
 }
 
@@ -174,11 +180,15 @@ func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	if s.traces != nil {
 		sinks = append(sinks, s.traces)
 	}
+	var calls *ingest.CallQueue
+	if s.calls && t.join != nil {
+		calls = t.join.calls
+	}
 	return ingest.PipelineOptions{
 		MaxLine: t.flags.maxLine,
 		Live:    s.live,
 		Now:     s.now,
-		Calls:   s.calls,
+		Calls:   calls,
 		Decode:  streamjson.DecodeOptions{KeepPreviews: t.traces.capturePreviews(), KeepErrors: t.flags.captureErrors},
 		Tracker: t.flags.trackerOptions(sinks, t.stats),
 	}
