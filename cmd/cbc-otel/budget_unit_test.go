@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // Spend is the higher of the result lines' sum and the joined calls' sum;
@@ -41,7 +43,7 @@ func TestBudgetCapSpend(t *testing.T) {
 		{"other events", []ingest.Lifecycle{{Kind: ingest.RunStarted, Run: &ingest.Run{SessionID: "s1"}}, {Kind: ingest.InterruptRequested}}, 5, "result"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log syncBuffer
+			var log oteltest.SyncBuffer
 			cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
 			b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 			defer b.childDone()
@@ -63,7 +65,7 @@ func TestBudgetCapSpend(t *testing.T) {
 
 // awaitLog waits for the stop's escalation (no stdin: SIGINT at once) and
 // returns the log.
-func awaitLog(t *testing.T, b *budgetCap, log *syncBuffer) string {
+func awaitLog(t *testing.T, b *budgetCap, log *oteltest.SyncBuffer) string {
 	t.Helper()
 	select {
 	case s := <-b.sigs:
@@ -79,7 +81,7 @@ func awaitLog(t *testing.T, b *budgetCap, log *syncBuffer) string {
 // A result read after the child is done (a one-turn session's last line)
 // stops nothing: no log, no count.
 func TestBudgetCapAfterExit(t *testing.T) {
-	var log syncBuffer
+	var log oteltest.SyncBuffer
 	cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
 	b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 	b.childDone()

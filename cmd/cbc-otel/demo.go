@@ -11,13 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
-	"github.com/cbc-otel/cbc-otel/metrics"
-	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/simulate/drive"
-	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
 // demoConfig holds demo's flags.
@@ -34,7 +31,7 @@ type demoConfig struct {
 	logLevel  string
 	logFormat string
 	joinCLI   bool
-	tel       telemetryFlags
+	tel       telemetry.Flags
 }
 
 const demoUsage = `usage: cbc-otel demo [flags]
@@ -62,7 +59,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	registerLogFormat(fs, &cfg.logFormat)
 	fs.BoolVar(&cfg.joinCLI, "join-cli-telemetry", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --join-cli-telemetry does with Claude Code")
-	cfg.tel.register(fs, true)
+	cfg.tel.Register(fs, telemetry.Demo)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
 	}
@@ -83,7 +80,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 		}
 	}
 	_, lerr := parseLogLevel(cfg.logLevel)
-	if err := errors.Join(lerr, checkLogFormat(cfg.logFormat), cfg.tel.validate()); err != nil {
+	if err := errors.Join(lerr, checkLogFormat(cfg.logFormat), cfg.tel.Validate()); err != nil {
 		return cfg, false, fail(stderr, "demo", exitUsage, err)
 	}
 	return cfg, true, exitOK
@@ -99,9 +96,6 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
 	rc.collect = !c.live // a live demo runs for hours: keep no run
-	// Every series says it is the demo's: the shipped alert rules leave
-	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
-	rc.tel.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
 	return rc
 }
 
@@ -139,7 +133,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		name:         "demo",
 		signals:      func() (<-chan os.Signal, func()) { return nil, func() {} },
 		consumerWait: 10 * time.Second,
-		started: func(tel *telemetry) {
+		started: func(tel *telemetry.Telemetry) {
 			announceDemo(sio.err, &cfg, tel)
 			go func() {
 				err := drive.Run(ctx, drive.Options{Scenarios: cfg.scenarios, Live: cfg.live, Pace: cfg.pace}, drvOut, drvIn)
@@ -148,7 +142,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 				drvErr <- err
 			}()
 		},
-		finished: func(tel *telemetry, out outcome) {
+		finished: func(tel *telemetry.Telemetry, out outcome) {
 			childOut.Close()
 			childIn.Close()
 			code, ran = finishDemo(ctx, &cfg, sio, tel, out, <-drvErr), true
@@ -162,16 +156,16 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 }
 
 // announceDemo says what the demo runs and where to look.
-func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
+func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry.Telemetry) {
 	what := count.Of(len(cfg.scenarios), "simulated "+cfg.dialect+" workflow")
 	if cfg.live {
 		what = fmt.Sprintf("simulated %s workflows, one every %v until interrupted (Ctrl-C),", cfg.dialect, cfg.pace)
 	}
 	fmt.Fprintf(w, "cbc-otel demo: running %s under the wrapper: %s\n", what, strings.Join(cfg.scenarios, ", "))
-	switch a := tel.metrics.listenAddr(); {
+	switch a := tel.Addr(); {
 	case a != nil && (cfg.live || cfg.hold):
 		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
-		if tel.page != nil {
+		if tel.HasPage() {
 			fmt.Fprintf(w, "cbc-otel demo: the runs at http://%s/\n", displayAddr(a))
 		}
 	case a != nil:
@@ -182,8 +176,8 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 		fmt.Fprintln(w, "cbc-otel demo: costs come from the simulated CLI's own telemetry, joined (cbc_workflow_cost_usd_total, cbc_cli_cost_usd_total, the $ in the summary); cbc_cost_usd_total, which counts the CLI's result lines, stays 0: the simulator writes total_cost_usd 0 there, as CodeBuddy does (Claude Code writes the session's total)")
 	}
 	switch {
-	case tel.traces.enabled():
-		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.traces.describe())
+	case tel.TracesEnabled():
+		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.DescribeTraces())
 	case cfg.live:
 		fmt.Fprintln(w, "cbc-otel demo: no traces: start Jaeger (README, \"Quick start on a laptop\") and add --otlp.endpoint http://127.0.0.1:4317")
 	}
@@ -191,32 +185,30 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 
 // finishDemo prints what the pipeline saw once the simulator and the
 // driver are done, and with --hold keeps /metrics up until ctx ends.
-func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry, out outcome, drvErr error) int {
+func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry.Telemetry, out outcome, drvErr error) int {
 	switch {
 	case out.err != nil:
 		return exitFailure // exec said why; the driver's error is only its consequence
 	case drvErr != nil:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("driving the simulator: %w", drvErr))
-	case out.stats == nil:
+	case out.Stats == nil:
 		return fail(sio.err, "demo", exitFailure, errors.New("telemetry pipeline did not finish"))
 	case out.code != exitOK:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("simulator exited with status %d", out.code))
 	}
 	if cfg.live {
-		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.stats.Lines(tap.SourceStdout), out.stats.Events())
+		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.Lines(), out.Events())
 		return exitOK
 	}
-	if err := writeRuns(sio.out, cfg.json, cfg.width, out.runs, out.sessions, out.stats); err != nil {
+	if err := telemetry.WriteRuns(sio.out, cfg.json, cfg.width, out.Outcome); err != nil {
 		return fail(sio.err, "demo", exitFailure, err)
 	}
-	if a := tel.metrics.listenAddr(); cfg.hold && a != nil {
+	if a := tel.Addr(); cfg.hold && a != nil {
 		fmt.Fprintf(sio.err, "cbc-otel demo: serving http://%s/metrics until interrupted\n", displayAddr(a))
 		<-ctx.Done()
 	}
 	return exitOK
 }
-
-var _ ingest.Sink = (*report.Collector)(nil)
 
 // displayAddr turns a wildcard listen address into one a person can open.
 func displayAddr(a net.Addr) string {

@@ -15,6 +15,8 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // blackHole accepts connections and never answers (nor closes them until
@@ -95,7 +97,7 @@ func slowCollector(t *testing.T, protocol string, delay time.Duration) string {
 // says how long it waited. For gRPC and OTLP/HTTP. Bounds have slack: the
 // machine is shared.
 func TestE2ECollectorNeverDelaysEOF(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	const flush = 4 * time.Second
 	rec, err := os.ReadFile(exportRecording)
 	if err != nil {

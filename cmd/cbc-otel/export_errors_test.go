@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // exportRecording is a recording whose replay makes 7 spans.
@@ -103,13 +105,13 @@ func TestReplayUndelivered(t *testing.T) {
 		{
 			name: "healthy grpc", protocol: "grpc", code: exitOK,
 			endpoint: func(t *testing.T) (string, string) {
-				_, addr := startOTLPReceiver(t)
+				_, addr := oteltest.StartReceiver(t)
 				return addr, ""
 			},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			clearOTelEnv(t)
+			oteltest.ClearEnv(t)
 			ep, where := c.endpoint(t)
 			args := append([]string{"replay", "--json", "--otlp.endpoint", ep, "--otlp.protocol", c.protocol}, c.flags...)
 			args = append(args, exportRecording)
@@ -137,7 +139,7 @@ func TestReplayUndelivered(t *testing.T) {
 // whatever becomes of the telemetry; the losses are said on stderr, spans
 // and push alike, one line each.
 func TestRunKeepsChildStatusWhenExportFails(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	rec, err := os.ReadFile(exportRecording)
 	if err != nil {
 		t.Fatal(err)

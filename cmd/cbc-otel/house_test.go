@@ -50,7 +50,8 @@ func TestNoLongFunctions(t *testing.T) {
 // TestPackageGraph holds the direction of the imports (README, Layout):
 // the taps know no protocol, the wire format knows only the taps, the
 // Tracker knows no sink, no sink knows another, and no source (supervise,
-// spool, follow) knows a sink. Only this command knows them all.
+// spool, follow) knows a sink. telemetry builds the sinks of a process and
+// only this command knows it; the command knows no sink.
 func TestPackageGraph(t *testing.T) {
 	const mod = "github.com/cbc-otel/cbc-otel/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"...").Output()
@@ -89,6 +90,15 @@ func TestPackageGraph(t *testing.T) {
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		// The sink set of one process: everything below it but the
+		// supervisor, which is the command's.
+		"telemetry": {"tap", "ndjson", "streamjson", "ingest", "spool", "follow", "traces", "metrics", "report", "runspage",
+			"clitelemetry", "join", "internal/ghoutput"},
+		// The face: flags, subcommands, exit codes. ingest and report only
+		// for budget.go (run --budget.max-cost-usd, a sink of its own still
+		// here); spool for the names of its files in serve's globs.
+		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count",
+			"ingest", "report"},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
@@ -107,6 +117,11 @@ func TestPackageGraph(t *testing.T) {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
 			}
+		}
+	}
+	for pkg, imps := range imports {
+		if pkg != "cmd/cbc-otel" && slices.Contains(imps, "telemetry") {
+			t.Errorf("%s imports telemetry, which only the command may", pkg)
 		}
 	}
 }

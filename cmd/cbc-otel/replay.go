@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/report"
-	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
 // replayConfig holds replay's flags.
@@ -18,7 +15,7 @@ type replayConfig struct {
 	width    int
 	logLevel string
 	logFmt   string
-	tel      telemetryFlags
+	tel      telemetry.Flags
 	files    []string
 }
 
@@ -31,7 +28,7 @@ func (c *replayConfig) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkLogFormat(c.logFmt))
-	errs = append(errs, c.tel.validate())
+	errs = append(errs, c.tel.Validate())
 	return errors.Join(errs...)
 }
 
@@ -62,7 +59,7 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	registerLogFormat(fs, &cfg.logFmt)
-	cfg.tel.register(fs, false)
+	cfg.tel.Register(fs, telemetry.Batch)
 	files, ok, code := parseInterspersed(fs, args)
 	if !ok {
 		return code
@@ -71,59 +68,23 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	if err := cfg.validate(); err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
-	cfg.tel.traces.console = sio.err
-	tel, err := cfg.tel.start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
+	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
+	tel, err := cfg.tel.Start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
-	// With --json each run is kept as its line, not as a copy of the run.
-	col := report.Collector{JSONOnly: cfg.json}
-	for _, name := range cfg.files {
-		if err := replayFile(ctx, name, tel.newPipeline(stream{extra: []ingest.Sink{&col}}), sio.in); err != nil {
-			tel.shutdown(ctx)
-			return fail(sio.err, "replay", exitFailure, err)
-		}
-	}
-	tel.shutdown(ctx)
-	if cfg.json {
-		err = col.WriteJSON(sio.out, tel.stats)
-	} else {
-		err = writeRuns(sio.out, false, cfg.width, col.Runs, col.Sessions(), tel.stats)
-	}
+	out, err := tel.Replay(ctx, cfg.files, sio.in, cfg.json)
 	if err != nil {
+		tel.Shutdown(ctx)
+		return fail(sio.err, "replay", exitFailure, err)
+	}
+	tel.Shutdown(ctx)
+	if err := telemetry.WriteRuns(sio.out, cfg.json, cfg.width, out); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	// The runs are printed either way: the replay itself went fine.
-	if tel.traces.undelivered() > 0 {
+	if tel.Undelivered() > 0 {
 		return exitUndelivered
 	}
 	return exitOK
-}
-
-// writeRuns prints runs as the replay --json lines or as a waterfall.
-func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, sessions []report.Session, st *ingest.Stats) error {
-	if asJSON {
-		return report.WriteJSONSessions(w, runs, sessions, st)
-	}
-	return report.WriteWaterfall(w, runs, st, report.WaterfallOptions{Width: width, Sessions: sessions})
-}
-
-// replayFile feeds the recording name ("-": stdin) to p and closes p.
-func replayFile(ctx context.Context, name string, p *ingest.Pipeline, stdin io.Reader) error {
-	var r io.Reader
-	if name == "-" {
-		r = stdin
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return fmt.Errorf("opening recording: %w", err)
-		}
-		defer f.Close()
-		r = f
-	}
-	if err := ingest.Feed(ctx, p, tap.SourceStdout, r); err != nil {
-		return fmt.Errorf("reading %s: %w", name, err)
-	}
-	p.Close()
-	return nil
 }

@@ -1,11 +1,20 @@
-package main
+// Package telemetry builds, exposes and shuts down the sink set of one
+// cbc-otel process: the metrics registry and its exposure (listen address,
+// file, Pushgateway), traces, the runs page, the summaries, the spool and
+// the CLI-telemetry join. cmd/cbc-otel keeps flags, subcommands and exit
+// codes; everything it runs behind a pipeline is built here.
+package telemetry
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
@@ -21,23 +30,56 @@ import (
 // minutes, a silence of ten is worth a look.
 const defaultStallAfter = 10 * time.Minute
 
-// telemetryFlags are the flags every mode that runs the pipeline shares:
-// the Tracker's grace window, caps and line cap, and the sinks' own flags.
-type telemetryFlags struct {
+// Flags are the flags every mode that runs the pipeline shares: the
+// Tracker's grace window, caps and line cap, and the sinks' own flags.
+// Register, then Validate, then Start.
+type Flags struct {
 	grace         time.Duration
 	stallAfter    time.Duration
 	maxLine       int
 	caps          ingest.Caps // 0 fields: the Tracker's defaults
 	captureErrors bool
-	joinCLI       bool // run --join-cli-telemetry: set by the command, no flag of its own here
 	metrics       metricsFlags
 	traces        tracesFlags
+
+	// JoinCLI is run --join-cli-telemetry: set by the command, which owns
+	// the flag.
+	JoinCLI bool
+	// Console is where the console span exporter writes: the command's
+	// stderr (never stdout); nil means os.Stderr.
+	Console io.Writer
+	// Version is the binary's version (cbc_otel_build_info,
+	// service.version, the runs page).
+	Version string
 }
 
-// register defines the flags. live is true for run and demo (a process that
-// lives while the child does: listen address, Pushgateway, OTLP), false for
-// replay (files only, plus OTLP for backfill).
-func (f *telemetryFlags) register(fs *flag.FlagSet, live bool) {
+// Mode says which command the flags are registered for: which flag groups
+// exist and their defaults.
+type Mode uint8
+
+// The modes.
+const (
+	// Wrapper is run: a process that lives while its child does; no
+	// listener unless --web.listen-address.
+	Wrapper Mode = iota
+	// Demo is demo: as Wrapper, with the listener on by default.
+	Demo
+	// Sidecar is serve: scraped, so no Pushgateway flags.
+	Sidecar
+	// Batch is replay: files only, plus OTLP for backfill.
+	Batch
+)
+
+// Register defines the flags of mode on fs.
+func (f *Flags) Register(fs *flag.FlagSet, mode Mode) {
+	live := mode != Batch
+	f.metrics.noListen = mode == Wrapper // no port, no page unless --web.listen-address
+	f.metrics.noPush = mode == Sidecar   // a sidecar is scraped
+	if mode == Demo {
+		// Every series says it is the demo's: the shipped alert rules leave
+		// demo="true" out, so a demo scraped beside real wrappers pages nobody.
+		f.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
+	}
 	fs.DurationVar(&f.grace, "grace", ingest.DefaultGrace, "grace window after a run's notification for late snapshots")
 	fs.DurationVar(&f.stallAfter, "stall-after", defaultStallAfter, "an unfinished workflow run with no event for this long is stalled (cbc_workflow_runs_stalled), and so is a live agent of one with no progress (cbc_workflow_agents_stalled; on the stream's clock in replay); 0 disables")
 	fs.IntVar(&f.maxLine, "max-line", ndjson.DefaultMaxLine, "bytes of one line looked at; longer lines of interest are rejected as too_long (the bytes still pass through)")
@@ -60,7 +102,7 @@ type capFlag struct {
 
 // capFlags lists the flags of the Tracker's caps, in the order they are
 // registered. Each cap holds per stream (each has its own Tracker).
-func (f *telemetryFlags) capFlags() []capFlag {
+func (f *Flags) capFlags() []capFlag {
 	d := ingest.DefaultCaps()
 	return []capFlag{
 		{"max-runs", &f.caps.Runs, d.Runs, "most unfinished workflow runs held per stream; beyond, the oldest is abandoned and counted as over_capacity"},
@@ -71,7 +113,8 @@ func (f *telemetryFlags) capFlags() []capFlag {
 	}
 }
 
-func (f *telemetryFlags) validate() error {
+// Validate checks the values before anything starts.
+func (f *Flags) Validate() error {
 	var errs []error
 	if f.grace < 0 {
 		errs = append(errs, errors.New("--grace must not be negative"))
@@ -94,34 +137,39 @@ func (f *telemetryFlags) validate() error {
 	return errors.Join(errs...)
 }
 
-// telemetry is the running sink side of a process: one Stats, one metrics
+// Telemetry is the running sink side of a process: one Stats, one metrics
 // registry, one tracer provider, and the flags they were built from.
-type telemetry struct {
-	flags   *telemetryFlags
+type Telemetry struct {
+	flags   *Flags
 	stats   *ingest.Stats
 	metrics *metricsRuntime
 	traces  *tracesRuntime
 	logger  *slog.Logger
 	page    *runspage.Page // the runs page at / of the listen address; nil: none
 	join    *cliJoin       // --join-cli-telemetry; nil without
+	// serve's (StartSidecar): the outputs Expose starts, and the totals
+	// across restarts they expose.
+	exposed metricsFlags
+	cum     *metrics.Cumulative
 }
 
-// start builds the sinks. Failures of optional outputs (a port taken, an
+// Start builds the sinks. Failures of optional outputs (a port taken, an
 // exporter that cannot be built) are logged by the sinks themselves; an
 // error here means a configuration that validate should have refused.
-func (f *telemetryFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*telemetry, error) {
-	t := &telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
+func (f *Flags) Start(ctx context.Context, env func(string) string, logger *slog.Logger) (*Telemetry, error) {
+	t := &Telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
+	f.traces.console, f.traces.version, f.metrics.version = f.Console, f.Version, f.Version
 	tr, err := f.traces.setup(ctx, env, logger)
 	if err != nil {
 		return nil, err
 	}
 	t.traces = tr
-	if f.joinCLI {
+	if f.JoinCLI {
 		t.join = newCLIJoin(tr, env, f.grace, logger)
 	}
 	tr.newSink(t.join)
 	if f.metrics.serve && f.metrics.webRuns > 0 {
-		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: buildVersion(),
+		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: f.Version,
 			Gaps: func() string { return report.StatsOf(t.stats).GapsText() }})
 		f.metrics.page = t.page // served by the metrics listener
 	}
@@ -138,7 +186,7 @@ func (f *telemetryFlags) start(ctx context.Context, env func(string) string, log
 }
 
 // trackerOptions returns the options of a Tracker under these flags.
-func (f *telemetryFlags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats) ingest.TrackerOptions {
+func (f *Flags) trackerOptions(sinks []ingest.Sink, stats *ingest.Stats) ingest.TrackerOptions {
 	return ingest.TrackerOptions{Grace: f.grace, StallAfter: f.stallAfter, Sinks: sinks, Stats: stats, Caps: f.caps}
 }
 
@@ -163,13 +211,13 @@ type stream struct {
 // newPipeline is the pipeline of one stream: framing → decoding → Tracker
 // → the sinks (metrics, s.extra, the runs page, traces). run, demo and replay build theirs
 // here; serve's engine builds one per followed file from pipelineOptions.
-func (t *telemetry) newPipeline(s stream) *ingest.Pipeline {
+func (t *Telemetry) newPipeline(s stream) *ingest.Pipeline {
 	return ingest.NewPipeline(t.pipelineOptions(s))
 }
 
 // pipelineOptions is the one place the options of a pipeline are made
 // from the flags and the sinks.
-func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
+func (t *Telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	sinks := append([]ingest.Sink{t.metrics.sink()}, s.extra...)
 	if s.traces == nil {
 		s.traces = t.traces.sink()
@@ -194,14 +242,14 @@ func (t *telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	}
 }
 
-// shutdown flushes spans, then writes, pushes and stops the metrics side,
+// Shutdown flushes spans, then writes, pushes and stops the metrics side,
 // within the flush timeouts of the flags, whatever ctx says (a stop signal
 // must not cost the last spans). Errors are logged, never returned:
 // telemetry never changes an exit status (replay reads what was lost
 // from t.traces afterwards). Spans lost are said by t.traces, one line
 // per exporter; a push the Pushgateway did not take gets one line of its
 // own saying where and why.
-func (t *telemetry) shutdown(ctx context.Context) {
+func (t *Telemetry) Shutdown(ctx context.Context) {
 	if t == nil {
 		return
 	}
@@ -229,3 +277,47 @@ func (t *telemetry) shutdown(ctx context.Context) {
 		}
 	}
 }
+
+// CheckOutputPath says, at start, what would otherwise fail only at exit:
+// the file that flag names cannot be written (no such directory, a
+// directory in its place, no permission).
+func CheckOutputPath(flag, path string) error {
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--%s %s: directory %s does not exist", flag, path, dir)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--%s %s: is a directory", flag, path)
+	}
+	f, err := os.CreateTemp(dir, ".cbc-otel-check-*")
+	if err != nil {
+		return fmt.Errorf("--%s %s: directory %s is not writable: %w", flag, path, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// ListenAddress is --web.listen-address as parsed ("": none).
+func (f *Flags) ListenAddress() string { return f.metrics.listen }
+
+// ExportsOTLP reports whether spans go to an OTLP endpoint (not only to a
+// file or the console); false on a nil Telemetry.
+func (t *Telemetry) ExportsOTLP() bool { return t != nil && t.traces.exportsOTLP() }
+
+// Addr is the bound address of the metrics endpoint and the runs page;
+// nil when none listens.
+func (t *Telemetry) Addr() net.Addr { return t.metrics.listenAddr() }
+
+// HasPage reports whether the runs page is served at / of Addr.
+func (t *Telemetry) HasPage() bool { return t.page != nil }
+
+// TracesEnabled reports whether spans are exported anywhere.
+func (t *Telemetry) TracesEnabled() bool { return t.traces.enabled() }
+
+// DescribeTraces says where spans go ("OTLP grpc → http://localhost:4317",
+// "OTLP/JSON file → spans.jsonl"), or "traces off".
+func (t *Telemetry) DescribeTraces() string { return t.traces.describe() }
+
+// Undelivered is how many spans did not reach every destination; final
+// once Shutdown returned.
+func (t *Telemetry) Undelivered() float64 { return t.traces.undelivered() }

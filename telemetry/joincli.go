@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -91,7 +91,7 @@ func (j *cliJoin) streamDone(ctx context.Context) {
 
 // shutdown exports the minted parent span around the child's life and
 // flushes the CLI's logs and metrics, under ctx's deadline.
-func (j *cliJoin) shutdown(ctx context.Context, tel *telemetry, command string) {
+func (j *cliJoin) shutdown(ctx context.Context, tel *Telemetry, command string) {
 	if j == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -42,6 +42,7 @@ type metricsFlags struct {
 	page                                      http.Handler      // the page at / (telemetry's runs page); nil: none
 	web                                       webFlags          // --web.telemetry-path and the other exporter conventions
 	constLabels                               map[string]string // on every series: demo's demo="true"
+	version                                   string            // cbc_otel_build_info
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -120,7 +121,7 @@ func (m *metricsFlags) validate() error {
 		errs = append(errs, fmt.Errorf("--push.timeout %s: must be positive", m.flushTimeout))
 	}
 	if m.file != "" {
-		errs = append(errs, checkOutputPath("metrics-file", m.file))
+		errs = append(errs, CheckOutputPath("metrics-file", m.file))
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))
@@ -193,7 +194,7 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	}
 	met, err := metrics.New(metrics.Options{
 		Stats:         stats,
-		Version:       buildVersion(),
+		Version:       m.version,
 		MaxWorkflows:  m.maxWorkflows,
 		WorkflowAllow: m.allow,
 		MaxModels:     m.maxModels,

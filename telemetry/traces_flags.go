@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -40,6 +40,7 @@ type tracesFlags struct {
 	// console is where the console exporter writes: the command's stderr
 	// (never stdout); nil means os.Stderr.
 	console io.Writer
+	version string // service.version
 }
 
 // register defines the traces flags on fs. live is true for run and demo
@@ -168,7 +169,7 @@ func (f *tracesFlags) setup(ctx context.Context, env func(string) string, logger
 		// OTEL_TRACES_EXPORTER=console goes to stderr: stdout is the
 		// wrapped CLI's stream (run) or the summary (replay).
 		Console:        f.consoleOut(),
-		ServiceVersion: buildVersion(),
+		ServiceVersion: f.version,
 		Env:            env,
 		Logger:         lossLog,
 	})
