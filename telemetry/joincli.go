@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -54,16 +53,14 @@ func newCLIJoin(tr *tracesRuntime, env func(string) string, hold time.Duration, 
 	return j
 }
 
-// start starts the session's receiver and registers its metrics; a
-// receiver that cannot start is logged, never fatal.
-func (j *cliJoin) start(ctx context.Context, reg prometheus.Registerer, log *slog.Logger) {
+// start starts the session's receiver and registers its metrics with
+// tel's; a receiver that cannot start is logged, never fatal.
+func (j *cliJoin) start(ctx context.Context, tel *Telemetry, log *slog.Logger) {
 	if err := j.s.Start(ctx); err != nil {
 		log.Error("the CLI's own telemetry will not be joined: its receiver did not start", "err", err)
 		return
 	}
-	if err := reg.Register(j.s.Collector()); err != nil {
-		log.Error("registering the join metrics", "err", err)
-	}
+	tel.register(j.s.Collector(), "join")
 	j.started = time.Now()
 }
 

@@ -21,6 +21,16 @@ import (
 	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
+// startMetrics builds the metrics side and starts its outputs, as New
+// and Start do (a server that cannot start is logged, not returned).
+func startMetrics(m *metricsFlags, stats *ingest.Stats, exemplar func(*ingest.Run) (string, string), log *slog.Logger) (*metricsRuntime, error) {
+	rt, err := m.start(context.Background(), stats, exemplar, log)
+	if err != nil {
+		return nil, err
+	}
+	return rt, rt.serve(context.Background(), nil, false)
+}
+
 func parseMetricsFlags(t *testing.T, serve bool, args ...string) (*metricsFlags, error) {
 	t.Helper()
 	var m metricsFlags
@@ -167,7 +177,7 @@ func TestMetricsRuntime(t *testing.T) {
 	}
 	var logs oteltest.SyncBuffer
 	stats := new(ingest.Stats)
-	rt, err := m.start(context.Background(), stats, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	rt, err := startMetrics(m, stats, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -184,9 +194,6 @@ func TestMetricsRuntime(t *testing.T) {
 	}
 	if httpGet(t, base+"/readyz") == "" {
 		t.Error("/readyz empty")
-	}
-	if rt.registry() != rt.metrics().Registry() {
-		t.Error("registry() is not the Metrics' registry")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -227,7 +234,7 @@ func TestMetricsRuntimeBindFailure(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "m.prom")
 	m, _ := parseMetricsFlags(t, true, "--web.listen-address", busy.Addr().String(), "--metrics-file", file)
 	var logs oteltest.SyncBuffer
-	rt, err := m.start(context.Background(), nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	rt, err := startMetrics(m, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("start must not fail on a busy port: %v", err)
 	}
@@ -264,7 +271,7 @@ func TestMetricsRuntimeShutdownBounded(t *testing.T) {
 	defer close(release)
 	m, _ := parseMetricsFlags(t, false)
 	m.pushURL, m.pushJob = pgw.URL, "j" // as run would set them
-	rt, err := m.start(context.Background(), nil, nil, nil)
+	rt, err := startMetrics(m, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +318,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 	if err := m.validate(); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
+	rt, err := startMetrics(m, new(ingest.Stats), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +348,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 func TestReplayMetricsFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "replay.prom")
 	m, _ := parseMetricsFlags(t, false, "--metrics-file", file)
-	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
+	rt, err := startMetrics(m, new(ingest.Stats), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

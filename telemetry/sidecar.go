@@ -1,44 +1,11 @@
 package telemetry
 
 import (
-	"context"
-	"log/slog"
-	"os"
-
 	"github.com/cbc-otel/cbc-otel/follow"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
-
-// StartSidecar builds serve's sinks without their server and file: serve
-// exposes them once the engine exists (Expose).
-func (f *Flags) StartSidecar(ctx context.Context, log *slog.Logger) (*Telemetry, error) {
-	tf := *f
-	tf.metrics.listen, tf.metrics.webConfig, tf.metrics.file = "", "", ""
-	// One sidecar serves many streams: a TRACEPARENT of its own
-	// environment is no parent of theirs.
-	env := func(k string) string {
-		if k == "TRACEPARENT" {
-			return ""
-		}
-		return os.Getenv(k)
-	}
-	t, err := tf.Start(ctx, env, log)
-	if err != nil {
-		return nil, err
-	}
-	t.exposed, t.cum = f.metrics, metrics.NewCumulative(t.metrics.m.Registry())
-	return t, nil
-}
-
-// Expose starts serve's outputs its telemetry was started without: the
-// listen address and the file, both of the cumulative totals (restored
-// base + this process), with /readyz answering ready. A server that
-// cannot start is an error: serving is serve's job.
-func (t *Telemetry) Expose(ctx context.Context, ready func() error) error {
-	return t.metrics.expose(ctx, t.exposed, t.cum, ready)
-}
 
 // Restored tells the runs page how many finished runs the restored totals
 // hold: /metrics counts them, the page never saw them.
@@ -69,6 +36,6 @@ func (tel *Telemetry) FollowOptions(o follow.Options) follow.Options {
 	}
 	o.NewStream = newStream
 	o.Checkpointers = map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)}
-	o.Registerer = tel.metrics.registry()
+	o.Registerer = tel.self
 	return o
 }

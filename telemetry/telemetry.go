@@ -15,7 +15,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
@@ -41,6 +44,7 @@ type Flags struct {
 	captureErrors bool
 	metrics       metricsFlags
 	traces        tracesFlags
+	mode          Mode // as registered
 
 	// JoinCLI is run --join-cli-telemetry: set by the command, which owns
 	// the flag.
@@ -72,6 +76,7 @@ const (
 
 // Register defines the flags of mode on fs.
 func (f *Flags) Register(fs *flag.FlagSet, mode Mode) {
+	f.mode = mode
 	live := mode != Batch
 	f.metrics.noListen = mode == Wrapper // no port, no page unless --web.listen-address
 	f.metrics.noPush = mode == Sidecar   // a sidecar is scraped
@@ -147,16 +152,42 @@ type Telemetry struct {
 	logger  *slog.Logger
 	page    *runspage.Page // the runs page at / of the listen address; nil: none
 	join    *cliJoin       // --join-cli-telemetry; nil without
-	// serve's (StartSidecar): the outputs Expose starts, and the totals
-	// across restarts they expose.
-	exposed metricsFlags
-	cum     *metrics.Cumulative
+	// cum is serve's (Sidecar): what /metrics and the file expose, the
+	// totals across restarts (restored base + this process).
+	cum  *metrics.Cumulative
+	self prometheus.Registerer // see selfmetrics.go
+	// command is the wrapped command (Wrap), whose name the minted parent
+	// span of the join carries.
+	command string
+
+	shutOnce sync.Once
+	shutErr  error
 }
 
-// Start builds the sinks. Failures of optional outputs (a port taken, an
-// exporter that cannot be built) are logged by the sinks themselves; an
-// error here means a configuration that validate should have refused.
-func (f *Flags) Start(ctx context.Context, env func(string) string, logger *slog.Logger) (*Telemetry, error) {
+// New builds the sinks of one process from f (registered, validated), in
+// the order the join's knot needs: traces exporters, the join, the traces
+// sink, the runs page, the metrics. Nothing listens until Start. Failures
+// of optional outputs (an exporter that cannot be built) are logged by the
+// sinks themselves; an error here means a configuration that Validate
+// should have refused. env serves TRACEPARENT and the variables only
+// cbc-otel reads (nil: os.Getenv); serve hides its own TRACEPARENT: one
+// sidecar serves many streams, it is no parent of theirs.
+func New(ctx context.Context, f *Flags, env func(string) string, logger *slog.Logger) (*Telemetry, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if env == nil {
+		env = os.Getenv
+	}
+	if f.mode == Sidecar {
+		getenv := env
+		env = func(k string) string {
+			if k == "TRACEPARENT" {
+				return ""
+			}
+			return getenv(k)
+		}
+	}
 	t := &Telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
 	f.traces.console, f.traces.version, f.metrics.version = f.Console, f.Version, f.Version
 	tr, err := f.traces.setup(ctx, env, logger)
@@ -182,7 +213,29 @@ func (f *Flags) Start(ctx context.Context, env func(string) string, logger *slog
 	if tr.enabled() {
 		met.metrics().SetExportCounters(tr.dropped(), tr.exportErrors())
 	}
+	if f.mode == Sidecar {
+		t.cum = metrics.NewCumulative(met.m.Registry())
+		met.gatherer = t.cum
+	}
+	t.self = selfRegisterer(met.m.Registry(), f.metrics.constLabels)
 	return t, nil
+}
+
+// StartOptions says how Start exposes the process.
+type StartOptions struct {
+	// Ready answers /readyz (nil: ready until Shutdown); serve's engine
+	// says 503 until its state is restored.
+	Ready func() error
+}
+
+// Start binds the listen address (--web.listen-address) and serves
+// /metrics, /healthz, /readyz and the runs page there until Shutdown; the
+// outputs written at Shutdown (file, push) are those of a started
+// process. A server that cannot start is an error for serve, whose job
+// serving is; run, demo and replay log it and carry on without it:
+// telemetry never stops the child.
+func (t *Telemetry) Start(ctx context.Context, o StartOptions) error {
+	return t.metrics.serve(ctx, o.Ready, t.flags.mode == Sidecar)
 }
 
 // trackerOptions returns the options of a Tracker under these flags.
@@ -242,23 +295,49 @@ func (t *Telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	}
 }
 
-// Shutdown flushes spans, then writes, pushes and stops the metrics side,
-// within the flush timeouts of the flags, whatever ctx says (a stop signal
-// must not cost the last spans). Errors are logged, never returned:
-// telemetry never changes an exit status (replay reads what was lost
-// from t.traces afterwards). Spans lost are said by t.traces, one line
-// per exporter; a push the Pushgateway did not take gets one line of its
-// own saying where and why.
-func (t *Telemetry) Shutdown(ctx context.Context) {
+// Shutdown ends the process's telemetry, in order: the join (its minted
+// parent span, the CLI's logs and metrics), spans flushed, the metrics
+// file written, pushed, the server stopped. It has the OTel Collector's
+// component contract: safe on a nil Telemetry and without Start; the
+// second and later calls return what the first did and log nothing; each
+// step is bounded by its own flag, whatever ctx says (a stop signal must
+// not cost the last spans), so that a backend that never answers holds it
+// at most ShutdownBound; what was lost is said once, at warn (spans: one
+// line per exporter; a push the Pushgateway did not take: one line of its
+// own saying where and why). The error it returns is for tests and
+// logs: telemetry never changes an exit status (replay reads what was
+// lost from Undelivered).
+func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t == nil {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.flags.traces.flushTimeout+t.flags.metrics.flushTimeout)
+	t.shutOnce.Do(func() { t.shutErr = t.shutdown(ctx) })
+	return t.shutErr
+}
+
+// ShutdownBound is the longest Shutdown takes: the join's flush and the
+// spans' (--traces.flush-timeout each), the push (--push.timeout), and
+// the server's stop within what is left.
+func (t *Telemetry) ShutdownBound() time.Duration {
+	return 2*t.flags.traces.flushTimeout + t.flags.metrics.flushTimeout
+}
+
+func (t *Telemetry) shutdown(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if t.join != nil {
+		jctx, cancel := context.WithTimeout(ctx, t.flags.traces.flushTimeout)
+		t.join.shutdown(jctx, t, t.command)
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.flags.traces.flushTimeout+t.flags.metrics.flushTimeout)
 	defer cancel()
 	if err := t.traces.shutdown(ctx); err != nil {
 		t.logger.Error("flushing traces", "err", err)
+		errs = append(errs, err)
 	}
 	if err := t.metrics.shutdown(ctx); err != nil {
+		errs = append(errs, err)
 		errs := []error{err}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
 			errs = j.Unwrap()
@@ -276,6 +355,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) {
 			t.logger.Error("flushing metrics", "err", errors.Join(rest...))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // CheckOutputPath says, at start, what would otherwise fail only at exit:

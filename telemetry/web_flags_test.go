@@ -42,7 +42,7 @@ func TestWebTelemetryPathAndExporterMetrics(t *testing.T) {
 		if err := m.validate(); err != nil {
 			t.Fatal(err)
 		}
-		rt, err := m.start(context.Background(), new(ingest.Stats), nil, slog.New(slog.DiscardHandler))
+		rt, err := startMetrics(m, new(ingest.Stats), nil, slog.New(slog.DiscardHandler))
 		if err != nil || rt.listenAddr() == nil {
 			t.Fatalf("start: %v, addr %v", err, rt.listenAddr())
 		}

@@ -52,6 +52,9 @@ type WrapOptions struct {
 	// Consume reads both taps until they are closed; nil means the ingest
 	// pipeline feeding the telemetry sinks. Tests swap in stuck consumers.
 	Consume ConsumeFunc
+	// Command is the wrapped command (its name names the join's minted
+	// parent span).
+	Command string
 	// Yield, when set, runs first on the consumer's goroutine: it lowers
 	// its priority below the passthrough's (supervise.YieldToPassthrough).
 	Yield func() error
@@ -108,16 +111,16 @@ func (f *Flags) Wrap(ctx context.Context, o WrapOptions, log *slog.Logger) (*Wra
 	c := &Wrapped{consumed: make(chan struct{}), collect: o.Collect || o.Summaries.any(), sums: o.Summaries}
 	if o.Spool.Dir == "" || o.Spool.Process {
 		var err error
-		if c.tel, err = f.Start(ctx, os.Getenv, log); err != nil {
+		if c.tel, err = New(ctx, f, os.Getenv, log); err != nil {
 			return nil, err
 		}
+		c.tel.command = o.Command
+		_ = c.tel.Start(ctx, StartOptions{}) // not serve: a server that cannot start is logged
 	}
 	if o.Spool.Dir != "" {
 		c.sp = startSpool(o.Spool.Dir, o.TapQueue, log)
 		if c.tel != nil {
-			if err := c.tel.metrics.registry().Register(c.sp.collector()); err != nil {
-				log.Error("registering the spool metrics", "err", err)
-			}
+			c.tel.register(c.sp.collector(), "spool")
 		}
 	}
 	if c.tel == nil {
@@ -143,11 +146,11 @@ func (f *Flags) Wrap(ctx context.Context, o WrapOptions, log *slog.Logger) (*Wra
 		}
 		extra = append(extra, o.Extra...)
 		if o.Register != nil {
-			o.Register(c.tel.metrics.registry())
+			o.Register(c.tel.self)
 		}
 		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
 		if join != nil {
-			join.start(ctx, c.tel.metrics.registry(), log)
+			join.start(ctx, c.tel, log)
 			c.join = join
 		}
 		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
@@ -250,16 +253,9 @@ func (c *Wrapped) droppedBytes() int64 {
 	return a + b
 }
 
-// Shutdown ends the join (its minted parent span, the CLI's logs and
-// metrics), then the telemetry, each under deadlines of its own.
-func (c *Wrapped) Shutdown(ctx context.Context, command string) {
-	if c.join != nil && c.tel != nil {
-		jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.tel.flags.traces.flushTimeout)
-		c.join.shutdown(jctx, c.tel, command)
-		cancel()
-	}
-	c.tel.Shutdown(ctx)
-}
+// Shutdown ends the telemetry (Telemetry.Shutdown); nothing when the
+// wrapper only spools.
+func (c *Wrapped) Shutdown(ctx context.Context) error { return c.tel.Shutdown(ctx) }
 
 // WriteSummaries writes the waterfall (--summary) and the runs file
 // (--summary-file), the step summary and the step outputs of a consumer

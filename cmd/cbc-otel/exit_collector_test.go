@@ -19,36 +19,6 @@ import (
 	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
-// blackHole accepts connections and never answers (nor closes them until
-// the test ends): a collector that is up but unresponsive.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String()
-}
-
 // slowGRPC is an OTLP/gRPC receiver that answers each export after delay.
 type slowGRPC struct {
 	collectortrace.UnimplementedTraceServiceServer
@@ -114,9 +84,9 @@ func TestE2ECollectorNeverDelaysEOF(t *testing.T) {
 			addr func(t *testing.T) string
 			kind kind
 		}{
-			{"refused", refusedAddr, failed},
+			{"refused", func(t *testing.T) string { return oteltest.RefusedAddr(t) }, failed},
 			{"dns failure", func(*testing.T) string { return "nonexistent.invalid:4317" }, failed},
-			{"black hole", blackHole, unresponsive},
+			{"black hole", func(t *testing.T) string { return oteltest.BlackHole(t) }, unresponsive},
 			{"slow", func(t *testing.T) string { return slowCollector(t, proto, 2*flush) }, unresponsive},
 		} {
 			t.Run(strings.ReplaceAll(proto, "/", "-")+"/"+tc.name, func(t *testing.T) {

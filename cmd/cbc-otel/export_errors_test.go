@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,18 +15,6 @@ import (
 
 // exportRecording is a recording whose replay makes 7 spans.
 const exportRecording = "../../testdata/corpus/claude-code-2.1.328/complete.ndjson"
-
-// refusedAddr is an address nobody listens on: listened on, then closed.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
 
 // unauthorizedCollector answers every OTLP/HTTP export 401 with a JSON body.
 func unauthorizedCollector(t *testing.T) string {
@@ -58,7 +45,7 @@ func TestReplayUndelivered(t *testing.T) {
 		{
 			name: "refused http", protocol: "http/protobuf", code: exitUndelivered,
 			endpoint: func(t *testing.T) (string, string) {
-				a := refusedAddr(t)
+				a := oteltest.RefusedAddr(t)
 				return "http://" + a, "http://" + a + "/v1/traces"
 			},
 			want: []string{
@@ -72,7 +59,7 @@ func TestReplayUndelivered(t *testing.T) {
 			// deadline: keep that short.
 			flags: []string{"--traces.flush-timeout=300ms"},
 			endpoint: func(t *testing.T) (string, string) {
-				a := "http://" + refusedAddr(t)
+				a := "http://" + oteltest.RefusedAddr(t)
 				return a, a
 			},
 			want: []string{
@@ -99,7 +86,7 @@ func TestReplayUndelivered(t *testing.T) {
 			name: "refused, --log.level error", protocol: "http/protobuf", code: exitUndelivered,
 			flags: []string{"--log.level=error"},
 			endpoint: func(t *testing.T) (string, string) {
-				return "http://" + refusedAddr(t), ""
+				return "http://" + oteltest.RefusedAddr(t), ""
 			},
 		},
 		{
@@ -144,7 +131,7 @@ func TestRunKeepsChildStatusWhenExportFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otlp, gw := refusedAddr(t), refusedAddr(t)
+	otlp, gw := oteltest.RefusedAddr(t), oteltest.RefusedAddr(t)
 	for _, c := range []struct {
 		name   string
 		status int

@@ -69,16 +69,17 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
 	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
-	tel, err := cfg.tel.Start(ctx, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
+	tel, err := telemetry.New(ctx, &cfg.tel, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
+	_ = tel.Start(ctx, telemetry.StartOptions{}) // files only: nothing to bind
 	out, err := tel.Replay(ctx, cfg.files, sio.in, cfg.json)
 	if err != nil {
-		tel.Shutdown(ctx)
+		_ = tel.Shutdown(ctx)
 		return fail(sio.err, "replay", exitFailure, err)
 	}
-	tel.Shutdown(ctx)
+	_ = tel.Shutdown(ctx)
 	if err := telemetry.WriteRuns(sio.out, cfg.json, cfg.width, out); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}

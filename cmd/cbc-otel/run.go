@@ -228,7 +228,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	}
 	name := cmp.Or(r.name, "run")
 	cfg.tel.Console, cfg.tel.Version, cfg.tel.JoinCLI = sio.err, buildVersion(), cfg.joinCLI
-	wo := telemetry.WrapOptions{TapQueue: cfg.tapQueue, Spool: cfg.spool, Collect: cfg.collect, Consume: r.consume, Yield: supervise.YieldToPassthrough,
+	wo := telemetry.WrapOptions{TapQueue: cfg.tapQueue, Spool: cfg.spool, Collect: cfg.collect, Consume: r.consume, Yield: supervise.YieldToPassthrough, Command: cfg.command[0],
 		Summaries: telemetry.Summaries{Waterfall: cfg.summary, File: cfg.summaryFile, StepSummary: cfg.stepSummary, StepOutputs: cfg.stepOutput}}
 	var budget *budgetCap
 	if cfg.budgetMaxCost > 0 {
@@ -289,7 +289,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	if r.finished != nil {
 		r.finished(c.Telemetry(), out)
 	}
-	c.Shutdown(ctx, cfg.command[0]) // under deadlines of its own: a dead backend never costs the exit status
+	_ = c.Shutdown(ctx) // under deadlines of its own: a dead backend never costs the exit status
 	if err != nil && r.finished == nil {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
 	}

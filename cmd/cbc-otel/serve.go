@@ -176,21 +176,21 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		}
 	}
 	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
-	tel, err := cfg.tel.StartSidecar(ctx, log)
+	tel, err := telemetry.New(ctx, &cfg.tel, os.Getenv, log)
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)
 	}
 	eng, err := follow.New(tel.FollowOptions(cfg.engineOptions(log)))
 	if err != nil {
-		tel.Shutdown(ctx)
+		_ = tel.Shutdown(ctx)
 		return fail(sio.err, "serve", exitUsage, err)
 	}
 	// Serving starts before the restore so that /healthz answers at once;
 	// /readyz says 503 until the state is restored and the followers run.
 	// /metrics and the file expose the cumulative totals (restored base +
 	// this process), which the plain registry does not hold.
-	if err := tel.Expose(ctx, eng.NotReady); err != nil {
-		tel.Shutdown(ctx)
+	if err := tel.Start(ctx, telemetry.StartOptions{Ready: eng.NotReady}); err != nil {
+		_ = tel.Shutdown(ctx)
 		return fail(sio.err, "serve", exitFailure, err)
 	}
 	code = exitOK
@@ -205,7 +205,7 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 			code = exitFailure
 		}
 	}
-	tel.Shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
+	_ = tel.Shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	log.Info("stopped", "code", code)
 	return code
 }

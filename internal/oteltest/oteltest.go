@@ -92,3 +92,45 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// BlackHole accepts connections and never answers (nor closes them until
+// the test ends): a collector that is up but unresponsive.
+func BlackHole(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+// RefusedAddr is an address nobody listens on: listened on, then closed.
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
