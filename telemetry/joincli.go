@@ -44,7 +44,7 @@ func newCLIJoin(tr *tracesRuntime, env func(string) string, hold time.Duration, 
 	}
 	if tr.enabled() {
 		parent := j.parent
-		opts.Spans = tr.prov.Forward
+		opts.Spans = tr.forward()
 		opts.AgentSpan = func(task, run string, index int) trace.SpanContext {
 			return traces.AgentSpanContext(parent, task, run, index)
 		}

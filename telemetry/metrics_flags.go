@@ -166,8 +166,10 @@ type metricsRuntime struct {
 	m      *metrics.Metrics
 	logger *slog.Logger
 	// gatherer is what /metrics and the file expose: the registry, or
-	// serve's cumulative totals around it.
+	// serve's cumulative totals around it (cum: restored base + this
+	// process; nil but in serve).
 	gatherer prometheus.Gatherer
+	cum      *metrics.Cumulative
 
 	ready      atomic.Bool
 	started    bool     // serve ran: the outputs at shutdown are due
@@ -274,6 +276,42 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	go func() { r.served <- srv.Serve(sctx) }()
 	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
 	return nil
+}
+
+// exposeTotals makes /metrics and the file expose the totals across
+// restarts (serve): the restored base plus this process.
+func (r *metricsRuntime) exposeTotals() {
+	r.cum = metrics.NewCumulative(r.m.Registry())
+	r.gatherer = r.cum
+}
+
+// checkpointer is serve's checkpoint of the totals across restarts.
+func (r *metricsRuntime) checkpointer() ingest.Checkpointer {
+	return metrics.NewCheckpoint(r.m, r.cum)
+}
+
+// baseRuns is how many finished runs the restored totals hold.
+func (r *metricsRuntime) baseRuns() uint64 { return r.cum.BaseRuns() }
+
+// sayShutdownErr logs what shutdown returned: a push the Pushgateway did
+// not take in one line of its own saying where and why, the rest in one.
+func (r *metricsRuntime) sayShutdownErr(err error) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var rest []error
+	for _, e := range errs {
+		var pe *metrics.PushError
+		if !errors.As(e, &pe) {
+			rest = append(rest, e)
+			continue
+		}
+		r.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, cause(pe.Err)))
+	}
+	if len(rest) > 0 {
+		r.logger.Error("flushing metrics", "err", errors.Join(rest...))
+	}
 }
 
 // sink is the ingest.Sink to add to the pipeline.

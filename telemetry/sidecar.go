@@ -11,7 +11,7 @@ import (
 // hold: /metrics counts them, the page never saw them.
 func (t *Telemetry) Restored() {
 	if t.page != nil {
-		t.page.SetFinishedBefore(t.cum.BaseRuns())
+		t.page.SetFinishedBefore(t.metrics.baseRuns())
 	}
 }
 
@@ -20,12 +20,10 @@ func (t *Telemetry) Restored() {
 // metrics sink and, when tracing, a traces sink of its own (it keeps
 // per-stream state); both checkpoint.
 func (tel *Telemetry) FollowOptions(o follow.Options) follow.Options {
-	cum := tel.cum
 	newStream := func() follow.StreamConfig {
 		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
-		var ts *traces.Sink
-		if tel.traces.enabled() {
-			ts = traces.New(tel.traces.prov, traces.Options{CapturePreviews: tel.traces.previews})
+		ts := tel.traces.streamSink()
+		if ts != nil {
 			ckpt[traces.CheckpointName] = ts
 		}
 		s := stream{live: true}
@@ -35,7 +33,7 @@ func (tel *Telemetry) FollowOptions(o follow.Options) follow.Options {
 		return follow.StreamConfig{Pipeline: tel.pipelineOptions(s), Checkpointers: ckpt}
 	}
 	o.NewStream = newStream
-	o.Checkpointers = map[string]ingest.Checkpointer{metrics.CheckpointName: metrics.NewCheckpoint(tel.metrics.metrics(), cum)}
+	o.Checkpointers = map[string]ingest.Checkpointer{metrics.CheckpointName: tel.metrics.checkpointer()}
 	o.Registerer = tel.self
 	return o
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/runspage"
 	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 // defaultStallAfter is --stall-after's default: a workflow's agents run for
@@ -150,12 +149,9 @@ type Telemetry struct {
 	metrics *metricsRuntime
 	traces  *tracesRuntime
 	logger  *slog.Logger
-	page    *runspage.Page // the runs page at / of the listen address; nil: none
-	join    *cliJoin       // --join-cli-telemetry; nil without
-	// cum is serve's (Sidecar): what /metrics and the file expose, the
-	// totals across restarts (restored base + this process).
-	cum  *metrics.Cumulative
-	self prometheus.Registerer // see selfmetrics.go
+	page    *runspage.Page        // the runs page at / of the listen address; nil: none
+	join    *cliJoin              // --join-cli-telemetry; nil without
+	self    prometheus.Registerer // see selfmetrics.go
 	// command is the wrapped command (Wrap), whose name the minted parent
 	// span of the join carries.
 	command string
@@ -214,8 +210,7 @@ func New(ctx context.Context, f *Flags, env func(string) string, logger *slog.Lo
 		met.metrics().SetExportCounters(tr.dropped(), tr.exportErrors())
 	}
 	if f.mode == Sidecar {
-		t.cum = metrics.NewCumulative(met.m.Registry())
-		met.gatherer = t.cum
+		met.exposeTotals()
 	}
 	t.self = selfRegisterer(met.m.Registry(), f.metrics.constLabels)
 	return t, nil
@@ -337,23 +332,8 @@ func (t *Telemetry) shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := t.metrics.shutdown(ctx); err != nil {
+		t.metrics.sayShutdownErr(err)
 		errs = append(errs, err)
-		errs := []error{err}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		}
-		var rest []error
-		for _, e := range errs {
-			var pe *metrics.PushError
-			if !errors.As(e, &pe) {
-				rest = append(rest, e)
-				continue
-			}
-			t.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, traces.Cause(pe.Err)))
-		}
-		if len(rest) > 0 {
-			t.logger.Error("flushing metrics", "err", errors.Join(rest...))
-		}
 	}
 	return errors.Join(errs...)
 }

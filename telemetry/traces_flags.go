@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
@@ -204,6 +205,28 @@ func (r *tracesRuntime) newSink(j *cliJoin) {
 	r.sk = traces.New(r.prov, opts)
 	r.logger.Info("exporting traces", "to", r.prov.Describe(), "parent", r.parent.IsValid(), "previews", r.previews)
 }
+
+// streamSink is a traces sink of its own for one of serve's streams (it
+// keeps per-stream state) on the process's exporters; nil when tracing
+// is off.
+func (r *tracesRuntime) streamSink() *traces.Sink {
+	if !r.enabled() {
+		return nil
+	}
+	return traces.New(r.prov, traces.Options{CapturePreviews: r.previews})
+}
+
+// forward hands the CLI's spans to the exporters; nil when tracing is off.
+func (r *tracesRuntime) forward() func([]sdktrace.ReadOnlySpan) {
+	if !r.enabled() {
+		return nil
+	}
+	return r.prov.Forward
+}
+
+// cause is the short reason of an export failure, as the loss lines say
+// it (the Pushgateway's too).
+func cause(err error) string { return traces.Cause(err) }
 
 // otlp is where spans go over OTLP; zero (off) when tracing is off.
 func (r *tracesRuntime) otlp() traces.OTLPTarget {
