@@ -79,7 +79,7 @@ type Options struct {
 	// AgentSpan returns the span context of the invoke_agent span of agent
 	// index of run (task, run), as the traces sink exports it.
 	AgentSpan func(task, run string, index int) trace.SpanContext
-	// Submit hands a model call to the pipeline (ingest.Pipeline.Submit).
+	// Submit hands a model call to the pipeline (ingest.CallQueue.Submit).
 	Submit func(ingest.ModelCall) bool
 	// Spans, Logs and Metrics forward what the CLI exported.
 	Spans   func([]*tracepb.ResourceSpans)
