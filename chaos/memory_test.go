@@ -35,13 +35,13 @@ const (
 	memSnapshotAgents = 20_000
 	// memSnapshotPhases workflow_phase entries in it.
 	memSnapshotPhases = 8
-	// memRSSBound is the README's promise: peak RSS of `run` on any
+	// memRSSBound is docs/cli.md's promise: peak RSS of `run` on any
 	// stream.
 	memRSSBound = 32 << 20
 	// memRSSBoundOTLP bounds the round with OTLP export on: every given-up
 	// run becomes a span tree (some 12,000 spans/s here), so the export
 	// queue, the gRPC buffers and a tap queue that fills while the wrapper
-	// exports hold several MiB more. Not the README's promise: a guard
+	// exports hold several MiB more. Not docs/cli.md's promise: a guard
 	// against regressions, set above the measured 38-43 MiB.
 	memRSSBoundOTLP = 48 << 20
 	// memRate is the memory child's write rate, bytes per second: brisk
@@ -292,7 +292,7 @@ func memRounds(t *testing.T) int {
 // open, then one 20,000-agent snapshot, through `run`. The Tracker's caps
 // (ingest.DefaultCaps) must give up the oldest runs, counted as
 // over_capacity and ended abandoned, and keep the wrapper's peak RSS within
-// the README's 32 MiB.
+// docs/cli.md's 32 MiB.
 func TestInputStateBounded(t *testing.T) {
 	caps := ingest.DefaultCaps()
 	dir := t.TempDir()
@@ -370,7 +370,7 @@ func TestInputStateBounded(t *testing.T) {
 		ohw := float64(otlp.hwm) / (1 << 20)
 		record(t, SecInput, name+" + OTLP gRPC of every span: wrapper peak RSS",
 			fmt.Sprintf("%.1f MiB (tap drops %.0f B)", ohw, otlp.dropped),
-			fmt.Sprintf("<= %d MiB (regression guard, not the README's promise: docs/reliability.md)", memRSSBoundOTLP>>20), ohw > 0 && ohw <= memRSSBoundOTLP>>20)
+			fmt.Sprintf("<= %d MiB (regression guard, not the promise of docs/cli.md: docs/reliability.md)", memRSSBoundOTLP>>20), ohw > 0 && ohw <= memRSSBoundOTLP>>20)
 	}
 
 	el := make([]time.Duration, 0, len(all))

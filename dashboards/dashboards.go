@@ -3,7 +3,6 @@ package dashboards
 import (
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
@@ -839,18 +838,4 @@ func buildPanel(p PanelSpec, id uint32, o Options) (cog.Builder[dashboard.Panel]
 		return b, nil
 	}
 	return nil, fmt.Errorf("unknown panel kind %d", p.kind)
-}
-
-// titleAnchor is the GitHub anchor of a Markdown heading.
-func titleAnchor(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		switch {
-		case r == ' ':
-			b.WriteByte('-')
-		case r == '-' || r == '_' || (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9'):
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }

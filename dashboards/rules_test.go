@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v2"
 
+	"github.com/cbc-otel/cbc-otel/internal/mdtable"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
 	"github.com/cbc-otel/cbc-otel/metrics"
 )
@@ -148,18 +148,15 @@ func TestEveryAlertIsTested(t *testing.T) {
 	}
 }
 
-// readmeAnchors returns the anchors of the README's headings.
+// readmeAnchors returns the anchors of the README's headings, by GitHub's
+// slug rule (docs' TestLinks reads links to them the same way).
 func readmeAnchors(t *testing.T) map[string]bool {
 	t.Helper()
 	readme, err := os.ReadFile(ReadmeFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`).FindAllStringSubmatch(string(readme), -1) {
-		anchors[titleAnchor(m[1])] = true
-	}
-	return anchors
+	return mdtable.Anchors(string(readme))
 }
 
 // TestRunbooksExist proves every alert has a summary, a description, a

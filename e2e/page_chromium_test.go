@@ -193,6 +193,35 @@ func TestPageChromiumDemo(t *testing.T) {
 	}
 }
 
+// TestPageChromiumCost: the page of a demo that spends, loaded in a real
+// headless Chromium: a run's cost beside its workflow's p95 once five runs
+// came before it, and the demo's budget for show past its amount, its
+// meter full and red, nothing stopped by it.
+func TestPageChromiumCost(t *testing.T) {
+	chromium := requireChromium(t)
+	bin := promBuildCLI(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", realtool.FreePorts(t, 1)[0])
+	startPageProc(t, bin, addr, "demo", "--speed", "0", "--hold", "--join-cli-telemetry", "--budget.show-usd", "0.05",
+		"--scenarios", "completed,completed,completed,completed,completed,completed", "--web.listen-address", addr)
+	waitPage(t, addr, "the last 6 of 6")
+	dom := dumpDOM(t, chromium, "http://"+addr+"/")
+	for _, want := range []string{
+		`<p class="meta budget over" id="budget">budget (the demo's, for show: nothing is stopped): $0.`,
+		` of $0.0500 (`, `%: over)<svg`, `<rect class="spent" x="0" y="0" width="100.0" height="10">`,
+		`<span class="cost">$0.0255 (p95 $0.0255)</span>`,
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the DOM lacks %q:\n%s", want, dom)
+		}
+	}
+	if n := strings.Count(dom, "(p95 "); n != 1 {
+		t.Errorf("%d runs beside a p95, want the sixth only", n)
+	}
+	if got := runsOf(dom); len(got) != 6 || slices.ContainsFunc(got, func(r string) bool { return !strings.HasPrefix(r, "completed ") }) {
+		t.Errorf("runs %q: want 6 completed, none stopped by the budget", got)
+	}
+}
+
 // hostileStream is one finished and one open workflow run whose names,
 // titles and labels are markup and bidirectional overrides, and whose
 // previews hold a canary the page must never show.

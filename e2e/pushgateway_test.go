@@ -24,14 +24,14 @@ func requirePushgateway(t *testing.T) string {
 
 // TestPushgatewayBatchJobs: batch jobs (`cbc-otel run --push.gateway URL
 // --push.job J -- simulate`, exiting when their stdin ends) push to a real
-// Pushgateway that a real Prometheus scrapes with honor_labels, as the
-// README's "Batch jobs" says to. Prometheus sees each job's counts exactly,
-// under job=J and instance=<host name>, without go_*/process_* series. A
-// second run of the same job replaces the first's group: Prometheus shows
-// the second run's counts, not the sum of both (no run counted twice, and
-// none added up: the README says so), and increase() does not see the
-// first push (the README warns of it). Another job name is a group of its
-// own beside it.
+// Pushgateway that a real Prometheus scrapes with honor_labels, as "Batch
+// jobs" of docs/metrics.md says to. Prometheus sees each job's counts
+// exactly, under job=J and instance=<host name>, without go_*/process_*
+// series. A second run of the same job replaces the first's group:
+// Prometheus shows the second run's counts, not the sum of both (no run
+// counted twice, and none added up: the docs say so), and increase() does
+// not see the first push (the docs warn of it). Another job name is a
+// group of its own beside it.
 func TestPushgatewayBatchJobs(t *testing.T) {
 	promBin := requirePrometheus(t)
 	pgBin := requirePushgateway(t)
@@ -108,7 +108,7 @@ scrape_configs:
 			t.Errorf("%s: %v (%v), want no series", q, s, err)
 		}
 	}
-	// As the README warns, increase() does not see a group's first push:
+	// As docs/metrics.md warns, increase() does not see a group's first push:
 	// the series starts at the run's totals.
 	promPoll(t, 10*time.Second, "increase() over the first push", func() (bool, string) {
 		s, err := prom.query(`sum(increase(cbc_workflow_runs_total{job="ci-nightly"}[1m]))`)
@@ -116,7 +116,7 @@ scrape_configs:
 			return false, fmt.Sprint(s, err)
 		}
 		if s[0].Value != 0 {
-			t.Errorf("increase() over the first push = %v, the README says 0", s[0].Value)
+			t.Errorf("increase() over the first push = %v, docs/metrics.md says 0", s[0].Value)
 		}
 		return true, ""
 	})

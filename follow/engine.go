@@ -78,6 +78,11 @@ const (
 	// readBudget bounds what one stream reads per cycle, so that a large
 	// backlog in one file does not starve the others.
 	readBudget = 4 << 20
+	// terminalGap is the least time between two checkpoints written
+	// because a run ended (CheckpointEvery if shorter). A crash loses no
+	// count either way (the bytes after a checkpoint are read again); it
+	// bounds the spans exported a second time after one.
+	terminalGap = time.Second
 )
 
 // Reasons a stream is finalized (label values).
@@ -99,12 +104,21 @@ type Options struct {
 	// IdleTimeout finalizes a plain file, or a spool file never marked
 	// complete (its wrapper was killed), after this long without growth.
 	IdleTimeout time.Duration
-	// Poll is how often the globs are expanded and files checked for
-	// growth.
+	// Poll is how often the files are checked for growth: those written
+	// since the last check with change notification (inotify), every file
+	// without.
 	Poll time.Duration
+	// Sweep is how often, with change notification, the globs are
+	// expanded and every file is checked all the same (a safety net, and
+	// the clock of idle timeouts and grace windows of quiet streams); 0
+	// means DefaultSweep.
+	Sweep time.Duration
+	// NoNotify polls every file every Poll, without change notification.
+	NoNotify bool
 	// CheckpointEvery is the longest time between checkpoints while data
-	// flows; a checkpoint is also written after every cycle in which a run
-	// reached a terminal state, and when a stream is finalized.
+	// flows; a checkpoint is also written after a cycle in which a run
+	// reached a terminal state (at most one a second), and when a stream
+	// is finalized.
 	CheckpointEvery time.Duration
 	// Keep keeps spool files once processed (they are removed otherwise).
 	Keep bool
@@ -159,6 +173,10 @@ type Engine struct {
 	lastCheckpoint time.Time
 	checkpointErr  error
 
+	// Cycles of Run: full ones (every file) and those of the written
+	// files only (change notification); for the tests.
+	fullCycles, writtenCycles int
+
 	mStreams    prometheus.Gauge
 	mFinalized  *prometheus.CounterVec
 	mEvicted    prometheus.Counter
@@ -191,6 +209,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.Sweep <= 0 {
+		opts.Sweep = DefaultSweep
 	}
 	if opts.MaxStreams < 0 {
 		return nil, errors.New("follow: MaxStreams must not be negative")
@@ -456,22 +477,50 @@ func (e *Engine) locate(fs FileState) (*os.File, string, fileID, bool) {
 // flight), writes a final checkpoint and returns. Open runs stay open: they
 // continue after a restart. The error is the last checkpoint failure, if
 // the final checkpoint failed too.
+//
+// Every Poll, a cycle reads the files: with change notification (inotify)
+// only those written since the last cycle, and every file every Sweep or
+// when something else changed in the directories; without it (or past the
+// watch limit), every file every cycle.
 func (e *Engine) Run(ctx context.Context) error {
+	n := e.startNotify()
+	defer n.close()
 	t := time.NewTicker(e.opts.Poll)
 	defer t.Stop()
+	sweepTicks := max(1, int(e.opts.Sweep/e.opts.Poll))
+	full, ticks := true, 0
 	for {
-		busy := e.cycle()
+		var busy bool
+		if full {
+			busy = e.cycle()
+			ticks = 0
+			if n != nil {
+				clear(n.written)
+				n.full = false
+			}
+		} else {
+			busy = e.cycleWritten(n)
+		}
 		e.ready.Store(true)
 		if ctx.Err() != nil {
 			break
 		}
 		if busy {
+			full = true // a stream hit its read budget: go on at once
 			continue
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		}
+		ticks++
+		if n == nil && ticks >= sweepTicks {
+			n = e.startNotify() // a watch that failed may work now
+		}
+		if n != nil {
+			n.drain()
+		}
+		full = n == nil || n.full || ticks >= sweepTicks
 	}
 	e.ready.Store(false)
 	for _, s := range e.sorted() {
@@ -495,27 +544,84 @@ func (e *Engine) sorted() []*stream {
 // cycle discovers files, reads every stream, finalizes the ended ones and
 // checkpoints when due. busy reports that some stream hit its read budget.
 func (e *Engine) cycle() (busy bool) {
+	e.fullCycles++
 	e.discover()
 	now := e.nowMs()
 	for _, s := range e.sorted() {
-		e.check(s)
-		n := e.read(s)
-		busy = busy || n >= readBudget
-		s.pipe.Tick()
-		switch {
-		case n == 0 && s.complete:
-			e.finalize(s, ReasonComplete)
-		case n == 0 && s.gone:
-			e.finalize(s, ReasonDeleted)
-		case n == 0 && s.kind != spool.Done && now-s.lastGrowth >= e.opts.IdleTimeout.Milliseconds():
-			e.finalize(s, ReasonIdle)
+		busy = e.visit(s, now) || busy
+	}
+	e.endCycle()
+	return busy
+}
+
+// cycleWritten is a cycle of the streams whose files n saw written only;
+// a written file that is not followed (new, waiting, grown again) makes it
+// a full cycle.
+func (e *Engine) cycleWritten(n *notifier) (busy bool) {
+	if len(n.written) == 0 {
+		return false
+	}
+	var todo []*stream
+	for _, s := range e.sorted() {
+		if n.written[filepath.Clean(s.path)] {
+			todo = append(todo, s)
 		}
 	}
+	if len(todo) < len(n.written) {
+		return e.cycle()
+	}
+	clear(n.written)
+	e.writtenCycles++
+	now := e.nowMs()
+	for _, s := range todo {
+		busy = e.visit(s, now) || busy
+	}
+	e.endCycle()
+	return busy
+}
+
+// visit checks and reads one stream, ticks its pipeline and finalizes it
+// when it ended. It reports that the stream hit its read budget.
+func (e *Engine) visit(s *stream, now int64) (busy bool) {
+	e.check(s)
+	n := e.read(s)
+	s.pipe.Tick()
+	switch {
+	case n == 0 && s.complete:
+		e.finalize(s, ReasonComplete)
+	case n == 0 && s.gone:
+		e.finalize(s, ReasonDeleted)
+	case n == 0 && s.kind != spool.Done && now-s.lastGrowth >= e.opts.IdleTimeout.Milliseconds():
+		e.finalize(s, ReasonIdle)
+	}
+	return n >= readBudget
+}
+
+// endCycle updates the gauge and checkpoints when due.
+func (e *Engine) endCycle() {
 	e.mStreams.Set(float64(len(e.streams)))
-	if e.opts.StateDir != "" && (e.terminal || (e.dirty && e.opts.Now().Sub(e.lastCheckpoint) >= e.opts.CheckpointEvery)) {
+	if e.opts.StateDir != "" && e.checkpointDue() {
 		_ = e.checkpoint()
 	}
-	return busy
+}
+
+// warnOnce logs msg once per key.
+func (e *Engine) warnOnce(key, msg string, args ...any) {
+	if !e.warned[key] {
+		e.warned[key] = true
+		e.log.Warn(msg, args...)
+	}
+}
+
+// checkpointDue reports that a checkpoint is to be written this cycle:
+// CheckpointEvery after the last one while offsets move, or, once a run
+// ended, terminalGap after the last one (a checkpoint of every busy stream
+// costs tens of ms: with runs ending in some stream every cycle, one per
+// cycle was most of serve's CPU).
+func (e *Engine) checkpointDue() bool {
+	since := e.opts.Now().Sub(e.lastCheckpoint)
+	return (e.terminal && since >= min(terminalGap, e.opts.CheckpointEvery)) ||
+		(e.dirty && since >= e.opts.CheckpointEvery)
 }
 
 // read reads a stream up to the budget.
@@ -832,12 +938,11 @@ func (e *Engine) evict(cands []candidate) []candidate {
 	return out
 }
 
-// checkpoint writes the state now.
+// checkpoint writes the state now. Each stream's state is taken and
+// encoded in turn (see encodeState), so the checkpoint's memory is that of
+// one stream, not of all of them.
 func (e *Engine) checkpoint() error {
-	st, err := e.state()
-	if err == nil {
-		err = SaveState(e.opts.StateDir, st)
-	}
+	err := e.saveState()
 	if err != nil {
 		e.mCkptErr.Inc()
 		if e.checkpointErr == nil {
@@ -856,34 +961,48 @@ func (e *Engine) checkpoint() error {
 	return nil
 }
 
-// state collects the checkpoint: every sink's state, every stream's, the
+// saveState writes the checkpoint: every sink's state, every stream's, the
 // finished files.
-func (e *Engine) state() (State, error) {
+func (e *Engine) saveState() error {
 	st := State{SavedAt: e.nowMs()}
 	for name, c := range e.opts.Checkpointers {
 		raw, err := c.SaveCheckpoint()
 		if err != nil {
-			return State{}, fmt.Errorf("saving the state of sink %s: %w", name, err)
+			return fmt.Errorf("saving the state of sink %s: %w", name, err)
 		}
 		st.Sinks = withRaw(st.Sinks, name, raw)
-	}
-	for _, s := range e.sorted() {
-		ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
-		open := s.pipe.Tracker().Open()
-		for name, c := range s.ckpt {
-			raw, err := c.SaveStream(open)
-			if err != nil {
-				return State{}, fmt.Errorf("saving the state of sink %s for %s: %w", name, s.path, err)
-			}
-			ss.Sinks = withRaw(ss.Sinks, name, raw)
-		}
-		st.Streams = append(st.Streams, ss)
 	}
 	for _, fs := range e.finished {
 		st.Finished = append(st.Finished, fs)
 	}
 	sort.Slice(st.Finished, func(i, j int) bool { return st.Finished[i].Path < st.Finished[j].Path })
-	return st, nil
+	streams := func(yield func(StreamState) error) error {
+		for _, s := range e.sorted() {
+			ss, err := e.streamState(s)
+			if err == nil {
+				err = yield(ss)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return writeAtomic(e.opts.StateDir, StateFile, func(w io.Writer) error { return encodeState(w, st, streams) })
+}
+
+// streamState is one stream's part of the checkpoint.
+func (e *Engine) streamState(s *stream) (StreamState, error) {
+	ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+	open := s.pipe.Tracker().Open()
+	for name, c := range s.ckpt {
+		raw, err := c.SaveStream(open)
+		if err != nil {
+			return StreamState{}, fmt.Errorf("saving the state of sink %s for %s: %w", name, s.path, err)
+		}
+		ss.Sinks = withRaw(ss.Sinks, name, raw)
+	}
+	return ss, nil
 }
 
 // withRaw sets m[name] to a saved state, leaving out an empty one.

@@ -922,3 +922,33 @@ func TestNewOptions(t *testing.T) {
 		})
 	}
 }
+
+// A run ending in some stream every cycle (many busy streams) does not
+// cost a checkpoint per cycle: terminal checkpoints come at most one per
+// terminalGap, yet each run's end is in a checkpoint within terminalGap
+// plus a cycle, and a restart from it counts every run exactly once.
+func TestEngineTerminalCheckpointsSpaced(t *testing.T) {
+	r := newRig(t, func(o *Options) { o.CheckpointEvery = time.Hour })
+	const poll = 250 * time.Millisecond
+	const cycles = 40
+	for i := range cycles {
+		task := fmt.Sprintf("b%d", i)
+		r.write(fmt.Sprintf("s%d.ndjson", i%3), bashTask(task)+notify(task, "completed"))
+		r.step(poll)
+	}
+	n := testutil.ToFloat64(r.e.mCkpt)
+	elapsed := time.Duration(cycles) * poll
+	if most := float64(elapsed/terminalGap) + 1; n > most || n < most-2 {
+		t.Fatalf("%v checkpoints over %s with a run ending every cycle; want about one per %s (%v)", n, elapsed, terminalGap, most)
+	}
+	r.step(terminalGap)
+	if r.e.terminal {
+		t.Fatal("a run's end is still not checkpointed a terminalGap later")
+	}
+	before := r.tl.totals()
+	r.start() // a crash: no final checkpoint
+	r.step(poll)
+	if got := r.tl.totals(); !maps.Equal(got, before) {
+		t.Fatalf("after a restart from the spaced checkpoints: %v, want %v", got, before)
+	}
+}

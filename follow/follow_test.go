@@ -1,9 +1,12 @@
 package follow
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -146,5 +149,86 @@ func TestMaxStreams(t *testing.T) {
 				t.Fatalf("%v files still waiting", got)
 			}
 		})
+	}
+}
+
+// encodeState, which writes a checkpoint a stream at a time, decodes to
+// what json.Marshal of the whole State decodes to, whichever of its parts
+// are empty.
+func TestEncodeStateAsMarshal(t *testing.T) {
+	ss := func(path string, ino uint64) StreamState {
+		return StreamState{
+			FileState:  FileState{Path: path, Dev: 7, Ino: ino, FP: "ab", FPLen: 2, Size: 99},
+			Tracker:    ingest.TrackerState{Now: 5, Tombstones: [][2]string{{"t", "r"}}},
+			Sinks:      map[string]json.RawMessage{"memo": json.RawMessage(`{"a":[1,2]}`)},
+			LastGrowth: 4,
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		s    State
+	}{
+		{"empty", State{}},
+		{"sinks only", State{SavedAt: 3, Sinks: map[string]json.RawMessage{"m": json.RawMessage(`{"x":"<&>"}`)}}},
+		{"one stream", State{SavedAt: 3, Streams: []StreamState{ss("/a", 1)}}},
+		{"all", State{SavedAt: 3, Sinks: map[string]json.RawMessage{"m": json.RawMessage(`1`), "n": json.RawMessage(`"s"`)},
+			Streams:  []StreamState{ss("/a", 1), ss("/b\"\n", 2), ss("/c", 3)},
+			Finished: []FileState{{Path: "/d", Dev: 1, Ino: 4, Size: 8}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.s
+			want.Version = stateVersion
+			wb, err := json.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			if err := SaveState(dir, tc.s); err != nil {
+				t.Fatal(err)
+			}
+			gb, err := os.ReadFile(filepath.Join(dir, StateFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, exp State
+			if err := json.Unmarshal(gb, &got); err != nil {
+				t.Fatalf("streamed checkpoint does not decode: %v\n%s", err, gb)
+			}
+			if err := json.Unmarshal(wb, &exp); err != nil {
+				t.Fatal(err)
+			}
+			if len(exp.Streams) == 0 {
+				exp.Streams = got.Streams[:0:0] // null and [] are both no stream
+				if len(got.Streams) != 0 {
+					t.Fatalf("streams %v, want none", got.Streams)
+				}
+			}
+			if !reflect.DeepEqual(got, exp) {
+				t.Fatalf("streamed checkpoint decodes to\n%+v\nwant\n%+v\n(%s)", got, exp, gb)
+			}
+		})
+	}
+	// A stream whose state fails leaves the previous checkpoint in place.
+	dir := t.TempDir()
+	if err := SaveState(dir, State{SavedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := writeAtomic(dir, StateFile, func(w io.Writer) error {
+		return encodeState(w, State{SavedAt: 2}, func(yield func(StreamState) error) error {
+			if err := yield(ss("/a", 1)); err != nil {
+				return err
+			}
+			return boom
+		})
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err %v, want boom", err)
+	}
+	if st, err := LoadState(dir); err != nil || st.SavedAt != 1 {
+		t.Fatalf("after a failed write: %+v %v, want the previous checkpoint", st, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(left) != 0 {
+		t.Fatalf("temp files left: %v", left)
 	}
 }

@@ -1,9 +1,11 @@
 package follow
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -99,15 +101,73 @@ func LoadState(dir string) (State, error) {
 // SaveState writes s to dir atomically: a crash at any point leaves either
 // the previous checkpoint or this one, never a mix or a torn file.
 func SaveState(dir string, s State) error {
-	s.Version = stateVersion
-	b, err := json.Marshal(s)
+	return writeAtomic(dir, StateFile, func(w io.Writer) error {
+		return encodeState(w, s, func(yield func(StreamState) error) error {
+			for _, ss := range s.Streams {
+				if err := yield(ss); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// encodeState writes the JSON of s (its Version set to stateVersion) to w
+// with the streams that streams yields in place of s.Streams, one at a
+// time: a checkpoint of many streams is never held whole in memory, nor
+// are all their snapshots at once (with 256 busy streams it is tens of
+// MiB, and was most of serve's peak RSS). It decodes as json.Marshal(s)
+// with those streams would.
+func encodeState(w io.Writer, s State, streams func(yield func(StreamState) error) error) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	put := func(prefix string, v any) error {
+		if _, err := bw.WriteString(prefix); err != nil {
+			return err
+		}
+		return enc.Encode(v) // (its newline is JSON whitespace)
+	}
+	err := put(`{"version":`, stateVersion)
+	if err == nil {
+		err = put(`,"saved_at":`, s.SavedAt)
+	}
+	if err == nil && len(s.Sinks) > 0 {
+		err = put(`,"sinks":`, s.Sinks)
+	}
+	if err == nil {
+		_, err = bw.WriteString(`,"streams":[`)
+	}
+	first := true
+	if err == nil {
+		err = streams(func(ss StreamState) error {
+			sep := ","
+			if first {
+				sep, first = "", false
+			}
+			return put(sep, ss)
+		})
+	}
+	if err == nil {
+		_, err = bw.WriteString("]")
+	}
+	if err == nil && len(s.Finished) > 0 {
+		err = put(`,"finished":`, s.Finished)
+	}
+	if err == nil {
+		_, err = bw.WriteString("}")
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	return writeAtomic(dir, StateFile, b)
+	return nil
 }
 
-func writeAtomic(dir, name string, b []byte) error {
+// writeAtomic writes name in dir through write, atomically.
+func writeAtomic(dir, name string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
@@ -120,7 +180,7 @@ func writeAtomic(dir, name string, b []byte) error {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err := f.Write(b); err != nil {
+	if err := write(f); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}
 	if err := f.Sync(); err != nil {

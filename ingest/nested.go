@@ -2,9 +2,9 @@ package ingest
 
 import "github.com/cbc-otel/cbc-otel/streamjson"
 
-// Nested runs (PROTOCOL.md "Nested runs"; README, "Nested and remote
-// runs"): a nested run is a run of its own, counted once; the Tracker only
-// says where it hangs: Run.Parent, Run.ParentLink, Run.Resumes.
+// Nested runs (PROTOCOL.md "Nested runs"; docs/reconstruction.md, "Nested
+// and remote runs"): a nested run is a run of its own, counted once; the
+// Tracker only says where it hangs: Run.Parent, Run.ParentLink, Run.Resumes.
 
 // AgentRef names the agent that launched a nested run: agent Index of run
 // (TaskID, RunID), or, with Index -1, the run (a sub-agent task) itself.

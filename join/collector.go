@@ -6,7 +6,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/clitelemetry"
 )
 
-// Collector exports the session's counters (the README lists them).
+// Collector exports the session's counters (docs/traces.md lists them).
 func (s *Session) Collector() prometheus.Collector {
 	return &collector{s: s,
 		spans: prometheus.NewDesc("cbc_otel_cli_spans_total",

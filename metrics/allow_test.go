@@ -203,7 +203,7 @@ func samples(t *testing.T, g prometheus.Gatherer) (samples, series int) {
 }
 
 // TestSeriesPerWorkflow measures what one more workflow name costs (the
-// numbers of the README's cardinality section): pre-created series of a
+// numbers of docs/metrics.md's Cardinality section): pre-created series of a
 // name just seen, and those of a name with one completed run whose one
 // agent is done, without and with a known cost.
 func TestSeriesPerWorkflow(t *testing.T) {

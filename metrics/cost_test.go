@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -224,14 +225,14 @@ func TestCostRestartIsExact(t *testing.T) {
 	}
 	for cut := range len(ls) + 1 {
 		m1 := newTest(t, opts)
-		c1 := NewCumulative(m1.Registry())
+		c1 := exposition.NewCumulative(m1.Registry(), "cbc_")
 		snap := feed(m1, ls[:cut]).Tracker().Snapshot()
 		saved, err := NewCheckpoint(m1, c1).SaveCheckpoint()
 		if err != nil {
 			t.Fatal(err)
 		}
 		m2 := newTest(t, opts)
-		c2 := NewCumulative(m2.Registry())
+		c2 := exposition.NewCumulative(m2.Registry(), "cbc_")
 		q := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{m2}}})
 		if err := q.Tracker().Restore(snap, snap.Now); err != nil {
 			t.Fatal(err)

@@ -1,5 +1,6 @@
-// Package metrics turns ingest lifecycle events into Prometheus metrics and
-// serves, pushes or writes them.
+// Package metrics turns ingest lifecycle events into Prometheus metrics: a
+// registry, its label policy, and what a restart needs (per-stream run
+// marks, and a Checkpoint of the totals and admitted labels).
 //
 // A Metrics is an ingest.Sink with its own *prometheus.Registry (never the
 // default one: two pipelines in one process, or two tests, must not share
@@ -73,12 +74,9 @@
 // Options.ConstLabels go on every series: `cbc-otel demo` sets
 // demo="true" (DemoLabel), which the shipped rules exclude.
 //
-// Serving, pushing and writing: Listen/Serve expose /metrics (OpenMetrics
-// negotiated, so exemplars show), /healthz and /readyz through
-// exporter-toolkit's web package (TLS and basic auth via --web.config.file);
-// Push sends to a Pushgateway; WriteFile writes text exposition atomically.
-// DefaultAddr is the documented address, 127.0.0.1:9478 (loopback; port
-// 9478, not 9464, which Claude Code's own exporter uses).
+// Serving, pushing, writing and the totals across restarts are package
+// exposition's: it takes the Registry as a Gatherer. Checkpoint takes the
+// totals as an interface (Totals), so this package does not import it.
 package metrics
 
 import ()

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/simulate"
@@ -31,7 +32,7 @@ const simEpoch = 1796205994000
 // input alone: build info (Go version) is left out.
 func cbcFamilies(g prometheus.Gatherer) prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		mfs, err := WithPrefix(g, "cbc_").Gather()
+		mfs, err := exposition.WithPrefix(g, "cbc_").Gather()
 		out := mfs[:0]
 		for _, mf := range mfs {
 			if mf.GetName() != "cbc_otel_build_info" {
@@ -75,16 +76,17 @@ func replay(t *testing.T, stream io.Reader) *Metrics {
 // rewrites it under -update.
 func checkGolden(t *testing.T, m *Metrics, name string) {
 	t.Helper()
-	// Not testutil.GatherAndFormat: without names it keeps nothing.
-	mfs, err := cbcFamilies(m.Registry()).Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	var b bytes.Buffer
-	if err := encodeText(&b, mfs); err != nil {
+	// Not testutil.GatherAndFormat: without names it keeps nothing. The
+	// file is what --metrics-file writes.
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	if err := exposition.WriteFile(path, cbcFamilies(m.Registry())); err != nil {
 		t.Fatal(err)
 	}
-	golden.Assert(t, filepath.Join("testdata", name), b.Bytes())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Assert(t, filepath.Join("testdata", name), b)
 }
 
 // expected is the ground truth of one stream: the corpus's hand-written

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -356,7 +357,7 @@ func TestHostileNames(t *testing.T) {
 		t.Errorf("runs_total{unknown} = %v, want 2 (empty and whitespace-only names)", got)
 	}
 	// The exposition is well-formed text.
-	srv := httptest.NewServer(Handler(m.Registry(), nil, nil))
+	srv := httptest.NewServer(exposition.Handler(exposition.Options{Gatherer: m.Registry()}))
 	defer srv.Close()
 	body := get(t, srv.Client(), srv.URL+"/metrics", nil)
 	if !strings.Contains(body, `workflow="quote\"back\\slash{}=,"`) {
@@ -385,7 +386,7 @@ func TestExemplars(t *testing.T) {
 	if calls != 4 {
 		t.Errorf("exemplar func called %d times, want twice per run (runs_total, duration)", calls)
 	}
-	srv := httptest.NewServer(Handler(m.Registry(), nil, nil))
+	srv := httptest.NewServer(exposition.Handler(exposition.Options{Gatherer: m.Registry()}))
 	defer srv.Close()
 	om := get(t, srv.Client(), srv.URL+"/metrics", map[string]string{"Accept": "application/openmetrics-text;version=1.0.0"})
 	// Exemplar label order is not specified; look for both pairs.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -228,7 +229,7 @@ func TestRunCostExemplar(t *testing.T) {
 	}})
 	finish(m, costedRun("good", "flow-good", ingest.StatusCompleted, 0.7), 1)
 	finish(m, costedRun("bad", "flow-bad", ingest.StatusCompleted, 0.7), 1)
-	srv := httptest.NewServer(Handler(m.Registry(), nil, nil))
+	srv := httptest.NewServer(exposition.Handler(exposition.Options{Gatherer: m.Registry()}))
 	defer srv.Close()
 	om := get(t, srv.Client(), srv.URL+"/metrics", map[string]string{"Accept": "application/openmetrics-text;version=1.0.0"})
 	var found bool

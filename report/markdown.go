@@ -10,6 +10,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
 
 // StepSummaryOptions shapes WriteStepSummary's section.
@@ -22,6 +23,9 @@ type StepSummaryOptions struct {
 	// Stats, when set, adds a warning line when the telemetry did not read
 	// everything (bytes dropped, lines cut) or rejected lines, and how much.
 	Stats *ingest.Stats
+	// Budget, when set, adds a line of the session's spend against the
+	// cap (run --budget.max-cost-usd).
+	Budget *runcost.Budget
 }
 
 // DefaultStepSummaryRows is StepSummaryOptions.MaxRows's default.
@@ -33,9 +37,10 @@ const mdNameRunes = 80
 // WriteStepSummary writes a GitHub-flavoured Markdown section (a CI step
 // summary, $GITHUB_STEP_SUMMARY): a heading, a table of the workflow runs
 // in order of finalization (status, duration, agents by final state,
-// tokens, and cost when any run's is known), a line counting the plain
-// background tasks, a line for the main conversation's cost when known
-// and a totals line. Every name is escaped (mdEscape): what the model
+// tokens, and cost when any run's is known, beside its workflow's p95
+// over the runs before it when known: runcost), a line counting the plain
+// background tasks, a line for the main conversation's cost when known,
+// the spend against the budget when one is set, and a totals line. Every name is escaped (mdEscape): what the model
 // wrote cannot break the table or inject Markdown or HTML.
 func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts StepSummaryOptions) error {
 	maxRows := opts.MaxRows
@@ -52,6 +57,7 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 		}
 	}
 	rows := 0
+	verdicts := runcost.Verdicts(runs)
 	for i := range runs {
 		r := &runs[i]
 		t.add(r)
@@ -62,7 +68,7 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 			writeMDHeader(&b, withCost)
 		}
 		if rows < maxRows {
-			writeMDRow(&b, r, withCost)
+			writeMDRow(&b, r, verdicts[i], withCost)
 		}
 		rows++
 	}
@@ -85,9 +91,12 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 		}
 	}
 	if mainKnown {
-		fmt.Fprintf(&b, "Main conversation: %s in %s\n\n", usdText(main.CostUSD), count.Of(main.Calls, "model call"))
+		fmt.Fprintf(&b, "Main conversation: %s in %s\n\n", runcost.USD(main.CostUSD), count.Of(main.Calls, "model call"))
 		t.usd += main.CostUSD
 		t.costKnown = true
+	}
+	if bu := opts.Budget; bu != nil && bu.Text() != "" {
+		fmt.Fprintf(&b, "**%s:** %s\n\n", mdDollars(mdEscape(capitalized(bu.Label()), 100)), mdDollars(mdEscape(bu.Text(), 100)))
 	}
 	b.WriteString(t.line(rows))
 	if opts.Stats != nil {
@@ -131,7 +140,7 @@ func (t *mdTotals) line(runs int) string {
 	}
 	s += ", " + count.Of(t.tasks, "background task") + ", " + count.Of(t.tokens, "token")
 	if t.costKnown {
-		s += ", " + usdText(t.usd)
+		s += ", " + runcost.USD(t.usd)
 	}
 	return s + "\n"
 }
@@ -155,7 +164,7 @@ func writeMDHeader(b *strings.Builder, withCost bool) {
 	b.WriteString("| workflow | status | duration | agents | tokens |\n|---|---|---:|---|---:|\n")
 }
 
-func writeMDRow(b *strings.Builder, r *ingest.Run, withCost bool) {
+func writeMDRow(b *strings.Builder, r *ingest.Run, v runcost.Verdict, withCost bool) {
 	name := mdEscape(r.Name, mdNameRunes)
 	if name == "" {
 		name = "*(unnamed)*"
@@ -173,11 +182,29 @@ func writeMDRow(b *strings.Builder, r *ingest.Run, withCost bool) {
 	if withCost {
 		cost := "—"
 		if c := CostOf(&r.Cost); c.CostUSD != nil {
-			cost = usdText(*c.CostUSD)
+			cost = runcost.USD(*c.CostUSD)
+		}
+		switch t := mdDollars(mdEscape(v.BaseText(), 60)); {
+		case v.Over():
+			cost = "**" + cost + "** ⚠️ " + t
+		case t != "":
+			cost += " " + t
 		}
 		fmt.Fprintf(b, " %s |", cost)
 	}
 	b.WriteString("\n")
+}
+
+// mdDollars escapes the dollar signs of s (already mdEscaped): GitHub
+// reads text between two of them as a formula ("$0.41 of $1.00").
+func mdDollars(s string) string { return strings.ReplaceAll(s, "$", `\$`) }
+
+// capitalized is s with its first letter upper case.
+func capitalized(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // agentsText is "3 done, 1 error": the agents by state, final states in

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
+	"github.com/cbc-otel/cbc-otel/internal/mdtable"
 )
 
 // hostileRuns are finalized runs whose names the model wrote to break
@@ -92,7 +93,8 @@ func TestStepSummaryRowsBounded(t *testing.T) {
 
 // checkTableShape checks every table of out is GitHub-flavoured: a header
 // row, a delimiter row, then rows with the header's number of cells
-// (unescaped pipes), and a blank line after the last row.
+// (split as GitHub splits them: mdtable.Cells), and a blank line after the
+// last row.
 func checkTableShape(t *testing.T, out string) {
 	t.Helper()
 	lines := strings.Split(out, "\n")
@@ -105,10 +107,10 @@ func checkTableShape(t *testing.T, out string) {
 			want = -1
 			continue
 		}
-		n := tableCells(l)
+		n := len(mdtable.Cells(l))
 		if want < 0 {
 			want = n
-			if i+1 >= len(lines) || tableCells(lines[i+1]) != n || !strings.Contains(lines[i+1], "---") {
+			if i+1 >= len(lines) || len(mdtable.Cells(lines[i+1])) != n || !strings.Contains(lines[i+1], "---") {
 				t.Errorf("line %d: a header without its delimiter row", i+1)
 			}
 			continue
@@ -117,20 +119,4 @@ func checkTableShape(t *testing.T, out string) {
 			t.Errorf("line %d has %d cells, the header %d: %q", i+1, n, want, l)
 		}
 	}
-}
-
-// tableCells counts the cells of a row: its unescaped pipes less one.
-func tableCells(l string) int {
-	n, esc := 0, false
-	for _, r := range l {
-		switch {
-		case esc:
-			esc = false
-		case r == '\\':
-			esc = true
-		case r == '|':
-			n++
-		}
-	}
-	return n - 1
 }

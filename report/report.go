@@ -1,6 +1,6 @@
 // Package report turns finalized runs into what people and scripts read: a
 // terminal waterfall per workflow run, the `replay --json` contract, one
-// JSON object per line (README, "replay --json"), and a Markdown section
+// JSON object per line (docs/json.md), and a Markdown section
 // for a CI step summary (WriteStepSummary).
 //
 // Cost: when the CLI's own telemetry was joined (run --join-cli-telemetry),

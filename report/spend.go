@@ -2,8 +2,10 @@ package report
 
 import (
 	"math"
+	"sync"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
 
 // Spend is an ingest.Sink that sums what a session spent, from both
@@ -11,8 +13,10 @@ import (
 // total_cost_usd and modelUsage, sub-agents and workflows included, as
 // cbc_cost_usd_total and cbc_model_tokens_total count it) and the CLI's
 // own telemetry when joined (every model call it reported, whatever its
-// scope, as cbc_cli_cost_usd_total counts it).
+// scope, as cbc_cli_cost_usd_total counts it). It is safe for concurrent
+// use: the pipeline sums, the runs page reads (Budget).
 type Spend struct {
+	mu           sync.Mutex
 	result       ingest.Cost
 	resultTokens bool // a result line's modelUsage grew
 	joined       ingest.Cost
@@ -20,6 +24,8 @@ type Spend struct {
 
 // Observe sums turns and model calls.
 func (s *Spend) Observe(l ingest.Lifecycle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
 	case l.Kind == ingest.TurnEnded && l.Turn != nil:
 		// total_cost_usd's growth, or its models' costUSD when it is
@@ -55,6 +61,8 @@ func positive(v float64) float64 {
 // result lines' and the joined calls' (0 when a source reported none).
 // Totals' CostUSD is the higher of the two.
 func (s *Spend) Costs() (result, joined float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.result.CostUSD, s.joined.CostUSD
 }
 
@@ -73,6 +81,8 @@ type SpendTotals struct {
 
 // Totals returns what the session spent so far.
 func (s *Spend) Totals() SpendTotals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var t SpendTotals
 	joined := s.joined.Calls > 0
 	if s.result.CostUSD > 0 || joined {
@@ -88,4 +98,11 @@ func (s *Spend) Totals() SpendTotals {
 		t.Tokens = &tb
 	}
 	return t
+}
+
+// Budget is the spend so far against capUSD (Totals' CostUSD: the figure
+// --budget.max-cost-usd weighs); showOnly marks the demo's budget for
+// show, which nothing acts on.
+func (s *Spend) Budget(capUSD float64, showOnly bool) runcost.Budget {
+	return runcost.Budget{CapUSD: capUSD, SpendUSD: s.Totals().CostUSD, ShowOnly: showOnly}
 }

@@ -3,13 +3,13 @@ package report
 import (
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
 
 // WaterfallOptions bounds the rendering.
@@ -20,14 +20,20 @@ type WaterfallOptions struct {
 	// Sessions, if any, are printed after the runs: the main
 	// conversation's cost (Collector.Sessions).
 	Sessions []Session
+	// Budget, when set, adds a line of the session's spend against the
+	// cap (run --budget.max-cost-usd, or the demo's budget for show).
+	Budget *runcost.Budget
 }
 
 const nameCols = 28
 
 // WriteWaterfall prints a per-run summary: for each workflow a header line,
 // then each phase and its agents with a bar placed on the run's time axis,
-// then one line per plain task and the stream's counters. Every name is
-// already sanitized by ingest; here it is also cut to its column.
+// then one line per plain task and the stream's counters. A run's cost
+// stands beside its workflow's p95 over the runs before it when known
+// (runcost: at least runcost.MinRuns of them), marked "over" when above.
+// Every name is already sanitized by ingest; here it is also cut to its
+// column.
 func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts WaterfallOptions) error {
 	width := opts.Width
 	if width <= 0 {
@@ -36,6 +42,7 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	barCols := max(10, width-nameCols-34)
 	var b strings.Builder
 	nw, nt := 0, 0
+	verdicts := runcost.Verdicts(runs)
 	for i := range runs {
 		r := &runs[i]
 		if !r.Workflow {
@@ -43,7 +50,7 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 			continue
 		}
 		nw++
-		writeRun(&b, r, barCols)
+		writeRun(&b, r, verdicts[i], barCols)
 	}
 	if nt > 0 {
 		fmt.Fprintf(&b, "tasks:\n")
@@ -67,8 +74,11 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	}
 	for _, s := range opts.Sessions {
 		if s.CostUSD != nil {
-			fmt.Fprintf(&b, "session %s: main conversation %s in %s\n", cut(s.SessionID, 40), usdText(*s.CostUSD), count.Of(s.ModelCalls, "model call"))
+			fmt.Fprintf(&b, "session %s: main conversation %s in %s\n", cut(s.SessionID, 40), runcost.USD(*s.CostUSD), count.Of(s.ModelCalls, "model call"))
 		}
+	}
+	if bu := opts.Budget; bu != nil && bu.Text() != "" {
+		fmt.Fprintf(&b, "%s: %s\n", bu.Label(), bu.Text())
 	}
 	if stats != nil {
 		s := StatsOf(stats)
@@ -88,7 +98,7 @@ func WriteWaterfall(w io.Writer, runs []ingest.Run, stats *ingest.Stats, opts Wa
 	return err
 }
 
-func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
+func writeRun(b *strings.Builder, r *ingest.Run, v runcost.Verdict, barCols int) {
 	wf := WorkflowOf(r)
 	name := r.Name
 	if name == "" {
@@ -96,7 +106,10 @@ func writeRun(b *strings.Builder, r *ingest.Run, barCols int) {
 	}
 	fmt.Fprintf(b, "%s %s  %s  %s  %s  %s  ", statusMark(r.Status), cut(name, 60), r.Status, durtext.Millis(wf.DurationMs), count.Of(wf.Tokens, "token"), count.Of(wf.ToolUses, "tool use"))
 	if wf.CostUSD != nil {
-		fmt.Fprintf(b, "%s  ", usdText(*wf.CostUSD))
+		fmt.Fprintf(b, "%s  ", runcost.USD(*wf.CostUSD))
+		if t := v.BaseText(); t != "" {
+			b.WriteString(t + "  ")
+		}
 	}
 	if r.Stalls > 0 {
 		fmt.Fprintf(b, "stalled ×%d  ", r.Stalls)
@@ -188,7 +201,7 @@ func writeAgent(b *strings.Builder, a *ingest.Agent, ax axis) {
 		line += fmt.Sprintf(" %d tok", a.Tokens)
 	}
 	if c := CostOf(&a.Cost); c.CostUSD != nil {
-		line += " " + usdText(*c.CostUSD)
+		line += " " + runcost.USD(*c.CostUSD)
 	}
 	if a.Stalls > 0 {
 		line += fmt.Sprintf("  stalled ×%d", a.Stalls)
@@ -268,13 +281,4 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
-}
-
-// usdText is a cost as the waterfall prints it: four decimals, enough for
-// one cheap model call; an absurd one stays short.
-func usdText(usd float64) string {
-	if math.Abs(usd) >= 1e6 {
-		return fmt.Sprintf("$%.3g", usd)
-	}
-	return fmt.Sprintf("$%.4f", usd)
 }

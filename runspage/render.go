@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -86,6 +86,9 @@ func (p *Page) Render(w io.Writer) error {
 	if p.opts.Gaps != nil {
 		v.Gaps = p.opts.Gaps()
 	}
+	if s.budget != nil {
+		v.Budget = budgetOf(s.budget())
+	}
 	for i := range s.open {
 		v.Open = append(v.Open, runOf(&s.open[i], now.UnixMilli()))
 	}
@@ -108,6 +111,26 @@ type pageView struct {
 	// Before is the finished runs counted in /metrics before a restart
 	// (SetFinishedBefore), which the page never saw.
 	Before int64
+	// Budget is the spend against the cap (SetBudget); nil: none.
+	Budget *budgetView
+}
+
+// budgetView is the budget line: its label and text (runcost.Budget),
+// the meter's filled width in its 100 units, and whether it is past.
+type budgetView struct {
+	Label, Text string
+	Meter       string
+	Over        bool
+}
+
+// budgetOf lays out b; nil without a cap.
+func budgetOf(b runcost.Budget) *budgetView {
+	t := b.Text()
+	if t == "" {
+		return nil
+	}
+	f := b.Fraction()
+	return &budgetView{Label: b.Label(), Text: t, Meter: strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64), Over: f > 1}
 }
 
 type runView struct {
@@ -127,9 +150,13 @@ type runView struct {
 	Rows                       []rowView
 	HiddenAgents, HiddenPhases int64
 	// Cost is the run's cost ("" unknown); HasCost adds the cost column,
-	// when the run or an agent has one.
-	Cost    string
-	HasCost bool
+	// when the run or an agent has one. CostBase is the run's workflow's
+	// p95 beside it ("(p95 $0.0384)", "" unknown: runcost), CostOver
+	// whether the run cost more.
+	Cost     string
+	HasCost  bool
+	CostBase string
+	CostOver bool
 	// Settling: the run has finished and waits out its grace window for
 	// late snapshots; it is listed with the finished runs.
 	Settling bool
@@ -205,6 +232,7 @@ func runOf(e *entry, nowMs int64) runView {
 		}
 	}
 	rv.Cost = costText(&r.Cost)
+	rv.CostBase, rv.CostOver = e.cost.BaseText(), e.cost.Over()
 	ax := axis{t0: t0, t1: t1}
 	shown := make([]bool, len(r.Agents))
 	for _, ph := range r.Phases {
@@ -235,19 +263,12 @@ func runOf(e *entry, nowMs int64) runView {
 	return rv
 }
 
-// costText is a known cost in dollars, "" when unknown: four decimals,
-// enough for one cheap model call; an absurd one (the CLI's telemetry is
-// input too) stays short.
+// costText is a known cost in dollars (runcost.USD), "" when unknown.
 func costText(c *ingest.Cost) string {
-	switch {
-	case !c.Known():
+	if !c.Known() {
 		return ""
-	case math.IsNaN(c.CostUSD) || math.IsInf(c.CostUSD, 0):
-		return "$?"
-	case math.Abs(c.CostUSD) >= 1e6:
-		return fmt.Sprintf("$%.3g", c.CostUSD)
 	}
-	return fmt.Sprintf("$%.4f", c.CostUSD)
+	return runcost.USD(c.CostUSD)
 }
 
 func agentRow(a *ingest.Agent, ax axis, t1 int64, finished bool) rowView {

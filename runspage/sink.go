@@ -1,7 +1,9 @@
 // Package runspage is the page at / of the metrics listener: build info,
 // links to /metrics, /healthz and /readyz, and the last runs as waterfalls
 // (phases and agents on the run's time axis, status colours, durations,
-// tokens), rendered on the server with html/template and inline SVG. The
+// tokens, and the run's cost beside its workflow's p95: internal/runcost),
+// with the session's spend against a budget when one is set (SetBudget),
+// rendered on the server with html/template and inline SVG. The
 // page holds no script and loads nothing: its Content-Security-Policy
 // forbids both.
 //
@@ -31,6 +33,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
 
 // Defaults of Options.
@@ -82,6 +85,19 @@ type Page struct {
 	finished uint64   // finalized workflow runs seen
 	dropped  uint64   // open runs dropped over Open
 	before   uint64   // finished runs counted before a restart (SetFinishedBefore)
+	// base is the workflows' recent costs: a finalized run is judged
+	// against its workflow's earlier runs, an open one against all so far.
+	base   runcost.Baseline
+	budget func() runcost.Budget // SetBudget; nil: no budget line
+}
+
+// SetBudget makes the page show the session's spend against a cap (run
+// --budget.max-cost-usd, or the demo's budget for show): budget is called
+// at each render, from the HTTP goroutines, and must be safe for that.
+func (p *Page) SetBudget(budget func() runcost.Budget) {
+	p.mu.Lock()
+	p.budget = budget
+	p.mu.Unlock()
 }
 
 // SetFinishedBefore tells the page how many workflow runs finished before
@@ -103,6 +119,9 @@ type entry struct {
 	hiddenAgents int
 	hiddenPhases int
 	shared       bool
+	// cost is the run's cost beside its workflow's p95: of the runs
+	// before it, fixed at finalization; an open run's, at each snapshot.
+	cost runcost.Verdict
 }
 
 // New returns an empty Page.
@@ -162,6 +181,7 @@ func (p *Page) Observe(l ingest.Lifecycle) {
 		p.dropOverflow()
 	}
 	if l.Kind == ingest.RunFinalized {
+		e.cost = p.base.Run(&e.run)
 		delete(p.open, r)
 		p.finished++
 		if len(p.done) == p.opts.Runs {
@@ -291,6 +311,7 @@ func keep(old, s string) string {
 type snapshot struct {
 	open, settling, done      []entry
 	finished, dropped, before uint64
+	budget                    func() runcost.Budget
 }
 
 // snapshot copies the page's state under the lock: open runs newest
@@ -298,9 +319,11 @@ type snapshot struct {
 func (p *Page) snapshot() snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := snapshot{finished: p.finished, dropped: p.dropped, before: p.before, open: make([]entry, 0, len(p.open)), done: make([]entry, 0, len(p.done))}
+	s := snapshot{finished: p.finished, dropped: p.dropped, before: p.before, budget: p.budget,
+		open: make([]entry, 0, len(p.open)), done: make([]entry, 0, len(p.done))}
 	for _, e := range p.open {
 		e.shared = true
+		e.cost = p.base.Peek(&e.run)
 		if e.run.Finished {
 			s.settling = append(s.settling, *e)
 		} else {

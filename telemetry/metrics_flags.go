@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/runspage"
@@ -55,7 +56,7 @@ func (m *metricsFlags) register(fs *flag.FlagSet, serve bool) {
 		// run serves nothing unless asked (issue 29): an SDK starts one
 		// wrapper per session, and a port they all want is a fight whose
 		// losers write errors into the CLI's stderr.
-		def := metrics.DefaultAddr
+		def := exposition.DefaultAddr
 		if m.noListen {
 			def = ""
 		}
@@ -110,7 +111,7 @@ func (m *metricsFlags) validate() error {
 	}
 	errs = append(errs, m.web.validate(m.listen))
 	if m.pushURL != "" {
-		if err := metrics.CheckPushURL(m.pushURL); err != nil {
+		if err := exposition.CheckPushURL(m.pushURL); err != nil {
 			errs = append(errs, fmt.Errorf("--push.gateway: %w", err))
 		}
 		if m.pushJob == "" {
@@ -169,7 +170,8 @@ type metricsRuntime struct {
 	// serve's cumulative totals around it (cum: restored base + this
 	// process; nil but in serve).
 	gatherer prometheus.Gatherer
-	cum      *metrics.Cumulative
+	cum      *exposition.Cumulative
+	ckpt     *metrics.Checkpoint // of cum
 
 	ready      atomic.Bool
 	started    bool     // serve ran: the outputs at shutdown are due
@@ -253,7 +255,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 			return nil
 		}
 	}
-	srv, err := metrics.Listen(metrics.ServeOptions{
+	srv, err := exposition.Listen(exposition.Options{
 		Addr:          r.flags.listen,
 		WebConfigFile: r.flags.webConfig,
 		Gatherer:      r.gatherer,
@@ -263,6 +265,7 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 		TelemetryPath: r.flags.web.telemetryPath,
 		MaxRequests:   r.flags.web.maxRequests,
 		SystemdSocket: r.flags.web.systemdSocket,
+		EnablePprof:   r.flags.web.pprof,
 	})
 	if err != nil {
 		return err
@@ -274,24 +277,25 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	r.stopServer = cancel
 	r.served = make(chan error, 1)
 	go func() { r.served <- srv.Serve(sctx) }()
-	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "")
+	r.logger.Info("serving metrics", "addr", r.addr.String(), "tls_config", r.flags.webConfig != "", "pprof", r.flags.web.pprof)
 	return nil
 }
 
 // exposeTotals makes /metrics and the file expose the totals across
 // restarts (serve): the restored base plus this process.
 func (r *metricsRuntime) exposeTotals() {
-	r.cum = metrics.NewCumulative(r.m.Registry())
+	r.cum = exposition.NewCumulative(r.m.Registry(), "cbc_")
+	r.ckpt = metrics.NewCheckpoint(r.m, r.cum)
 	r.gatherer = r.cum
 }
 
 // checkpointer is serve's checkpoint of the totals across restarts.
 func (r *metricsRuntime) checkpointer() ingest.Checkpointer {
-	return metrics.NewCheckpoint(r.m, r.cum)
+	return r.ckpt
 }
 
 // baseRuns is how many finished runs the restored totals hold.
-func (r *metricsRuntime) baseRuns() uint64 { return r.cum.BaseRuns() }
+func (r *metricsRuntime) baseRuns() uint64 { return r.ckpt.BaseRuns() }
 
 // sayShutdownErr logs what shutdown returned: a push the Pushgateway did
 // not take in one line of its own saying where and why, the rest in one.
@@ -302,7 +306,7 @@ func (r *metricsRuntime) sayShutdownErr(err error) {
 	}
 	var rest []error
 	for _, e := range errs {
-		var pe *metrics.PushError
+		var pe *exposition.PushError
 		if !errors.As(e, &pe) {
 			rest = append(rest, e)
 			continue
@@ -346,7 +350,7 @@ func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 	// The file first: it is local and quick, and a gateway that never
 	// answers must not cost it (the process may be killed while it waits).
 	if r.flags.file != "" {
-		if err := metrics.WriteFile(r.flags.file, r.gatherer); err != nil {
+		if err := exposition.WriteFile(r.flags.file, r.gatherer); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -354,8 +358,8 @@ func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 		fctx, cancel := context.WithTimeout(ctx, r.flags.flushTimeout)
 		// The job's process is gone once pushed: go_* and process_* would
 		// describe nothing.
-		g := metrics.WithPrefix(r.m.Registry(), "cbc_")
-		if err := metrics.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
+		g := exposition.WithPrefix(r.m.Registry(), "cbc_")
+		if err := exposition.Push(fctx, r.flags.pushURL, r.flags.pushJob, g); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()

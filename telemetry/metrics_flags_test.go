@@ -186,13 +186,13 @@ func TestMetricsRuntime(t *testing.T) {
 	}
 	observeRun(rt.sink(), "wf")
 	base := "http://" + rt.listenAddr().String()
-	body := httpGet(t, base+"/metrics")
+	body := oteltest.HTTPGet(t, base+"/metrics")
 	for _, want := range []string{`cbc_workflow_runs_total{status="completed",workflow="wf"} 1`, `cbc_otel_build_info{goversion=`, "go_goroutines"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if httpGet(t, base+"/readyz") == "" {
+	if oteltest.HTTPGet(t, base+"/readyz") == "" {
 		t.Error("/readyz empty")
 	}
 
@@ -360,19 +360,4 @@ func TestReplayMetricsFile(t *testing.T) {
 	if !strings.Contains(string(b), "cbc_workflow_runs_total") || strings.Contains(string(b), "go_goroutines") {
 		t.Errorf("replay file:\n%s", b)
 	}
-}
-
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	return string(b)
 }

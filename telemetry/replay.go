@@ -33,7 +33,7 @@ func WriteRuns(w io.Writer, asJSON bool, width int, o Outcome) error {
 	if asJSON {
 		return report.WriteJSONSessions(w, o.Runs, o.Sessions, o.Stats)
 	}
-	return report.WriteWaterfall(w, o.Runs, o.Stats, report.WaterfallOptions{Width: width, Sessions: o.Sessions})
+	return report.WriteWaterfall(w, o.Runs, o.Stats, report.WaterfallOptions{Width: width, Sessions: o.Sessions, Budget: o.Budget})
 }
 
 // replayFile feeds the recording name ("-": stdin) to p and closes p.

@@ -13,7 +13,7 @@ import (
 
 // Step outputs (--step-output, $GITHUB_OUTPUT): the session's spend and
 // its workflow runs by status, for a later step of the job to gate or
-// comment on. The README's table lists the same names.
+// comment on. The table of docs/json.md lists the same names.
 const (
 	outCostUSD       = "cbc-cost-usd"
 	outTokensPrefix  = "cbc-tokens-" // + input, output, cache-read, cache-creation

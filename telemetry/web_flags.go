@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/cbc-otel/cbc-otel/metrics"
+	"github.com/cbc-otel/cbc-otel/exposition"
 )
 
 // webFlags are the exporter conventions node_exporter has (issue 21): the
@@ -18,19 +18,22 @@ type webFlags struct {
 	maxRequests       int
 	noExporterMetrics bool
 	systemdSocket     bool
+	pprof             bool // --web.enable-pprof
 	registered        bool // replay has none of them
 }
 
 func (w *webFlags) register(fs *flag.FlagSet) {
 	w.registered = true
-	fs.StringVar(&w.telemetryPath, "web.telemetry-path", metrics.DefaultTelemetryPath,
+	fs.StringVar(&w.telemetryPath, "web.telemetry-path", exposition.DefaultTelemetryPath,
 		"path under which the metrics are served (/, /healthz and /readyz stay where they are)")
-	fs.IntVar(&w.maxRequests, "web.max-requests", metrics.DefaultMaxRequests,
+	fs.IntVar(&w.maxRequests, "web.max-requests", exposition.DefaultMaxRequests,
 		"most scrapes served in parallel; beyond it a scrape gets 503 (0 = no limit)")
 	fs.BoolVar(&w.noExporterMetrics, "web.disable-exporter-metrics", false,
 		"leave cbc-otel's own go_* and process_* metrics out of the metrics endpoint and file")
 	fs.BoolVar(&w.systemdSocket, "web.systemd-socket", false,
 		"serve on the sockets systemd passes (socket activation, Linux only) instead of binding --web.listen-address")
+	fs.BoolVar(&w.pprof, "web.enable-pprof", false,
+		"serve the Go runtime's profiles under /debug/pprof/ on --web.listen-address, behind the same --web.config.file (TLS, basic auth) as the metrics")
 }
 
 // validate checks the values; listen is --web.listen-address.
@@ -39,7 +42,7 @@ func (w *webFlags) validate(listen string) error {
 		return nil
 	}
 	var errs []error
-	if err := metrics.CheckTelemetryPath(w.telemetryPath); err != nil {
+	if err := exposition.CheckTelemetryPath(w.telemetryPath); err != nil {
 		errs = append(errs, fmt.Errorf("--web.telemetry-path %q: %w", w.telemetryPath, err))
 	}
 	if w.maxRequests < 0 {

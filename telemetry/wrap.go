@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -52,6 +53,10 @@ type WrapOptions struct {
 	// Consume reads both taps until they are closed; nil means the ingest
 	// pipeline feeding the telemetry sinks. Tests swap in stuck consumers.
 	Consume ConsumeFunc
+	// BudgetCap is --budget.max-cost-usd (0: none), BudgetShow the demo's
+	// budget for show (demo --budget.show-usd; 0: none): the summaries and
+	// the runs page show the session's spend against the first set.
+	BudgetCap, BudgetShow float64
 	// Command is the wrapped command (its name names the join's minted
 	// parent span).
 	Command string
@@ -71,8 +76,12 @@ type Wrapped struct {
 	collect  bool
 	consumed chan struct{}
 	join     *cliJoin      // --join-cli-telemetry; nil without
-	spend    *report.Spend // --step-output; nil without
+	spend    *report.Spend // --step-output or a budget; nil without
 	sums     Summaries
+	// budgetUSD is the budget shown against spend (0: none); showOnly
+	// when it is the demo's, which nothing acts on.
+	budgetUSD float64
+	showOnly  bool
 }
 
 // Outcome is what the pipeline of a run (or of a replay) saw: the runs
@@ -81,6 +90,7 @@ type Outcome struct {
 	Runs     []ingest.Run
 	Sessions []report.Session // the main conversation's cost (--join-cli-telemetry)
 	Stats    *ingest.Stats
+	Budget   *runcost.Budget   // the spend against the budget shown; nil: none
 	col      *report.Collector // replay's, which may hold the --json lines only
 }
 
@@ -140,9 +150,10 @@ func (f *Flags) Wrap(ctx context.Context, o WrapOptions, log *slog.Logger) (*Wra
 		if join != nil {
 			extra = append(extra, join.s.Joiner)
 		}
-		if o.Summaries.StepOutputs != "" {
+		if o.Summaries.StepOutputs != "" || o.BudgetCap > 0 || o.BudgetShow > 0 {
 			c.spend = &report.Spend{}
 			extra = append(extra, c.spend)
+			c.showBudget(o)
 		}
 		extra = append(extra, o.Extra...)
 		if o.Register != nil {
@@ -168,6 +179,28 @@ func (f *Flags) Wrap(ctx context.Context, o WrapOptions, log *slog.Logger) (*Wra
 		consume(c.pipe, c.pipeIn, log)
 	}()
 	return c, nil
+}
+
+// showBudget makes the summaries and the runs page show the session's
+// spend against the cap (--budget.max-cost-usd: the figure it weighs, as
+// c.spend sums the same events) or against the demo's budget for show.
+func (c *Wrapped) showBudget(o WrapOptions) {
+	c.budgetUSD, c.showOnly = o.BudgetCap, o.BudgetCap <= 0
+	if c.showOnly {
+		c.budgetUSD = o.BudgetShow
+	}
+	if c.budgetUSD > 0 && c.tel.page != nil {
+		c.tel.page.SetBudget(func() runcost.Budget { return *c.budget() })
+	}
+}
+
+// budget is the spend against the budget shown; nil without one.
+func (c *Wrapped) budget() *runcost.Budget {
+	if c.spend == nil || c.budgetUSD <= 0 {
+		return nil
+	}
+	b := c.spend.Budget(c.budgetUSD, c.showOnly)
+	return &b
 }
 
 // StdoutTap is what the supervisor writes the child's stdout to: the
@@ -216,7 +249,7 @@ func (c *Wrapped) Finish(ctx context.Context, wait time.Duration, log *slog.Logg
 	select {
 	case <-c.consumed: // also when both were ready
 		if c.tel != nil {
-			return Outcome{Runs: c.runs.Runs, Sessions: c.runs.Sessions(), Stats: c.tel.stats}
+			return Outcome{Runs: c.runs.Runs, Sessions: c.runs.Sessions(), Stats: c.tel.stats, Budget: c.budget()}
 		}
 		return Outcome{}
 	default:
@@ -234,7 +267,7 @@ func (c *Wrapped) Finish(ctx context.Context, wait time.Duration, log *slog.Logg
 	case <-c.consumed:
 		c.tel.traces.lossLogger.Warn("telemetry fell behind: tapped bytes not read when the wrapper exited were given up and counted as dropped (cbc_otel_tap_dropped_bytes_total)",
 			"waited", wait, "given_up_bytes", c.droppedBytes()-before)
-		return Outcome{Runs: c.runs.Runs, Sessions: c.runs.Sessions(), Stats: c.tel.stats}
+		return Outcome{Runs: c.runs.Runs, Sessions: c.runs.Sessions(), Stats: c.tel.stats, Budget: c.budget()}
 	case <-t.C:
 		c.tel.traces.lossLogger.Warn("telemetry consumer did not finish; exiting without it (its counts are incomplete)", "waited", wait+abandonWait)
 		c.collect = false // what was collected is incomplete and still being written
@@ -266,7 +299,7 @@ func (c *Wrapped) WriteSummaries(stderr io.Writer, log *slog.Logger) {
 		return
 	}
 	if cfg.Waterfall {
-		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions()}); err != nil {
+		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions(), Budget: c.budget()}); err != nil {
 			log.Error("writing the summary", "err", err)
 		}
 	}
@@ -276,7 +309,7 @@ func (c *Wrapped) WriteSummaries(stderr io.Writer, log *slog.Logger) {
 		}
 	}
 	if cfg.StepSummary != "" {
-		if err := appendStepSummary(cfg.StepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
+		if err := appendStepSummary(cfg.StepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats, c.budget()); err != nil {
 			log.Error("writing the step summary", "err", err)
 		}
 	}
@@ -290,13 +323,13 @@ func (c *Wrapped) WriteSummaries(stderr io.Writer, log *slog.Logger) {
 // appendStepSummary appends the Markdown section of the runs to path
 // (--step-summary, $GITHUB_STEP_SUMMARY), creating it if need be: the
 // file holds the job's other steps' summaries too, never truncated.
-func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats) error {
+func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats, budget *runcost.Budget) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer // one write: a half section is less likely on a full disk
-	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats}); err != nil {
+	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats, Budget: budget}); err != nil {
 		f.Close()
 		return err
 	}

@@ -147,7 +147,7 @@ func TestExportParent(t *testing.T) {
 // are the names the real Claude Code writes on its own model-call spans
 // (recorded, corpus claude-code-2.1.334-otel), which follow the GenAI
 // conventions as they stand (cache_creation became cache_write), and the
-// README's conventions table names each of them.
+// conventions table of docs/traces.md names each of them.
 func TestGenAIUsageNames(t *testing.T) {
 	ours := map[string]bool{AttrUsageInputTokens: true, AttrUsageOutputTokens: true, AttrUsageCacheRead: true, AttrUsageCacheWrite: true}
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", "corpus", "claude-code-2.1.334-otel", "*", "traces.jsonl"))
@@ -168,17 +168,17 @@ func TestGenAIUsageNames(t *testing.T) {
 	if !maps.Equal(cli, ours) {
 		t.Errorf("the CLI writes %v, we write %v", slices.Sorted(maps.Keys(cli)), slices.Sorted(maps.Keys(ours)))
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "traces.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name := range ours {
-		if !strings.Contains(string(readme), "| `"+name+"`") && !strings.Contains(string(readme), ", `"+name+"`") {
-			t.Errorf("the README's conventions table does not name %s", name)
+		if !strings.Contains(string(doc), "| `"+name+"`") && !strings.Contains(string(doc), ", `"+name+"`") {
+			t.Errorf("the conventions table of docs/traces.md does not name %s", name)
 		}
 	}
 	// The names an attribute had before are only mentioned as renamed.
-	if strings.Count(string(readme), "gen_ai.usage.cache_creation.input_tokens") > 1 {
-		t.Error("the README still uses gen_ai.usage.cache_creation.input_tokens")
+	if strings.Count(string(doc), "gen_ai.usage.cache_creation.input_tokens") > 1 {
+		t.Error("docs/traces.md still uses gen_ai.usage.cache_creation.input_tokens")
 	}
 }

@@ -311,7 +311,7 @@ func TestPreviewBounded(t *testing.T) {
 }
 
 // Tree renders spans as an indented tree per trace, with times in epoch ms
-// and sorted attributes: the golden format, and what the README shows.
+// and sorted attributes: the golden format, and what docs/traces.md shows.
 func Tree(spans tracetest.SpanStubs) string {
 	children := map[trace.SpanID][]tracetest.SpanStub{}
 	ids := map[trace.SpanID]bool{}

@@ -76,16 +76,9 @@ type cpuCase struct {
 // both, interleaved, and the rows show both and their ratio.
 func cpuSection(ctx context.Context, c *config, rep *report) error {
 	start := time.Now()
-	bins := []cpuBin{{name: "new", path: c.bin}}
-	base, err := baselineBinary(ctx, c)
+	bins, err := measuredBins(ctx, c, rep, "cpu")
 	if err != nil {
 		return err
-	}
-	if base.path != "" {
-		bins = append(bins, base)
-		rep.note("cpu: baseline = %s, `%s` (%s), measured in turn with the current binary in every run of every case", base.desc, base.path, binVersion(ctx, base.path))
-	} else {
-		rep.note("cpu: no baseline was given (-baseline-bin, $CBC_OTEL_BASELINE_BIN or -baseline-rev): only the current binary was measured")
 	}
 	path, err := taskFile(ctx, c, c.cpuTaskMB)
 	if err != nil {
@@ -149,7 +142,7 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 		// ~12 s a run: at most 3, as the other long sections, keeps the
 		// section near 3 minutes with a baseline.
 		{"follow", 3, func(b cpuBin, i int) (cpuResult, error) {
-			return cpuFollow(ctx, c, b, dir, fmt.Sprintf("follow-%d-%s", i, b.tag()))
+			return cpuFollow(ctx, c, b, dir, fmt.Sprintf("follow-%d-%s", i, b.tag()), nil)
 		}},
 	}
 	// results[case][bin] holds every run's result, valid or not.
@@ -223,6 +216,23 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 	rep.note("cpu: the section took %s (%d runs of every case, the follow case %d, × %d binaries, interleaved)", time.Since(start).Round(time.Second), c.runs, min(c.runs, 3), len(bins))
 	c.log.Info("cpu section done", "elapsed", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// measuredBins is the binary under test and the baseline, if one was
+// given; the notes of section sec say which.
+func measuredBins(ctx context.Context, c *config, rep *report, sec string) ([]cpuBin, error) {
+	bins := []cpuBin{{name: "new", path: c.bin}}
+	base, err := baselineBinary(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if base.path != "" {
+		bins = append(bins, base)
+		rep.note("%s: baseline = %s, `%s` (%s), measured in turn with the current binary in every run of every case", sec, base.desc, base.path, binVersion(ctx, base.path))
+	} else {
+		rep.note("%s: no baseline was given (-baseline-bin, $CBC_OTEL_BASELINE_BIN or -baseline-rev): only the current binary was measured", sec)
+	}
+	return bins, nil
 }
 
 // tag is a file-name-safe short name of the binary.
@@ -397,7 +407,8 @@ func cpuServeFile(ctx context.Context, c *config, b cpuBin, path string, lines, 
 // cpuFollow has serve follow c.cpuFiles plain files that the harness
 // grows by c.cpuFileRate lines/s each for c.cpuFollowDur, and measures
 // serve's CPU over that window and its peak RSS.
-func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuResult, error) {
+// extra are more flags of serve (e.g. --state-dir).
+func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string, extra []string) (cpuResult, error) {
 	fdir := filepath.Join(dir, tag)
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
 		return cpuResult{}, fmt.Errorf("follow dir: %w", err)
@@ -425,7 +436,7 @@ func cpuFollow(ctx context.Context, c *config, b cpuBin, dir, tag string) (cpuRe
 	}
 	traces := filepath.Join(dir, tag+"-traces.jsonl")
 	defer os.Remove(traces)
-	s, err := startServe(ctx, b.path, []string{"--follow", filepath.Join(fdir, "*.ndjson"), "--traces-file", traces}, dir, tag)
+	s, err := startServe(ctx, b.path, append([]string{"--follow", filepath.Join(fdir, "*.ndjson"), "--traces-file", traces}, extra...), dir, tag)
 	if err != nil {
 		return cpuResult{}, err
 	}

@@ -67,7 +67,7 @@ type config struct {
 }
 
 // sectionNames lists the sections in the order they run and print.
-var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu"}
+var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu", "serve"}
 
 func main() {
 	if spec := os.Getenv(pacegen.EnvLatGen); spec != "" {
@@ -210,6 +210,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 			err = memory(ctx, c, rep)
 		case "cpu":
 			err = cpuSection(ctx, c, rep)
+		case "serve":
+			err = serveSection(ctx, c, rep)
 		}
 		if err != nil {
 			// One broken section must not hide the figures of the others,

@@ -142,8 +142,13 @@ func TestBudgetStopsSession(t *testing.T) {
 	if !found || run.Status != "stopped" || run.StopReason != "budget" {
 		t.Errorf("summary file: status %q stop_reason %q:\n%s", run.Status, run.StopReason, b)
 	}
-	if md, _ := os.ReadFile(step); !bytes.Contains(md, []byte("stopped (budget)")) {
+	// The spend against the cap beside the stop: the figure it weighed.
+	if md, _ := os.ReadFile(step); !bytes.Contains(md, []byte("stopped (budget)")) ||
+		!regexp.MustCompile(`\*\*Budget \\\(--budget\.max-cost-usd\\\):\*\* \\\$1\.2\d{3} of \\\$1\.0000 \\\(12\d%: over\\\)\n`).Match(md) {
 		t.Errorf("step summary:\n%s", md)
+	}
+	if !regexp.MustCompile(`\nbudget \(--budget\.max-cost-usd\): \$1\.2\d{3} of \$1\.0000 \(12\d%: over\)\n`).MatchString(stderr) {
+		t.Errorf("--summary lacks the spend against the cap:\n%s", stderr)
 	}
 	if tr, _ := os.ReadFile(traces); !regexp.MustCompile(`"name":"invoke_workflow spend".*\{"key":"cbc.stop.reason","value":\{"stringValue":"budget"\}\}`).Match(tr) {
 		t.Errorf("no span with cbc.stop.reason budget:\n%s", tr)

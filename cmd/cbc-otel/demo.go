@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/internal/count"
+	"github.com/cbc-otel/cbc-otel/internal/runcost"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/simulate/drive"
+
 	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
@@ -31,8 +33,15 @@ type demoConfig struct {
 	logLevel  string
 	logFormat string
 	joinCLI   bool
+	budget    float64 // --budget.show-usd
 	tel       telemetry.Flags
 }
+
+// defaultDemoBudget is the demo's budget for show: the default scenarios
+// spend about half of it with --join-cli-telemetry ($0.12), and demo
+// --live passes it after a few rounds of them: the line and the runs
+// page's meter are seen filling, then over.
+const defaultDemoBudget = 0.25
 
 const demoUsage = `usage: cbc-otel demo [flags]
 
@@ -59,6 +68,7 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 	fs.StringVar(&cfg.logLevel, "log.level", "error", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	registerLogFormat(fs, &cfg.logFormat)
 	fs.BoolVar(&cfg.joinCLI, "join-cli-telemetry", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --join-cli-telemetry does with Claude Code")
+	fs.Float64Var(&cfg.budget, "budget.show-usd", defaultDemoBudget, "a budget for show: the summary and the runs page show the session's spend (the joined cost, with --join-cli-telemetry) against it; nothing is stopped (that is run --budget.max-cost-usd); 0: none")
 	cfg.tel.Register(fs, telemetry.Demo)
 	if ok, code := parseFlags(fs, args); !ok {
 		return cfg, false, code
@@ -71,8 +81,8 @@ func parseDemoArgs(args []string, stderr io.Writer) (cfg demoConfig, ok bool, co
 			cfg.scenarios = append(cfg.scenarios, s)
 		}
 	}
-	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 {
-		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude, --speed >= 0 and --pace >= 0"))
+	if len(cfg.scenarios) == 0 || (cfg.dialect != "cbc" && cfg.dialect != "claude") || cfg.speed < 0 || cfg.pace < 0 || !(cfg.budget >= 0) {
+		return cfg, false, fail(stderr, "demo", exitUsage, errors.New("need at least one scenario, --dialect cbc|claude, --speed >= 0, --pace >= 0 and --budget.show-usd >= 0"))
 	}
 	for _, s := range cfg.scenarios {
 		if !slices.Contains(simulate.Scenarios(), s) {
@@ -95,7 +105,8 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.logLevel, rc.logFormat = c.logLevel, c.logFormat
 	rc.tel = c.tel
 	rc.joinCLI = c.joinCLI
-	rc.collect = !c.live // a live demo runs for hours: keep no run
+	rc.budgetShow = c.budget // shown, never a cap: the demo stops nothing by it
+	rc.collect = !c.live     // a live demo runs for hours: keep no run
 	return rc
 }
 
@@ -171,6 +182,13 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry.Telemetry) {
 	case a != nil:
 		// Its URLs would be dead a second later: say how to keep them.
 		fmt.Fprintln(w, "cbc-otel demo: /metrics and the runs page are up only while the demo runs; add --hold to keep them up after the summary, or --live")
+	}
+	if cfg.budget > 0 {
+		why := "the joined cost, which burns it"
+		if !cfg.joinCLI {
+			why = "none without --join-cli-telemetry: the simulator's result lines report no cost, as CodeBuddy's"
+		}
+		fmt.Fprintf(w, "cbc-otel demo: a budget of %s for show (--budget.show-usd; nothing is stopped by it) against the session's spend: %s\n", runcost.USD(cfg.budget), why)
 	}
 	if cfg.joinCLI {
 		fmt.Fprintln(w, "cbc-otel demo: costs come from the simulated CLI's own telemetry, joined (cbc_workflow_cost_usd_total, cbc_cli_cost_usd_total, the $ in the summary); cbc_cost_usd_total, which counts the CLI's result lines, stays 0: the simulator writes total_cost_usd 0 there, as CodeBuddy does (Claude Code writes the session's total)")

@@ -6,8 +6,8 @@ import (
 	"slices"
 )
 
-// envVar is an environment variable a subcommand reads. The README's
-// environment table lists the same (TestReadmeAgreesWithHelp).
+// envVar is an environment variable a subcommand reads. The environment
+// table of docs/cli.md lists the same (TestCLIDocAgreesWithHelp).
 type envVar struct {
 	name string
 	cmds []string // the subcommands that read it

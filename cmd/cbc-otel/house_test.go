@@ -47,7 +47,7 @@ func TestNoLongFunctions(t *testing.T) {
 	}
 }
 
-// TestPackageGraph holds the direction of the imports (README, Layout):
+// TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
 // the taps know no protocol, the wire format knows only the taps, the
 // Tracker knows no sink, no sink knows another, and no source (supervise,
 // spool, follow) knows a sink. telemetry builds the sinks of a process and
@@ -83,21 +83,27 @@ func TestPackageGraph(t *testing.T) {
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
 		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count"},
+		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		// A run's cost beside its workflow's p95, and spend against a cap:
+		// what the reports and the runs page both show, below both.
+		"internal/runcost": {"ingest"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
 		// OTLP/JSON codec it shares with the traces file; the
 		// join knows the Tracker's events and the receiver, no sink.
 		"clitelemetry": {"internal/otlpjson"},
 		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		// Exposure (server, file, push, totals across restarts) knows no
+		// sink: it takes a Gatherer.
+		"exposition": {},
 		// The sink set of one process: everything below it but the
 		// supervisor, which is the command's.
 		"telemetry": {"tap", "ndjson", "streamjson", "ingest", "spool", "follow", "traces", "metrics", "report", "runspage",
-			"clitelemetry", "join", "internal/ghoutput"},
+			"clitelemetry", "join", "exposition", "internal/ghoutput", "internal/runcost"},
 		// The face: flags, subcommands, exit codes. ingest and report only
 		// for budget.go (run --budget.max-cost-usd, a sink of its own still
 		// here); spool for the names of its files in serve's globs.
-		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count",
+		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count", "internal/runcost",
 			"ingest", "report"},
 	}
 	for pkg, ok := range allowed {
@@ -116,6 +122,9 @@ func TestPackageGraph(t *testing.T) {
 		for _, imp := range imports[s] {
 			if slices.Contains(sinks, imp) {
 				t.Errorf("sink %s imports sink %s", s, imp)
+			}
+			if imp == "exposition" {
+				t.Errorf("sink %s imports exposition: a sink fills a registry, the command exposes it", s)
 			}
 		}
 	}

@@ -91,7 +91,7 @@ func TestReplayFlagsAfterOperands(t *testing.T) {
 	}
 }
 
-// Every exporter the README documents is accepted: console writes OTLP/JSON
+// Every exporter docs/cli.md documents is accepted: console writes OTLP/JSON
 // to stderr, never to stdout (replay's summary, run's child stream).
 func TestConsoleExporterAccepted(t *testing.T) {
 	in := `{"type":"system","subtype":"task_started","task_id":"w","task_type":"local_workflow","workflow_name":"x","session_id":"s"}` + "\n" +

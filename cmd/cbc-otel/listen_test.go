@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
-	"github.com/cbc-otel/cbc-otel/metrics"
 
 	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
@@ -116,8 +116,8 @@ func TestProcAddr(t *testing.T) {
 // TestListenDefaults: run serves nothing unless asked, spooling or not;
 // demo and serve serve on loopback; a flag exposes them.
 func TestListenDefaults(t *testing.T) {
-	if ap := netip.MustParseAddrPort(metrics.DefaultAddr); !ap.Addr().IsLoopback() || ap.Port() != 9478 {
-		t.Errorf("metrics.DefaultAddr %s: want loopback, port 9478", metrics.DefaultAddr)
+	if ap := netip.MustParseAddrPort(exposition.DefaultAddr); !ap.Addr().IsLoopback() || ap.Port() != 9478 {
+		t.Errorf("exposition.DefaultAddr %s: want loopback, port 9478", exposition.DefaultAddr)
 	}
 	spool := t.TempDir()
 	for _, tc := range []struct {
@@ -128,9 +128,9 @@ func TestListenDefaults(t *testing.T) {
 		{[]string{"run", "--spool-dir", spool, "--", "true"}, ""},
 		{[]string{"run", "--spool-dir", spool, "--spool.process", "--", "true"}, ""},
 		{[]string{"run", "--web.listen-address", ":9478", "--", "true"}, ":9478"},
-		{[]string{"demo"}, metrics.DefaultAddr},
+		{[]string{"demo"}, exposition.DefaultAddr},
 		{[]string{"demo", "--web.listen-address", "0.0.0.0:9478"}, "0.0.0.0:9478"},
-		{[]string{"serve", "--spool-dir", spool}, metrics.DefaultAddr},
+		{[]string{"serve", "--spool-dir", spool}, exposition.DefaultAddr},
 		{[]string{"serve", "--spool-dir", spool, "--web.listen-address", ""}, ""},
 	} {
 		var got string
@@ -174,7 +174,7 @@ func netnsAttr() *syscall.SysProcAttr {
 // a flag exposes a port (the last case, which also shows the check sees
 // an exposed one).
 func TestListenersStayOnLoopback(t *testing.T) {
-	def := metrics.DefaultAddr
+	def := exposition.DefaultAddr
 	child := []string{"--", "sh", "-c", "echo ready; exec cat"} // up until its stdin closes
 	for _, tc := range []struct {
 		name  string

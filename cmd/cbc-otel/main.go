@@ -120,7 +120,7 @@ const runMemoryLimit = 17 << 20
 // to 0.85 of the no-telemetry run (CPU 0.88 vs 0.62 s); at 24 MiB 0.97
 // (0.557 vs 0.504 s). The resident sets bounded at 32 MiB (docs/reliability.md,
 // BENCHMARKS.md) are measured without an OTLP endpoint, as before; with one
-// the README says what a hostile stream costs.
+// docs/cli.md says what a hostile stream costs.
 const runMemoryLimitOTLP = 24 << 20
 
 // runGCPercent is run's GOGC unless GOGC is set. Under the memory limit the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
 
 	"github.com/cbc-otel/cbc-otel/telemetry"
 )
@@ -15,6 +17,8 @@ type replayConfig struct {
 	width    int
 	logLevel string
 	logFmt   string
+	cpuProf  string // --profile.cpu
+	heapProf string // --profile.heap
 	tel      telemetry.Flags
 	files    []string
 }
@@ -58,6 +62,8 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per run and a stats line instead of the waterfall")
 	fs.IntVar(&cfg.width, "width", 100, "width of the waterfall in columns")
 	fs.StringVar(&cfg.logLevel, "log.level", cfg.logLevel, "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
+	fs.StringVar(&cfg.cpuProf, "profile.cpu", "", "write a CPU profile of the replay to this file (pprof format: go tool pprof FILE)")
+	fs.StringVar(&cfg.heapProf, "profile.heap", "", "write a heap profile to this file once the replay is done (pprof format)")
 	registerLogFormat(fs, &cfg.logFmt)
 	cfg.tel.Register(fs, telemetry.Batch)
 	files, ok, code := parseInterspersed(fs, args)
@@ -68,6 +74,67 @@ func cmdReplay(ctx context.Context, args []string, sio stdio) int {
 	if err := cfg.validate(); err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
+	stopProf, err := startProfiles(cfg.cpuProf, cfg.heapProf)
+	if err != nil {
+		return fail(sio.err, "replay", exitFailure, err)
+	}
+	code = replay(ctx, cfg, sio)
+	if err := stopProf(); err != nil {
+		return fail(sio.err, "replay", exitFailure, err)
+	}
+	return code
+}
+
+// startProfiles starts the CPU profile into cpu ("" none); stop ends it and
+// writes the heap profile into heap ("" none). A profile that cannot be
+// written fails the command: whoever asked for it is measuring.
+func startProfiles(cpu, heap string) (stop func() error, err error) {
+	var cf *os.File
+	if cpu != "" {
+		if cf, err = os.Create(cpu); err != nil {
+			return nil, fmt.Errorf("CPU profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(cf); err != nil {
+			cf.Close()
+			return nil, fmt.Errorf("CPU profile: %w", err)
+		}
+	}
+	return func() error {
+		var errs []error
+		if cf != nil {
+			pprof.StopCPUProfile()
+			if err := cf.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("CPU profile: %w", err))
+			}
+		}
+		if heap != "" {
+			errs = append(errs, writeHeapProfile(heap))
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// writeHeapProfile writes the live heap (after a GC, so it shows what is
+// still held, not garbage) and the allocations since start to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
+}
+
+// replay runs the recordings of cfg and prints what they hold; it returns
+// the exit status.
+func replay(ctx context.Context, cfg replayConfig, sio stdio) int {
 	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
 	tel, err := telemetry.New(ctx, &cfg.tel, os.Getenv, newLogger(sio.err, cfg.logLevel, cfg.logFmt))
 	if err != nil {

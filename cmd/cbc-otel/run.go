@@ -44,6 +44,9 @@ type runConfig struct {
 	// --budget.max-cost-usd (0: no cap) and --budget.stop-timeout
 	budgetMaxCost     float64
 	budgetStopTimeout time.Duration
+	// budgetShow is the demo's budget for show (demo --budget.show-usd):
+	// spend is shown against it, nothing acts on it.
+	budgetShow float64
 }
 
 func defaultRunConfig() runConfig {
@@ -229,6 +232,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	name := cmp.Or(r.name, "run")
 	cfg.tel.Console, cfg.tel.Version, cfg.tel.JoinCLI = sio.err, buildVersion(), cfg.joinCLI
 	wo := telemetry.WrapOptions{TapQueue: cfg.tapQueue, Spool: cfg.spool, Collect: cfg.collect, Consume: r.consume, Yield: supervise.YieldToPassthrough, Command: cfg.command[0],
+		BudgetCap: cfg.budgetMaxCost, BudgetShow: cfg.budgetShow,
 		Summaries: telemetry.Summaries{Waterfall: cfg.summary, File: cfg.summaryFile, StepSummary: cfg.stepSummary, StepOutputs: cfg.stepOutput}}
 	var budget *budgetCap
 	if cfg.budgetMaxCost > 0 {

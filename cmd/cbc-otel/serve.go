@@ -52,7 +52,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.spoolDirs, "spool-dir", "follow the spool files in this directory (repeatable): the same as --follow 'DIR/*.cbcspool*'")
 	fs.StringVar(&c.stateDir, "state-dir", "", "directory of the checkpoint (offsets, open runs, cumulative totals); without it a restart reads every file from the start")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", follow.DefaultIdleTimeout, "finalize a plain file after this long without growth, or a spool file never marked complete after this long without growth or heartbeat of its wrapper (every 10s): its open runs become abandoned")
-	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often the globs are expanded and the files checked for growth")
+	fs.DurationVar(&c.poll, "poll-interval", follow.DefaultPoll, "how often files are checked for growth: those written since (inotify), or every file when the directories cannot be watched; with inotify every file is checked and the globs expanded every 2s all the same")
 	fs.DurationVar(&c.checkpointEvery, "checkpoint-interval", follow.DefaultCheckpointEvery, "longest time between checkpoints while data flows (one is also written after every run that ends)")
 	fs.BoolVar(&c.keep, "spool.keep", false, "keep spool files once processed (default: remove them)")
 	fs.Int64Var(&c.maxSpoolBytes, "spool.max-bytes", 0, "cap on the spool files' total size: past it, processed kept files, then complete unprocessed ones, are removed oldest first (cbc_otel_spool_evicted_total); 0 = no cap")

@@ -17,8 +17,8 @@ import (
 	"github.com/cbc-otel/cbc-otel/internal/ghoutput"
 )
 
-// stepOutputNames are the outputs run writes, in order (README, "Step
-// outputs").
+// stepOutputNames are the outputs run writes, in order (docs/json.md,
+// "Step outputs").
 var stepOutputNames = []string{"cbc-cost-usd", "cbc-tokens-input", "cbc-tokens-output", "cbc-tokens-cache-read", "cbc-tokens-cache-creation",
 	"cbc-runs-completed", "cbc-runs-failed", "cbc-runs-stopped", "cbc-runs-abandoned", "cbc-runs-total", "cbc-runs-json"}
 

@@ -28,6 +28,7 @@ func TestWebFlagsUsageErrors(t *testing.T) {
 		{[]string{"demo", "--web.telemetry-path", "/"}, "must not be /, /healthz or /readyz"},
 		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/healthz"}, "must not be /, /healthz or /readyz"},
 		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/readyz"}, "must not be /, /healthz or /readyz"},
+		{[]string{"serve", "--follow", follow, "--web.telemetry-path", "/debug/pprof/m"}, "must not be under /debug/pprof"},
 		{[]string{"run", "--web.max-requests", "-1", "--", "true"}, "--web.max-requests -1: must not be negative"},
 		{[]string{"run", "--web.listen-address=", "--web.systemd-socket", "--", "true"}, "--web.systemd-socket needs a --web.listen-address"},
 		{[]string{"run", "--log.format", "xml", "--", "true"}, `--log.format must be logfmt or json, got "xml"`},

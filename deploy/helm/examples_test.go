@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cbc-otel/cbc-otel/internal/mdtable"
 )
 
 // verifiedCLIs are the CLI builds the README's "Supported CLIs" table says
@@ -15,6 +17,54 @@ import (
 var verifiedCLIs = map[string]map[string]bool{
 	"claude": {"2.1.328": true, "2.1.334": true, "2.1.335": true},
 	"cbc":    {"2.117.0": false}, // prints no task_* event at all
+}
+
+// TestVerifiedCLIsAreTheReadmes: verifiedCLIs is the README's "Supported
+// CLIs" table, build for build: each Claude Code and CodeBuddy CLI row's
+// version, and whether its "workflow runs, agents, metrics, spans" cell
+// says yes. A build added to or dropped from the table fails until the
+// examples' check knows it.
+func TestVerifiedCLIsAreTheReadmes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	command := map[string]string{"Claude Code": "claude", "CodeBuddy CLI": "cbc"}
+	const events = "workflow runs, agents, metrics, spans"
+	readme := map[string]map[string]bool{}
+	for _, tb := range mdtable.Tables(string(b)) {
+		if tb.Column("CLI") != 0 || tb.Column("version") < 0 || tb.Column(events) < 0 {
+			continue
+		}
+		for _, row := range tb.Rows {
+			cmd, ok := command[row[0]]
+			if !ok {
+				continue
+			}
+			version, _, _ := strings.Cut(tb.Cell(row, "version"), " ")
+			if readme[cmd] == nil {
+				readme[cmd] = map[string]bool{}
+			}
+			readme[cmd][version] = strings.HasPrefix(tb.Cell(row, events), "yes")
+		}
+	}
+	if len(readme) == 0 {
+		t.Fatalf("README.md has no Supported CLIs table (| CLI | version | ... | %s | ...)", events)
+	}
+	for cmd, builds := range readme {
+		for v, ev := range builds {
+			if got, ok := verifiedCLIs[cmd][v]; !ok || got != ev {
+				t.Errorf("README.md lists %s %s (workflow events: %v); verifiedCLIs has %v, %v", cmd, v, ev, got, ok)
+			}
+		}
+	}
+	for cmd, builds := range verifiedCLIs {
+		for v := range builds {
+			if _, ok := readme[cmd][v]; !ok {
+				t.Errorf("verifiedCLIs has %s %s, which README.md's Supported CLIs do not list", cmd, v)
+			}
+		}
+	}
 }
 
 // noWorkflowNote is what an example running a CLI without workflow events

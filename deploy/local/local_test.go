@@ -45,8 +45,8 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/cbc-otel/cbc-otel/dashboards"
+	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
-	"github.com/cbc-otel/cbc-otel/metrics"
 )
 
 const (
@@ -103,7 +103,7 @@ type promFile struct {
 // the loopback interface.
 func promTarget(t *testing.T) string {
 	t.Helper()
-	_, port, err := net.SplitHostPort(metrics.DefaultAddr)
+	_, port, err := net.SplitHostPort(exposition.DefaultAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

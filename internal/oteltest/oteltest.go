@@ -6,7 +6,9 @@ package oteltest
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -133,4 +135,21 @@ func RefusedAddr(t testing.TB) string {
 	addr := lis.Addr().String()
 	lis.Close()
 	return addr
+}
+
+// HTTPGet GETs url within 5 s and returns the body; anything but 200 fails
+// the test.
+func HTTPGet(t testing.TB, url string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(b)
 }

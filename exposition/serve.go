@@ -1,4 +1,4 @@
-package metrics
+package exposition
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -30,8 +31,8 @@ const DefaultTelemetryPath = "/metrics"
 // DefaultMaxRequests is the default bound on parallel scrapes (node_exporter's).
 const DefaultMaxRequests = 40
 
-// ServeOptions configures the metrics HTTP server.
-type ServeOptions struct {
+// Options configures the metrics HTTP server.
+type Options struct {
 	// Addr is the listen address (host:port); ":0" picks a free port.
 	Addr string
 	// WebConfigFile is an exporter-toolkit web configuration (TLS, basic
@@ -60,25 +61,29 @@ type ServeOptions struct {
 	// ShutdownTimeout bounds the graceful shutdown once the context ends;
 	// 0 means 5 s.
 	ShutdownTimeout time.Duration
+	// EnablePprof serves the Go runtime's profiles under /debug/pprof/
+	// (net/http/pprof), behind the same web config (TLS, basic auth) as
+	// /metrics. Off, /debug/pprof/ is 404 like any unknown path.
+	EnablePprof bool
 }
 
 // Server is a bound metrics server. Listen binds it; Serve runs it.
 type Server struct {
 	lns   []net.Listener
 	srv   *http.Server
-	opts  ServeOptions
+	opts  Options
 	flags *web.FlagConfig
 }
 
 // Listen validates the web configuration and binds the address, so that a
 // bad config or a busy port is an error the caller sees at once (and can
 // log and carry on: telemetry never stops the child).
-func Listen(opts ServeOptions) (*Server, error) {
+func Listen(opts Options) (*Server, error) {
 	if opts.Addr == "" {
-		return nil, errors.New("metrics: no listen address")
+		return nil, errors.New("exposition: no listen address")
 	}
 	if opts.Gatherer == nil {
-		return nil, errors.New("metrics: no gatherer")
+		return nil, errors.New("exposition: no gatherer")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -88,14 +93,14 @@ func Listen(opts ServeOptions) (*Server, error) {
 	}
 	if opts.WebConfigFile != "" {
 		if err := web.Validate(opts.WebConfigFile); err != nil {
-			return nil, fmt.Errorf("metrics: web config %s: %w", opts.WebConfigFile, err)
+			return nil, fmt.Errorf("exposition: web config %s: %w", opts.WebConfigFile, err)
 		}
 	}
 	if opts.TelemetryPath == "" {
 		opts.TelemetryPath = DefaultTelemetryPath
 	}
 	if err := CheckTelemetryPath(opts.TelemetryPath); err != nil {
-		return nil, fmt.Errorf("metrics: telemetry path %q: %w", opts.TelemetryPath, err)
+		return nil, fmt.Errorf("exposition: telemetry path %q: %w", opts.TelemetryPath, err)
 	}
 	lns, err := listeners(opts)
 	if err != nil {
@@ -113,7 +118,7 @@ func Listen(opts ServeOptions) (*Server, error) {
 		opts:  opts,
 		flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &cfg},
 		srv: &http.Server{
-			Handler:           handler(opts.Gatherer, opts.Ready, opts.Logger, opts.Page, opts.TelemetryPath, opts.MaxRequests),
+			Handler:           Handler(opts),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		},
@@ -123,17 +128,17 @@ func Listen(opts ServeOptions) (*Server, error) {
 
 // listeners binds opts.Addr, or takes the sockets systemd passed (as the
 // toolkit's ListenAndServe does with --web.systemd-socket).
-func listeners(opts ServeOptions) ([]net.Listener, error) {
+func listeners(opts Options) ([]net.Listener, error) {
 	if !opts.SystemdSocket {
 		ln, err := net.Listen("tcp", opts.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("metrics: listen: %w", err)
+			return nil, fmt.Errorf("exposition: listen: %w", err)
 		}
 		return []net.Listener{ln}, nil
 	}
 	lns, err := activation.Listeners()
 	if err != nil {
-		return nil, fmt.Errorf("metrics: systemd socket activation: %w", err)
+		return nil, fmt.Errorf("exposition: systemd socket activation: %w", err)
 	}
 	var out []net.Listener
 	for _, ln := range lns {
@@ -142,19 +147,25 @@ func listeners(opts ServeOptions) ([]net.Listener, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("metrics: systemd socket activation: no listening sockets passed (LISTEN_FDS)")
+		return nil, errors.New("exposition: systemd socket activation: no listening sockets passed (LISTEN_FDS)")
 	}
 	return out, nil
 }
 
+// pprofPath is where EnablePprof serves the profiles.
+const pprofPath = "/debug/pprof/"
+
 // CheckTelemetryPath accepts an absolute URL path other than the ones the
-// server answers itself: "/" (the landing page), /healthz and /readyz.
+// server answers itself: "/" (the landing page), /healthz, /readyz and
+// anything under /debug/pprof (the profiles, when enabled).
 func CheckTelemetryPath(p string) error {
 	switch {
 	case !strings.HasPrefix(p, "/"):
 		return errors.New("must start with /")
 	case p == "/" || p == "/healthz" || p == "/readyz":
 		return errors.New("must not be /, /healthz or /readyz")
+	case p+"/" == pprofPath || strings.HasPrefix(p, pprofPath):
+		return errors.New("must not be under /debug/pprof")
 	case strings.ContainsAny(p, "{}?# \t"):
 		return errors.New("must be a plain path")
 	}
@@ -181,7 +192,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil
 		}
-		return fmt.Errorf("metrics: serve: %w", err)
+		return fmt.Errorf("exposition: serve: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
@@ -192,14 +203,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	if err != nil {
 		s.srv.Close()
-		return fmt.Errorf("metrics: shutdown: %w", err)
+		return fmt.Errorf("exposition: shutdown: %w", err)
 	}
 	return nil
 }
 
 // Serve binds opts.Addr and serves until ctx ends (see Listen and
 // Server.Serve). A bind or config failure is returned at once.
-func Serve(ctx context.Context, opts ServeOptions) error {
+func Serve(ctx context.Context, opts Options) error {
 	s, err := Listen(opts)
 	if err != nil {
 		return err
@@ -207,24 +218,31 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	return s.Serve(ctx)
 }
 
-// Handler returns the server's routes: /metrics (OpenMetrics negotiated,
-// so exemplars are exposed), /healthz, /readyz; anything else is 404.
-func Handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger) http.Handler {
-	return handler(g, ready, logger, nil, DefaultTelemetryPath, 4)
-}
-
-// handler is Handler with page, if not nil, at "/" exactly, the metrics at
-// path and at most maxReq scrapes at once (0: no bound).
-func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, page http.Handler, path string, maxReq int) http.Handler {
+// Handler returns the server's routes, as Listen serves them: the Gatherer
+// at opts.TelemetryPath ("": /metrics; OpenMetrics negotiated, so
+// exemplars are exposed; at most opts.MaxRequests scrapes at once, 0: no
+// bound), /healthz, /readyz, the Page at "/" exactly if set, the profiles
+// if enabled; anything else is 404. The web config, address and timeouts
+// of opts are Listen's, not its. opts.TelemetryPath must pass
+// CheckTelemetryPath (Listen checks it first): Handler panics otherwise,
+// as a ServeMux does on a bad pattern.
+func Handler(opts Options) http.Handler {
+	if opts.TelemetryPath == "" {
+		opts.TelemetryPath = DefaultTelemetryPath
+	}
+	if err := CheckTelemetryPath(opts.TelemetryPath); err != nil {
+		panic(fmt.Sprintf("exposition: telemetry path %q: %v", opts.TelemetryPath, err))
+	}
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	mux := http.NewServeMux()
-	mux.Handle(path, promhttp.HandlerFor(g, promhttp.HandlerOpts{
+	mux.Handle(opts.TelemetryPath, promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandling:       promhttp.ContinueOnError,
 		EnableOpenMetrics:   true,
-		MaxRequestsInFlight: maxReq,
+		MaxRequestsInFlight: opts.MaxRequests,
 		Timeout:             30 * time.Second,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -233,8 +251,8 @@ func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, pag
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if ready != nil {
-			if err := ready(); err != nil {
+		if opts.Ready != nil {
+			if err := opts.Ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				fmt.Fprintf(w, "not ready: %v\n", err)
 				return
@@ -244,8 +262,18 @@ func handler(g prometheus.Gatherer, ready func() error, logger *slog.Logger, pag
 	})
 	// Exact paths only: "/" would otherwise match everything.
 	mux.HandleFunc("/", http.NotFound)
-	if page != nil {
-		mux.Handle("/{$}", page)
+	if opts.Page != nil {
+		mux.Handle("/{$}", opts.Page)
+	}
+	if opts.EnablePprof {
+		// On this mux, not http.DefaultServeMux (where the pprof package
+		// registers itself too, and which nothing of ours serves): so the
+		// web config's TLS and basic auth wrap the profiles as well.
+		mux.HandleFunc(pprofPath, pprof.Index) // the named profiles: heap, goroutine, allocs, ...
+		mux.HandleFunc(pprofPath+"cmdline", pprof.Cmdline)
+		mux.HandleFunc(pprofPath+"profile", pprof.Profile)
+		mux.HandleFunc(pprofPath+"symbol", pprof.Symbol)
+		mux.HandleFunc(pprofPath+"trace", pprof.Trace)
 	}
 	return mux
 }

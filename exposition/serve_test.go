@@ -1,4 +1,4 @@
-package metrics
+package exposition
 
 import (
 	"context"
@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
 // bcrypt("s3cret-pass"), cost 4: precomputed so the test needs no bcrypt
@@ -34,7 +32,7 @@ const (
 
 // startServer listens on a free loopback port and serves until the test
 // ends; it returns the base URL's host:port.
-func startServer(t *testing.T, opts ServeOptions) string {
+func startServer(t *testing.T, opts Options) string {
 	t.Helper()
 	opts.Addr = "127.0.0.1:0"
 	s, err := Listen(opts)
@@ -70,10 +68,6 @@ func status(t *testing.T, c *http.Client, req *http.Request) (int, string) {
 }
 
 func TestServeRoutes(t *testing.T) {
-	m := newTest(t, Options{})
-	r := &ingest.Run{Workflow: true, Name: "flow", Status: ingest.StatusCompleted}
-	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
-	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
 	var ready atomic.Bool
 	notReady := func() error {
 		if !ready.Load() {
@@ -81,7 +75,7 @@ func TestServeRoutes(t *testing.T) {
 		}
 		return nil
 	}
-	addr := startServer(t, ServeOptions{Gatherer: m.Registry(), Ready: notReady})
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), Ready: notReady})
 	c := &http.Client{Timeout: 5 * time.Second}
 	req := func(path string) *http.Request {
 		r, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
@@ -108,7 +102,7 @@ func TestServeRoutes(t *testing.T) {
 }
 
 func TestReadyNil(t *testing.T) {
-	addr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry()})
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed")})
 	r, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/readyz", nil)
 	if code, _ := status(t, http.DefaultClient, r); code != 200 {
 		t.Errorf("/readyz with no Ready func: %d, want 200", code)
@@ -116,7 +110,7 @@ func TestReadyNil(t *testing.T) {
 }
 
 func TestServeShutsDownOnCancel(t *testing.T) {
-	s, err := Listen(ServeOptions{Addr: "127.0.0.1:0", Gatherer: newTest(t, Options{}).Registry()})
+	s, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: testRegistry(t, "flow", "completed")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,20 +143,20 @@ func TestServeBindFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	g := newTest(t, Options{}).Registry()
-	err = Serve(context.Background(), ServeOptions{Addr: busy.Addr().String(), Gatherer: g})
+	g := testRegistry(t, "flow", "completed")
+	err = Serve(context.Background(), Options{Addr: busy.Addr().String(), Gatherer: g})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Errorf("Serve on a busy port: %v, want a listen error", err)
 	}
-	if _, err := Listen(ServeOptions{Addr: "", Gatherer: g}); err == nil {
+	if _, err := Listen(Options{Addr: "", Gatherer: g}); err == nil {
 		t.Error("Listen with no address succeeded")
 	}
-	if _, err := Listen(ServeOptions{Addr: "127.0.0.1:0", Gatherer: g, WebConfigFile: filepath.Join(t.TempDir(), "missing.yml")}); err == nil {
+	if _, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: g, WebConfigFile: filepath.Join(t.TempDir(), "missing.yml")}); err == nil {
 		t.Error("Listen with a missing web config succeeded")
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yml")
 	os.WriteFile(bad, []byte("tls_server_config: {cert_file: /nonexistent}\nnot_a_key: 1\n"), 0o600)
-	if _, err := Listen(ServeOptions{Addr: "127.0.0.1:0", Gatherer: g, WebConfigFile: bad}); err == nil {
+	if _, err := Listen(Options{Addr: "127.0.0.1:0", Gatherer: g, WebConfigFile: bad}); err == nil {
 		t.Error("Listen with an invalid web config succeeded")
 	}
 }
@@ -221,7 +215,7 @@ func writeTLSConfig(t *testing.T) (string, *x509.CertPool) {
 // TestServeTLSAndBasicAuth: --web.config.file turns on TLS and basic auth.
 func TestServeTLSAndBasicAuth(t *testing.T) {
 	cfgPath, pool := writeTLSConfig(t)
-	addr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), WebConfigFile: cfgPath})
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), WebConfigFile: cfgPath})
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	req := func(scheme, path, user, pass string) *http.Request {
 		r, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
@@ -266,7 +260,7 @@ func TestServePage(t *testing.T) {
 	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "the runs page")
 	})
-	addr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), Page: page})
+	addr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), Page: page})
 	get := func(scheme, addr, path, user, pass string, c *http.Client) (int, string) {
 		r, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
 		if user != "" {
@@ -288,7 +282,7 @@ func TestServePage(t *testing.T) {
 	}
 
 	cfgPath, pool := writeTLSConfig(t)
-	taddr := startServer(t, ServeOptions{Gatherer: newTest(t, Options{}).Registry(), WebConfigFile: cfgPath, Page: page})
+	taddr := startServer(t, Options{Gatherer: testRegistry(t, "flow", "completed"), WebConfigFile: cfgPath, Page: page})
 	tc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	if code, body := get("https", taddr, "/", testUser, testPass, tc); code != 200 || body != "the runs page" {
 		t.Errorf("https / with the right password: %d %q", code, body)

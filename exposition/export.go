@@ -1,4 +1,4 @@
-package metrics
+package exposition
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func Push(ctx context.Context, gatewayURL, job string, g prometheus.Gatherer) er
 		return err
 	}
 	if job == "" {
-		return errors.New("metrics: push: empty job name")
+		return errors.New("exposition: push: empty job name")
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -61,7 +61,7 @@ type PushError struct {
 	Err error
 }
 
-func (e *PushError) Error() string { return fmt.Sprintf("metrics: push to %s: %v", e.URL, e.Err) }
+func (e *PushError) Error() string { return fmt.Sprintf("exposition: push to %s: %v", e.URL, e.Err) }
 
 func (e *PushError) Unwrap() error { return e.Err }
 
@@ -70,10 +70,10 @@ func checkPushURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		// url.Error quotes the whole URL, password included: say less.
-		return errors.New("metrics: push gateway URL: not a valid URL")
+		return errors.New("exposition: push gateway URL: not a valid URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("metrics: push gateway URL %q: want http://host:port or https://host:port", redact(s))
+		return fmt.Errorf("exposition: push gateway URL %q: want http://host:port or https://host:port", redact(s))
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func redact(s string) string {
 func WriteFile(path string, g prometheus.Gatherer) error {
 	mfs, gerr := g.Gather()
 	if gerr != nil && len(mfs) == 0 {
-		return fmt.Errorf("metrics: gathering: %w", gerr)
+		return fmt.Errorf("exposition: gathering: %w", gerr)
 	}
 	var buf bytes.Buffer
 	if err := encodeText(&buf, mfs); err != nil {
@@ -111,7 +111,7 @@ func WriteFile(path string, g prometheus.Gatherer) error {
 	}
 	f, err := os.CreateTemp(dir, "."+base+".tmp*")
 	if err != nil {
-		return fmt.Errorf("metrics: writing %s: %w", path, err)
+		return fmt.Errorf("exposition: writing %s: %w", path, err)
 	}
 	tmp := f.Name()
 	_, err = f.Write(buf.Bytes())
@@ -129,10 +129,10 @@ func WriteFile(path string, g prometheus.Gatherer) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("metrics: writing %s: %w", path, err)
+		return fmt.Errorf("exposition: writing %s: %w", path, err)
 	}
 	if gerr != nil {
-		return fmt.Errorf("metrics: wrote %s, but gathering was partial: %w", path, gerr)
+		return fmt.Errorf("exposition: wrote %s, but gathering was partial: %w", path, gerr)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func encodeText(buf *bytes.Buffer, mfs []*dto.MetricFamily) error {
 	enc := expfmt.NewEncoder(buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			return fmt.Errorf("metrics: encoding %s: %w", mf.GetName(), err)
+			return fmt.Errorf("exposition: encoding %s: %w", mf.GetName(), err)
 		}
 	}
 	return nil

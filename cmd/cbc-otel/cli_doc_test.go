@@ -10,29 +10,34 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/mdtable"
 )
 
-// readmeFlagRow is a row of a README flag table: | `--name[ ARG]` | ... |,
-// or | `run --name` | ... | (a flag of run documented in serve's table).
-var readmeFlagRow = regexp.MustCompile("^\\| `(run )?--([a-z][a-z0-9.-]*)[^`]*` \\|(.*)$")
+// cliDoc is the reference that documents every subcommand's flags and
+// environment variables (the README maps it).
+const cliDoc = "../../docs/cli.md"
 
-// readmeTag opens a README table: <!-- flags: run demo --> or <!-- env -->.
-var readmeTag = regexp.MustCompile(`^<!-- (flags: ([a-z ]+)|env) -->$`)
+// docFlagCell is a flag table's first cell: `--name[ ARG]`, or
+// `run --name` (a flag of run documented in serve's table).
+var docFlagCell = regexp.MustCompile("^`(run )?--([a-z][a-z0-9.-]*)[^`]*`$")
 
-// readmeEnvRow is a row of the README's environment table.
-var readmeEnvRow = regexp.MustCompile("^\\| `([A-Z_]+)` \\| ([^|]*) \\|")
+// docEnvCell is the environment table's first cell: `NAME`.
+var docEnvCell = regexp.MustCompile("^`([A-Z_]+)`$")
 
-// helpCommands are the subcommands whose -h the README must match.
+// helpCommands are the subcommands whose -h the docs must match.
 var helpCommands = []string{"run", "demo", "replay", "serve", "simulate"}
 
-// doc is what one README row says of a flag.
+// doc is what one docs row says of a flag.
 type doc struct{ env, def string }
 
-// readmeTables reads README.md's tagged tables: per subcommand, its flags
-// and what their rows say, and the environment variables it reads.
-func readmeTables(t *testing.T) (flags map[string]map[string][]doc, env map[string]map[string]bool) {
+// docTables reads docs/cli.md's tagged tables (<!-- flags: run demo -->
+// above a flag table, <!-- env --> above the environment table): per
+// subcommand, its flags and what their rows say, and the environment
+// variables it reads.
+func docTables(t *testing.T) (flags map[string]map[string][]doc, env map[string]map[string]bool) {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(cliDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,43 +45,43 @@ func readmeTables(t *testing.T) (flags map[string]map[string][]doc, env map[stri
 	for _, c := range helpCommands {
 		flags[c], env[c] = map[string][]doc{}, map[string]bool{}
 	}
-	var cmds []string // of the table being read; nil outside one
-	envTable := false
-	for _, l := range strings.Split(string(b), "\n") {
-		if m := readmeTag.FindStringSubmatch(l); m != nil {
-			cmds, envTable = strings.Fields(m[2]), m[1] == "env"
-			continue
-		}
-		if !strings.HasPrefix(l, "|") {
-			cmds, envTable = nil, false
-			continue
-		}
-		if m := readmeEnvRow.FindStringSubmatch(l); envTable && m != nil {
-			for _, c := range strings.Split(m[2], ",") {
-				c = strings.Trim(strings.TrimSpace(c), "`")
-				if env[c] == nil {
-					t.Errorf("README.md: %s is read by %q, which is no subcommand", m[1], c)
+	for _, tb := range mdtable.Tables(string(b)) {
+		if tb.Tag == "env" {
+			for _, row := range tb.Rows {
+				m := docEnvCell.FindStringSubmatch(row[0])
+				if m == nil {
 					continue
 				}
-				env[c][m[1]] = true
+				for _, c := range strings.Split(tb.Cell(row, "read by"), ",") {
+					c = strings.Trim(strings.TrimSpace(c), "`")
+					if env[c] == nil {
+						t.Errorf("%s: %s is read by %q, which is no subcommand", cliDoc, m[1], c)
+						continue
+					}
+					env[c][m[1]] = true
+				}
 			}
 			continue
 		}
-		m := readmeFlagRow.FindStringSubmatch(l)
-		if m == nil || cmds == nil {
+		cmdList, ok := strings.CutPrefix(tb.Tag, "flags: ")
+		if !ok {
 			continue
 		}
-		c := cells(m[3])
-		d := doc{def: c[0]}
-		if len(c) == 3 { // the telemetry tables have an env column first
-			d = doc{env: c[0], def: c[1]}
-		}
-		of := cmds
-		if m[1] != "" {
-			of = []string{"run"}
-		}
-		for _, cmd := range of {
-			flags[cmd][m[2]] = append(flags[cmd][m[2]], d)
+		cmds := strings.Fields(cmdList)
+		for _, row := range tb.Rows {
+			m := docFlagCell.FindStringSubmatch(row[0])
+			if m == nil {
+				continue
+			}
+			// The telemetry tables have an env column before the default.
+			d := doc{env: tb.Cell(row, "env"), def: tb.Cell(row, "default")}
+			of := cmds
+			if m[1] != "" {
+				of = []string{"run"}
+			}
+			for _, cmd := range of {
+				flags[cmd][m[2]] = append(flags[cmd][m[2]], d)
+			}
 		}
 	}
 	return flags, env
@@ -87,7 +92,7 @@ type helpFlag struct{ def string }
 
 // helpOf runs `cbc-otel CMD -h` and reads its flags (with their defaults)
 // and its environment variables. Flags accepted only for the CLI's sake
-// (simulate) are left out: the README mentions them in prose.
+// (simulate) are left out: docs/cli.md mentions them in prose.
 func helpOf(t *testing.T, cmd string) (flags map[string]helpFlag, env map[string]bool) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -133,19 +138,19 @@ func helpOf(t *testing.T, cmd string) (flags map[string]helpFlag, env map[string
 	return flags, env
 }
 
-// TestReadmeAgreesWithHelp keeps README.md's flag and environment tables
+// TestCLIDocAgreesWithHelp keeps docs/cli.md's flag and environment tables
 // equal to every subcommand's -h: each flag -h lists is in a table tagged
 // with that subcommand, with the same default; no table lists a flag the
 // subcommand lacks; the environment table and each -h list the same
 // variables for the same subcommands.
-func TestReadmeAgreesWithHelp(t *testing.T) {
-	docFlags, docEnv := readmeTables(t)
+func TestCLIDocAgreesWithHelp(t *testing.T) {
+	docFlags, docEnv := docTables(t)
 	for _, cmd := range helpCommands {
 		flags, env := helpOf(t, cmd)
 		for name, f := range flags {
 			rows, ok := docFlags[cmd][name]
 			if !ok {
-				t.Errorf("README.md: %s's --%s is in no table tagged %q", cmd, name, cmd)
+				t.Errorf("%s: %s's --%s is in no table tagged %q", cliDoc, cmd, name, cmd)
 				continue
 			}
 			// An empty flag whose row names environment variables takes
@@ -153,28 +158,28 @@ func TestReadmeAgreesWithHelp(t *testing.T) {
 			if !slices.ContainsFunc(rows, func(d doc) bool {
 				return (d.env != "" && (f.def == "" || strings.HasPrefix(f.def, "$"))) || sameDefault(d.def, f.def)
 			}) {
-				t.Errorf("README.md: %s --%s is documented with %+v; -h says the default is %q", cmd, name, rows, f.def)
+				t.Errorf("%s: %s --%s is documented with %+v; -h says the default is %q", cliDoc, cmd, name, rows, f.def)
 			}
 		}
 		for name := range docFlags[cmd] {
 			if _, ok := flags[name]; !ok {
-				t.Errorf("README.md documents --%s for %s, whose -h does not list it", name, cmd)
+				t.Errorf("%s documents --%s for %s, whose -h does not list it", cliDoc, name, cmd)
 			}
 		}
 		for v := range env {
 			if !docEnv[cmd][v] {
-				t.Errorf("README.md's environment table lacks %s for %s (its -h lists it)", v, cmd)
+				t.Errorf("%s's environment table lacks %s for %s (its -h lists it)", cliDoc, v, cmd)
 			}
 		}
 		for v := range docEnv[cmd] {
 			if !env[v] {
-				t.Errorf("README.md says %s reads %s; its -h does not list it", cmd, v)
+				t.Errorf("%s says %s reads %s; its -h does not list it", cliDoc, cmd, v)
 			}
 		}
 	}
 }
 
-// sameDefault reports whether doc, a README default column, says value:
+// sameDefault reports whether doc, a docs default column, says value:
 // off for false, nothing for an empty value, else the value in backticks
 // (durations compared as durations: `5m` is 5m0s).
 func sameDefault(doc, value string) bool {
@@ -195,13 +200,4 @@ func sameDefault(doc, value string) bool {
 	d1, err1 := time.ParseDuration(v)
 	d2, err2 := time.ParseDuration(value)
 	return err1 == nil && err2 == nil && d1 == d2
-}
-
-// cells splits the rest of a table row into its trimmed cells.
-func cells(row string) []string {
-	out := strings.Split(strings.TrimSuffix(strings.TrimSpace(row), "|"), "|")
-	for i := range out {
-		out[i] = strings.TrimSpace(out[i])
-	}
-	return out
 }

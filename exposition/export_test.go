@@ -1,4 +1,4 @@
-package metrics
+package exposition
 
 import (
 	"bytes"
@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
 // pushed is what the Pushgateway stand-in received.
@@ -51,24 +50,15 @@ func pushgateway(t *testing.T, code int) (*httptest.Server, func() []pushed) {
 	}
 }
 
-func finishedMetrics(t *testing.T) *Metrics {
-	m, err := New(Options{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &ingest.Run{Workflow: true, Name: "batch", Status: ingest.StatusFailed, Start: t0, End: t0 + 3000}
-	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
-	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
-	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
-	return m
-}
+// finished is a registry with one failed run of the workflow "batch".
+func finished(t *testing.T) *prometheus.Registry { return testRegistry(t, "batch", "failed") }
 
 func TestPush(t *testing.T) {
 	srv, got := pushgateway(t, http.StatusOK)
-	m := finishedMetrics(t)
+	reg := finished(t)
 	u, _ := url.Parse(srv.URL)
 	u.User = url.UserPassword("pusher", "pw")
-	if err := Push(context.Background(), u.String(), "cbc-otel", WithPrefix(m.Registry(), "cbc_")); err != nil {
+	if err := Push(context.Background(), u.String(), "cbc-otel", WithPrefix(reg, "cbc_")); err != nil {
 		t.Fatalf("Push: %v", err)
 	}
 	reqs := got()
@@ -110,11 +100,11 @@ func TestPush(t *testing.T) {
 }
 
 func TestPushErrors(t *testing.T) {
-	m := finishedMetrics(t)
+	reg := finished(t)
 	srv, _ := pushgateway(t, http.StatusInternalServerError)
 	u, _ := url.Parse(srv.URL)
 	u.User = url.UserPassword("pusher", "topsecret")
-	err := Push(context.Background(), u.String(), "job", m.Registry())
+	err := Push(context.Background(), u.String(), "job", reg)
 	if err == nil {
 		t.Fatal("Push to a failing gateway succeeded")
 	}
@@ -122,11 +112,11 @@ func TestPushErrors(t *testing.T) {
 		t.Errorf("error leaks the password: %v", err)
 	}
 	for _, bad := range []string{"", "localhost:9091", "ftp://x", "http://", "://"} {
-		if err := Push(context.Background(), bad, "job", m.Registry()); err == nil {
+		if err := Push(context.Background(), bad, "job", reg); err == nil {
 			t.Errorf("Push(%q) succeeded", bad)
 		}
 	}
-	if err := Push(context.Background(), srv.URL, "", m.Registry()); err == nil {
+	if err := Push(context.Background(), srv.URL, "", reg); err == nil {
 		t.Error("Push with an empty job succeeded")
 	}
 }
@@ -134,7 +124,7 @@ func TestPushErrors(t *testing.T) {
 // A push the gateway did not take is a *PushError naming the gateway,
 // without its password, and wrapping the cause; bad arguments are not.
 func TestPushErrorType(t *testing.T) {
-	m := finishedMetrics(t)
+	reg := finished(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +140,7 @@ func TestPushErrorType(t *testing.T) {
 		{"status", srv.URL, func(err error) bool { return strings.Contains(err.Error(), "401") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := Push(context.Background(), c.url, "job", m.Registry())
+			err := Push(context.Background(), c.url, "job", reg)
 			var pe *PushError
 			if !errors.As(err, &pe) {
 				t.Fatalf("Push = %v (%T), want a *PushError", err, err)
@@ -158,12 +148,12 @@ func TestPushErrorType(t *testing.T) {
 			if strings.Contains(pe.URL, "topsecret") || strings.Contains(err.Error(), "topsecret") {
 				t.Errorf("the password leaks: %v", err)
 			}
-			if !strings.HasPrefix(err.Error(), "metrics: push to "+redact(c.url)+": ") || !c.check(pe.Err) {
+			if !strings.HasPrefix(err.Error(), "exposition: push to "+redact(c.url)+": ") || !c.check(pe.Err) {
 				t.Errorf("Push = %q, cause %v", err, pe.Err)
 			}
 		})
 	}
-	if err := Push(context.Background(), srv.URL, "", m.Registry()); errors.As(err, new(*PushError)) {
+	if err := Push(context.Background(), srv.URL, "", reg); errors.As(err, new(*PushError)) {
 		t.Errorf("an empty job is a %T: no push was tried", err)
 	}
 }
@@ -183,7 +173,7 @@ func TestPushBoundedByContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	if err := Push(ctx, srv.URL, "job", finishedMetrics(t).Registry()); err == nil {
+	if err := Push(ctx, srv.URL, "job", finished(t)); err == nil {
 		t.Fatal("Push to a hanging gateway succeeded")
 	}
 	if d := time.Since(began); d > 5*time.Second {
@@ -192,13 +182,13 @@ func TestPushBoundedByContext(t *testing.T) {
 }
 
 func TestWriteFile(t *testing.T) {
-	m := finishedMetrics(t)
+	reg := finished(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "metrics.prom")
 	if err := os.WriteFile(path, []byte("old content\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(path, m.Registry()); err != nil {
+	if err := WriteFile(path, reg); err != nil {
 		t.Fatalf("WriteFile: %v", err)
 	}
 	b, err := os.ReadFile(path)
@@ -209,7 +199,7 @@ func TestWriteFile(t *testing.T) {
 		t.Errorf("file lacks the run:\n%s", b)
 	}
 	// It is valid text exposition, equal to what the registry gathers.
-	if err := testutil.GatherAndCompare(WithPrefix(m.Registry(), "cbc_workflow"), bytes.NewReader(b),
+	if err := testutil.GatherAndCompare(WithPrefix(reg, "cbc_workflow"), bytes.NewReader(b),
 		"cbc_workflow_runs_total", "cbc_workflow_duration_seconds"); err != nil {
 		t.Errorf("file differs from the registry: %v", err)
 	}
@@ -224,7 +214,7 @@ func TestWriteFile(t *testing.T) {
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o644 {
 		t.Errorf("mode %v, want 0644", fi.Mode().Perm())
 	}
-	if err := WriteFile(filepath.Join(dir, "missing", "m.prom"), m.Registry()); err == nil {
+	if err := WriteFile(filepath.Join(dir, "missing", "m.prom"), reg); err == nil {
 		t.Error("WriteFile into a missing directory succeeded")
 	}
 }

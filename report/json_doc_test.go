@@ -7,23 +7,23 @@ import (
 	"testing"
 )
 
-// TestReadmeJSONKeys keeps the README's `replay --json` contract complete:
+// TestJSONDocKeys keeps the `replay --json` contract of docs/json.md complete:
 // every key the contract types can write (Workflow, Task, Phase, Agent,
 // LaunchedBy, Cost, ModelCost, TokensByType, Session, StatsLine) is named
 // in that section, so a key added to the code and not documented fails.
-func TestReadmeJSONKeys(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+func TestJSONDocKeys(t *testing.T) {
+	b, err := os.ReadFile("../docs/json.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	start := strings.Index(readme, "### `replay --json`: a contract for scripts")
+	md := string(b)
+	start := strings.Index(md, "\n## `replay --json`: a contract for scripts\n")
 	if start < 0 {
-		t.Fatal("README has no `replay --json` contract section")
+		t.Fatal("docs/json.md has no `replay --json` contract section")
 	}
-	sec := readme[start:]
-	if end := strings.Index(sec[4:], "\n### "); end >= 0 {
-		sec = sec[:end+4]
+	sec := md[start+1:]
+	if end := strings.Index(sec, "\n## "); end >= 0 {
+		sec = sec[:end]
 	}
 	var keys func(reflect.Type)
 	seen := map[string]bool{}
@@ -40,7 +40,7 @@ func TestReadmeJSONKeys(t *testing.T) {
 			}
 			seen[name] = true
 			if !strings.Contains(sec, `"`+name+`"`) && !strings.Contains(sec, "`"+name+"`") {
-				t.Errorf("%s.%s: key %q is not in the README's replay --json contract", typ.Name(), f.Name, name)
+				t.Errorf("%s.%s: key %q is not in docs/json.md's replay --json contract", typ.Name(), f.Name, name)
 			}
 		}
 	}
