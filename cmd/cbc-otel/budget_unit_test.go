@@ -48,7 +48,7 @@ func TestBudgetCapSpend(t *testing.T) {
 			b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 			defer b.childDone()
 			for _, e := range append(tc.events, turn(5), turn(1)) {
-				b.Observe(e)
+				b.watch.Observe(e)
 			}
 			out := awaitLog(t, b, &log)
 			m := regexp.MustCompile(`interrupting it" spend_usd=(\S+) max_cost_usd=1 source=(\S+) `).FindAllStringSubmatch(out, -1)
@@ -85,7 +85,7 @@ func TestBudgetCapAfterExit(t *testing.T) {
 	cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
 	b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 	b.childDone()
-	b.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: 5}})
+	b.watch.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: 5}})
 	if b.Tripped() || log.String() != "" {
 		t.Errorf("tripped %v; log: %s", b.Tripped(), log.String())
 	}

@@ -100,11 +100,9 @@ func TestPackageGraph(t *testing.T) {
 		// supervisor, which is the command's.
 		"telemetry": {"tap", "ndjson", "streamjson", "ingest", "spool", "follow", "traces", "metrics", "report", "runspage",
 			"clitelemetry", "join", "exposition", "internal/ghoutput", "internal/runcost"},
-		// The face: flags, subcommands, exit codes. ingest and report only
-		// for budget.go (run --budget.max-cost-usd, a sink of its own still
-		// here); spool for the names of its files in serve's globs.
-		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count", "internal/runcost",
-			"ingest", "report"},
+		// The face: flags, subcommands, exit codes; no sink, no decoder.
+		// spool only for the names of its files in serve's globs.
+		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count", "internal/runcost"},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]

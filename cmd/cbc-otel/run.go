@@ -239,7 +239,7 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		budget = newBudgetCap(&cfg, log, sigs)
 		defer budget.childDone()
 		sigs = budget.sigs
-		wo.Extra = append(wo.Extra, budget)
+		wo.Extra = append(wo.Extra, budget.watch)
 		wo.Register = func(reg prometheus.Registerer) { budget.register(reg, log) }
 	}
 	c, err := cfg.tel.Wrap(ctx, wo, log)
