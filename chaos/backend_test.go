@@ -29,8 +29,8 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/simulate"
-	"github.com/cbc-otel/cbc-otel/traces"
 )
 
 // Section 2 of issue #10: the wrapper against telemetry backends that fail.
@@ -60,7 +60,7 @@ const (
 	// backendBlastPrefixTurns workflows before the blast bulk, 9 spans a
 	// turn: of 64, only 384 spans had ended by the end of the prefix (a run
 	// ends a grace window after its notification, on the stream's clock),
-	// less than an export batch (traces.DefaultBatchSize), so the first
+	// less than an export batch (egress.DefaultBatchSize), so the first
 	// export waited for the batch interval; of 96, 512 have.
 	backendBlastPrefixTurns = 96
 	// backendRounds interleaved blast runs of every case.
@@ -728,8 +728,8 @@ func TestBackendFaults(t *testing.T) {
 	dir := t.TempDir()
 	prefix := genBackendStream(t, dir, 8, 4<<10, 11)
 	blastPrefix := genBackendStream(t, dir, backendBlastPrefixTurns, 4<<10, 12)
-	if blastPrefix.spans < traces.DefaultBatchSize {
-		t.Fatalf("blast prefix: %d spans, fewer than a batch (%d)", blastPrefix.spans, traces.DefaultBatchSize)
+	if blastPrefix.spans < egress.DefaultBatchSize {
+		t.Fatalf("blast prefix: %d spans, fewer than a batch (%d)", blastPrefix.spans, egress.DefaultBatchSize)
 	}
 	bulk := genBackendStream(t, dir, backendTurns, backendNoise, 10)
 	pacedBulk := genBackendStream(t, dir, backendPacedTurns, backendPacedNoise, 14)

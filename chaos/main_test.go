@@ -5,10 +5,10 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -18,6 +18,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
 )
 
@@ -183,11 +184,7 @@ func testMain(m *testing.M) int {
 	}
 	repoRoot = filepath.Dir(wd)
 	wrapperBin = filepath.Join(dir, "cbc-otel")
-	build := exec.Command("go", "build", "-trimpath", "-o", wrapperBin, "./cmd/cbc-otel")
-	build.Dir = repoRoot
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if _, err := testbin.Build(context.Background(), wrapperBin, testbin.Trimpath(), testbin.Env("CGO_ENABLED=0")); err != nil {
 		fmt.Fprintln(os.Stderr, "building cbc-otel:", err)
 		return 1
 	}

@@ -1,6 +1,6 @@
 // Package clitelemetry receives the OpenTelemetry telemetry the wrapped CLI
 // emits itself (Claude Code with CLAUDE_CODE_ENABLE_TELEMETRY=1 and
-// OTEL_EXPORTER_OTLP_ENDPOINT pointed at us) and forwards it.
+// OTEL_EXPORTER_OTLP_ENDPOINT pointed at us); package egress sends it on.
 //
 // # Receiver
 //
@@ -30,44 +30,9 @@
 // framework, pdata and their dependencies, many times this package, for
 // three POST handlers.
 //
-// # Forwarding
+// # Sending it on
 //
-// A Forwarder sends log records and metrics on through the OTel Go SDK's
-// own OTLP exporters (otlploggrpc/otlploghttp, otlpmetricgrpc/
-// otlpmetrichttp), so that they take the same endpoint, headers, TLS,
-// compression and timeout settings (OTEL_EXPORTER_OTLP_*) as our own trace
-// exporter, read by the SDK in the same way. Log records are emitted
-// through one sdk/log LoggerProvider per distinct resource (the CLI's
-// resource: service.name=claude-code ...), with their timestamps,
-// severity, body, attributes, event name and trace and span id, so that
-// they keep their correlation with the CLI's spans. Metrics are converted
-// to metricdata and exported with their temporality (Claude Code sends
-// delta). Both go through a bounded queue and one export goroutine: the
-// Handler never blocks, and what is dropped or fails is counted
-// (Forwarder.Stats, Forwarder.Losses).
-//
-// Traces are not forwarded here: ReadOnlySpans converts them into SDK
-// spans for our own trace exporter pipeline, which may join and amend them.
-//
-// # Endpoints
-//
-// Each of logs and metrics finds its endpoint by the first rule that
-// applies:
-//
-//  1. ForwarderConfig.Endpoint (the same flag as our traces endpoint): a URL
-//     or host:port. For http/protobuf a path ending in /v1/traces has that
-//     replaced by /v1/logs or /v1/metrics; any other path (none included)
-//     is a base and gets /v1/logs or /v1/metrics appended. gRPC uses the
-//     host. "none" forwards nothing.
-//  2. OTEL_EXPORTER_OTLP_LOGS_ENDPOINT / OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-//     then OTEL_EXPORTER_OTLP_ENDPOINT: left to the exporter, which reads
-//     them itself (the per-signal one as is, the general one with
-//     /v1/logs or /v1/metrics appended for HTTP).
-//  3. OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, derived as in rule 1, so that
-//     one configured traces endpoint is enough for all three signals.
-//  4. Otherwise that signal is not forwarded.
-//
-// The protocol is ForwarderConfig.Protocol, else
-// OTEL_EXPORTER_OTLP_{LOGS,METRICS}_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL,
-// else grpc; callers pass our traces protocol to keep the signals together.
+// The receiver only receives and decodes. The join hands what it received
+// to package egress, which converts it (internal/otlpconv) and forwards it
+// to where our own spans go; Count* count what a request holds.
 package clitelemetry

@@ -5,27 +5,34 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/clitelemetry"
+	"github.com/cbc-otel/cbc-otel/egress"
 )
 
-// Wiring: the receiver hands logs and metrics to a Forwarder and spans,
-// converted, to our own trace pipeline; the CLI is pointed at
-// r.Endpoint() with r.Headers(), its token, which every request must
-// carry.
+// Wiring: the receiver hands spans, logs and metrics to the process's
+// egress, which converts and queues them without blocking; the CLI is
+// pointed at r.Endpoint() with r.Headers(), its token, which every
+// request must carry.
 func Example() {
 	ctx := context.Background()
-	fwd, err := clitelemetry.NewForwarder(ctx, clitelemetry.ForwarderConfig{Endpoint: "none"})
+	out, err := egress.New(ctx, egress.Config{Endpoint: "none", Forward: true})
 	if err != nil {
 		panic(err)
 	}
 	r, err := clitelemetry.Listen(clitelemetry.ReceiverConfig{}, clitelemetry.Handlers{
 		TracesFunc: func(_ context.Context, req *coltracepb.ExportTraceServiceRequest) {
-			spans := clitelemetry.ReadOnlySpans(req.GetResourceSpans())
-			_ = spans // to our span exporter's queue, without blocking
+			out.ForwardSpans(req.GetResourceSpans())
 		},
-		LogsFunc:    fwd.Logs,
-		MetricsFunc: fwd.Metrics,
+		LogsFunc: func(_ context.Context, req *collogspb.ExportLogsServiceRequest) {
+			out.ForwardLogs(req)
+		},
+		MetricsFunc: func(_ context.Context, req *colmetricspb.ExportMetricsServiceRequest) {
+			out.ForwardMetrics(req)
+		},
 	})
 	if err != nil {
 		panic(err)
@@ -42,8 +49,7 @@ func Example() {
 	shutdownCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = r.Shutdown(shutdownCtx)
-	_ = fwd.Shutdown(shutdownCtx)
-	logs, points := fwd.Losses()
-	fmt.Println(logs, points)
-	// Output: 0 0
+	_ = out.Shutdown(shutdownCtx)
+	fmt.Println(len(out.Losses()), "losses")
+	// Output: 0 losses
 }

@@ -2,6 +2,8 @@ package clitelemetry
 
 import (
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/internal/otlpconv"
 )
 
 // FuzzDecode feeds arbitrary bodies, as JSON and as protobuf, to every
@@ -25,7 +27,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, enc := range []Encoding{JSON, Protobuf} {
 			if tr, err := DecodeTraces(body, enc); err == nil {
-				for _, s := range ReadOnlySpans(tr.GetResourceSpans()) {
+				for _, s := range otlpconv.ReadOnlySpans(tr.GetResourceSpans()) {
 					if !s.SpanContext().IsValid() {
 						t.Fatalf("invalid span context %v", s.SpanContext())
 					}
@@ -38,13 +40,13 @@ func FuzzDecode(f *testing.F) {
 							if n := len(r.GetTraceId()); n != 0 && n != 16 {
 								t.Fatalf("trace id of %d bytes", n)
 							}
-							_ = attrValue(r.GetBody())
+							_ = otlpconv.Value(r.GetBody())
 						}
 					}
 				}
 			}
 			if m, err := DecodeMetrics(body, enc); err == nil {
-				_, _ = ResourceMetrics(m.GetResourceMetrics())
+				_, _ = otlpconv.ResourceMetrics(m.GetResourceMetrics())
 			}
 		}
 	})

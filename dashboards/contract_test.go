@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -132,13 +133,13 @@ func exporterFamilies(t *testing.T) (map[string]*family, map[string]string) {
 // telemetry, so without this the per-workflow cost families (the run's
 // cost histogram among them) would have no series.
 func observeCost(m *metrics.Metrics) {
-	usage := ingest.ModelUsage{Model: "claude-contract", CostUSD: 0.25, Tokens: ingest.Tokens{100, 20, 300, 40}}
+	usage := cost.Model{Model: "claude-contract", CostUSD: 0.25, Tokens: cost.Tokens{100, 20, 300, 40}}
 	run := &ingest.Run{TaskID: "t-contract", RunID: "r-contract", SessionID: "s-contract", Workflow: true, Name: "contract", Start: 1000}
 	agent := &ingest.Agent{Index: 0, AgentID: "a-contract"}
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: run})
 	m.Observe(ingest.Lifecycle{Kind: ingest.AgentStarted, Run: run, Agent: agent})
 	for _, sc := range ingest.CallScopes() {
-		call := &ingest.ModelCall{SessionID: "s-contract", Usage: usage, DurationMs: 800, At: 2000, Scope: sc}
+		call := &ingest.ModelCall{SessionID: "s-contract", Cost: usage, DurationMs: 800, At: 2000, Scope: sc}
 		l := ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: call}
 		switch sc {
 		case ingest.CallWorkflow:
@@ -163,7 +164,7 @@ func observeCost(m *metrics.Metrics) {
 	for _, sub := range []string{"success", "error_max_turns"} {
 		m.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{
 			SessionID: "s-contract", Subtype: sub, IsError: sub != "success", DurationMs: 4000,
-			Delta: []ingest.ModelUsage{usage}, CostUSD: usage.CostUSD,
+			Delta: []cost.Model{usage}, CostUSD: usage.CostUSD,
 		}})
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // jaegerConfig is TOOLING.md's loopback-only all-in-one configuration with
@@ -204,14 +204,9 @@ func jaegerGetTrace(ctx context.Context, url string) (jaegerTrace, error) {
 // jaegerBuildCLI builds the cbc-otel binary once per test binary run.
 func jaegerBuildCLI(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "cbc-otel")
-	if runtime.GOOS == "windows" {
-		bin += ".exe"
-	}
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/cbc-otel")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building cbc-otel: %v\n%s", err, out)
+	bin, err := testbin.Build(t.Context(), filepath.Join(t.TempDir(), "cbc-otel"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

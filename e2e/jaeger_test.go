@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -119,24 +120,24 @@ func runCLI(t *testing.T, bin string, stdin []byte, env []string, args ...string
 	return out.Bytes()
 }
 
-// TestJaegerInProcess exports through traces.Setup directly: it holds
+// TestJaegerInProcess exports through egress.Setup directly: it holds
 // whatever the command wiring does.
 func TestJaegerInProcess(t *testing.T) {
 	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
-	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
+	for _, proto := range []string{egress.ProtocolGRPC, egress.ProtocolHTTP} {
 		t.Run(proto, func(t *testing.T) {
 			// A Jaeger per protocol: the ids are deterministic, so both
 			// would write the very same trace.
 			j := startJaeger(t, jbin)
 			endpoint := j.otlpGRPC
-			if proto == traces.ProtocolHTTP {
+			if proto == egress.ProtocolHTTP {
 				endpoint = j.otlpHTTP
 			}
 			service := "cbc-otel-inproc-" + strings.ReplaceAll(proto, "/", "-")
 			// The SDK reads the resource from the process environment.
 			t.Setenv("OTEL_SERVICE_NAME", service)
-			prov, err := traces.Setup(context.Background(), traces.Config{
-				Endpoint: "http://" + endpoint, Protocol: proto,
+			prov, err := egress.New(context.Background(), egress.Config{
+				Endpoint: "http://" + endpoint, Protocol: proto, IDGenerator: traces.NewIDGenerator(),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -148,7 +149,7 @@ func TestJaegerInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			sink := traces.New(prov, traces.Options{})
+			sink := traces.New(prov.TracerProvider(), traces.Options{})
 			p := ingest.NewPipeline(ingest.PipelineOptions{Tracker: ingest.TrackerOptions{Sinks: []ingest.Sink{sink}, Grace: ingest.DefaultGrace}})
 			if err := ingest.Feed(context.Background(), p, tap.SourceStdout, f); err != nil {
 				t.Fatal(err)
@@ -183,11 +184,11 @@ func TestJaegerReplay(t *testing.T) {
 	if len(want[tid.String()]) != 7 {
 		t.Fatalf("expected 7 spans (workflow, 2 phases, 4 agents) in %s, have %d", tid, len(want[tid.String()]))
 	}
-	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
+	for _, proto := range []string{egress.ProtocolGRPC, egress.ProtocolHTTP} {
 		t.Run(proto, func(t *testing.T) {
 			j := startJaeger(t, jbin)
 			endpoint := "http://" + j.otlpGRPC
-			if proto == traces.ProtocolHTTP {
+			if proto == egress.ProtocolHTTP {
 				endpoint = "http://" + j.otlpHTTP
 			}
 			runCLI(t, bin, nil, []string{"OTEL_SERVICE_NAME=cbc-otel-replay"},
@@ -204,11 +205,11 @@ func TestJaegerReplay(t *testing.T) {
 func TestJaegerRun(t *testing.T) {
 	jbin := realtool.Built(t, "jaeger", "JAEGER_BIN", jaegerHint)
 	bin := jaegerBuildCLI(t)
-	for _, proto := range []string{traces.ProtocolGRPC, traces.ProtocolHTTP} {
+	for _, proto := range []string{egress.ProtocolGRPC, egress.ProtocolHTTP} {
 		t.Run(proto, func(t *testing.T) {
 			j := startJaeger(t, jbin)
 			endpoint := "http://" + j.otlpGRPC
-			if proto == traces.ProtocolHTTP {
+			if proto == egress.ProtocolHTTP {
 				endpoint = "http://" + j.otlpHTTP
 			}
 			jaegerRunOnce(t, j, bin, endpoint, proto)

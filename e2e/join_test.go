@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
@@ -59,8 +60,8 @@ func TestJoinedTraceInJaeger(t *testing.T) {
 		name, proto string
 		userParent  bool // TRACEPARENT in the user's env, else minted by the wrapper
 	}{
-		{"traceparent-grpc", traces.ProtocolGRPC, true},
-		{"minted-http", traces.ProtocolHTTP, false},
+		{"traceparent-grpc", egress.ProtocolGRPC, true},
+		{"minted-http", egress.ProtocolHTTP, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			joinedRunOnce(t, cli, bin, promBin, startJaeger(t, jbin), c.proto, c.userParent)
@@ -71,7 +72,7 @@ func TestJoinedTraceInJaeger(t *testing.T) {
 func joinedRunOnce(t *testing.T, cli, bin, promBin string, j *jaeger, proto string, userParent bool) {
 	api := startMockAnthropic(t, true)
 	endpoint := "http://" + j.otlpGRPC
-	if proto == traces.ProtocolHTTP {
+	if proto == egress.ProtocolHTTP {
 		endpoint = "http://" + j.otlpHTTP
 	}
 	dir := t.TempDir()
@@ -246,9 +247,9 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 	// The trace: the user's, or the one Jaeger holds for service cbc-otel.
 	traceID := userTrace
 	if !userParent {
-		ids := joinJaegerTraceIDs(t, j, traces.DefaultServiceName, began)
+		ids := joinJaegerTraceIDs(t, j, egress.DefaultServiceName, began)
 		if len(ids) != 1 {
-			t.Fatalf("Jaeger holds %d traces of service %s, want 1: %v", len(ids), traces.DefaultServiceName, ids)
+			t.Fatalf("Jaeger holds %d traces of service %s, want 1: %v", len(ids), egress.DefaultServiceName, ids)
 		}
 		traceID = ids[0]
 	}
@@ -273,7 +274,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 	t.Logf("the joined trace %s as Jaeger returns it (also in %s):\n%s", traceID, treeFile, tree)
 
 	// One trace per CLI process: nothing of either service elsewhere.
-	for _, svc := range []string{"claude-code", traces.DefaultServiceName} {
+	for _, svc := range []string{"claude-code", egress.DefaultServiceName} {
 		if ids := joinJaegerTraceIDs(t, j, svc, began); len(ids) != 1 || ids[0] != traceID {
 			t.Errorf("Jaeger's traces of service %s: %v, want only %s", svc, ids, traceID)
 		}
@@ -297,7 +298,7 @@ func checkJoinedTrace(t *testing.T, j *jaeger, began time.Time, userParent bool,
 			t.Errorf("span %s %s: trace %s, want %s", s.OperationName, s.SpanID, s.TraceID, traceID)
 		}
 		cliSpan := strings.HasPrefix(s.OperationName, "claude_code.")
-		if wantSvc := map[bool]string{true: "claude-code", false: traces.DefaultServiceName}[cliSpan]; svc(s) != wantSvc {
+		if wantSvc := map[bool]string{true: "claude-code", false: egress.DefaultServiceName}[cliSpan]; svc(s) != wantSvc {
 			t.Errorf("span %s %s: service %q, want %q", s.OperationName, s.SpanID, svc(s), wantSvc)
 		}
 		switch {

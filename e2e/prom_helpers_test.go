@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // requirePrometheus returns the prometheus binary. Without it the test
@@ -36,11 +37,9 @@ func promBuildCLI(t *testing.T) string {
 	if b := os.Getenv("CBC_OTEL_BIN"); b != "" {
 		return b
 	}
-	bin := filepath.Join(t.TempDir(), "cbc-otel")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/cbc-otel")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/cbc-otel: %v\n%s", err, out)
+	bin, err := testbin.Build(t.Context(), filepath.Join(t.TempDir(), "cbc-otel"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -159,9 +159,9 @@ func (t *Tracker) attribute(c ModelCall) bool {
 		c.Scope, c.Workflow, c.TaskID, c.RunID, c.AgentIndex = CallWorkflow, r.Name, r.TaskID, r.RunID, ref.index
 		a := r.agent(ref.index)
 		if a != nil {
-			a.Cost.Add(c.Usage, 1)
+			a.Cost.Add(c.Cost, 1)
 		}
-		r.Cost.Add(c.Usage, 1)
+		r.Cost.Add(c.Cost, 1)
 		if r.pending() {
 			// Its RunStarted is held back, and with it every event that
 			// names it: the call still counts for its workflow.

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 func call(agent string, usd float64, in, out int64) ingest.ModelCall {
-	return ingest.ModelCall{AgentID: agent, SessionID: "S1", Usage: ingest.ModelUsage{
-		Model: "claude-sonnet-4-5", CostUSD: usd, Tokens: ingest.Tokens{in, out, 0, 0}}}
+	return ingest.ModelCall{AgentID: agent, SessionID: "S1", Cost: cost.Model{
+		Model: "claude-sonnet-4-5", CostUSD: usd, Tokens: cost.Tokens{in, out, 0, 0}}}
 }
 
 func calls(rec *ingesttest.Recorder) []ingest.ModelCall {
@@ -53,10 +54,10 @@ func TestCallAttribution(t *testing.T) {
 			r.tr.Close(T0 + 6)
 		}, []ingest.CallScope{ingest.CallWorkflow, ingest.CallWorkflow, ingest.CallWorkflow}, func(t *testing.T, r *clockRig) {
 			run := finalRun(t, r.rec, "w1", "r1")
-			if a := agentOf(t, run, 1); a.Cost.Calls != 2 || a.Cost.Tokens[ingest.TokensInput] != 300 || !near(a.Cost.CostUSD, 0.03) {
+			if a := agentOf(t, run, 1); a.Cost.Calls != 2 || a.Cost.Tokens[cost.TokensInput] != 300 || !near(a.Cost.CostUSD, 0.03) {
 				t.Errorf("agent 1 cost = %+v", a.Cost)
 			}
-			if run.Cost.Calls != 3 || !near(run.Cost.CostUSD, 0.53) || run.Cost.Tokens[ingest.TokensOutput] != 61 {
+			if run.Cost.Calls != 3 || !near(run.Cost.CostUSD, 0.53) || run.Cost.Tokens[cost.TokensOutput] != 61 {
 				t.Errorf("run cost = %+v", run.Cost)
 			}
 			for _, c := range calls(r.rec) {
@@ -222,7 +223,7 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 		var n int
 		for _, c := range calls(rec) {
 			n++
-			got += c.Usage.CostUSD
+			got += c.Cost.CostUSD
 		}
 		if n != agents*perAgent || !near(got, want) {
 			t.Fatalf("seed %d: %d calls, $%v; want %d, $%v", seed, n, got, agents*perAgent, want)

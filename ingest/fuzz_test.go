@@ -40,6 +40,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/streamjson"
@@ -829,7 +830,7 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 	case 12:
 		// A model call of the CLI's own telemetry: an agent's (of some
 		// run, or named by no run), or the main conversation's.
-		c := ingest.ModelCall{Usage: ingest.ModelUsage{Model: "m", CostUSD: 1, Tokens: ingest.Tokens{1, 1, 0, 0}}}
+		c := ingest.ModelCall{Cost: cost.Model{Model: "m", CostUSD: 1, Tokens: cost.Tokens{1, 1, 0, 0}}}
 		if a%5 != 0 {
 			c.AgentID = fmt.Sprintf("v1:%d", 1+int(a)%5)
 		}
@@ -914,7 +915,7 @@ func (s *invariantSink) checkTurn(tr *ingest.Turn) {
 	}
 	for i, d := range tr.Delta {
 		if !(d.CostUSD >= 0) || slices.ContainsFunc(d.Tokens[:], func(v int64) bool { return v < 0 }) ||
-			slices.ContainsFunc(tr.Delta[:i], func(o ingest.ModelUsage) bool { return o.Model == d.Model }) {
+			slices.ContainsFunc(tr.Delta[:i], func(o cost.Model) bool { return o.Model == d.Model }) {
 			s.t.Fatalf("turn of %s: delta %+v of %+v", tr.SessionID, d, tr.Delta)
 		}
 	}

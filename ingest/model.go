@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -136,7 +137,7 @@ type Agent struct {
 	Error       string
 	// Cost is what the agent's model calls cost, from the CLI's own
 	// telemetry (run --join-cli-telemetry); zero without it.
-	Cost Cost
+	Cost cost.Sum
 	// Opt-in content (DecodeOptions.KeepPreviews).
 	ResultPreview string
 	PromptPreview string
@@ -209,7 +210,7 @@ type Run struct {
 	End   int64
 	Usage streamjson.Usage // final usage (notification's, else the last progress)
 	// Cost sums its agents' Cost (the CLI's own telemetry).
-	Cost Cost
+	Cost cost.Sum
 	// Stalled is set while the unfinished run has shown no event for
 	// TrackerOptions.StallAfter; Stalls counts its silences.
 	Stalled   bool

@@ -17,10 +17,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
-	costusage "github.com/cbc-otel/cbc-otel/usage"
 )
 
 // lnResult is a result line of session with the cumulative total and
@@ -52,7 +52,7 @@ func turns(rec *ingesttest.Recorder) []ingest.Turn {
 // model its cost and tokens.
 type sums struct {
 	cost   float64
-	models map[string]ingest.ModelUsage
+	models map[string]cost.Model
 }
 
 func sumTurns(ts []ingest.Turn) map[string]*sums {
@@ -60,7 +60,7 @@ func sumTurns(ts []ingest.Turn) map[string]*sums {
 	for _, tr := range ts {
 		s := out[tr.SessionID]
 		if s == nil {
-			s = &sums{models: map[string]ingest.ModelUsage{}}
+			s = &sums{models: map[string]cost.Model{}}
 			out[tr.SessionID] = s
 		}
 		s.cost += tr.CostUSD
@@ -212,7 +212,7 @@ func TestTurnDeltas(t *testing.T) {
 		}
 		for _, d := range tr.Delta {
 			v := w.delta[d.Model]
-			if d.Tokens != (ingest.Tokens{int64(v[0]), int64(v[1]), int64(v[2]), int64(v[3])}) || !near(d.CostUSD, v[4]) {
+			if d.Tokens != (cost.Tokens{int64(v[0]), int64(v[1]), int64(v[2]), int64(v[3])}) || !near(d.CostUSD, v[4]) {
 				t.Fatalf("turn %d: %s delta %+v, want %v", i, d.Model, d, v)
 			}
 		}
@@ -269,7 +269,7 @@ func TestTurnBaselinesRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2.out(lnResult("A", 0.35, m(35)))
-	if ts := turns(r2.rec); len(ts) != 1 || ts[0].Reset || !near(ts[0].CostUSD, 0.15) || ts[0].Delta[0].Tokens != (ingest.Tokens{15, 0, 0, 0}) {
+	if ts := turns(r2.rec); len(ts) != 1 || ts[0].Reset || !near(ts[0].CostUSD, 0.15) || ts[0].Delta[0].Tokens != (cost.Tokens{15, 0, 0, 0}) {
 		t.Fatalf("after restore: %+v", ts)
 	}
 	if err := r2.p.Tracker().Restore(back, back.Now); err == nil {
@@ -279,7 +279,7 @@ func TestTurnBaselinesRestore(t *testing.T) {
 		"duplicate":      func(s *ingest.TrackerState) { s.Sessions = append(s.Sessions, s.Sessions[0]) },
 		"negative cost":  func(s *ingest.TrackerState) { s.Sessions[0].CostUSD = -1 },
 		"negative count": func(s *ingest.TrackerState) { s.Sessions[0].Models[0].Tokens[2] = -1 },
-		"unnamed model":  func(s *ingest.TrackerState) { s.Sessions[0].Models[0].Model = "" },
+		"unnamed model":  func(s *ingest.TrackerState) { s.Sessions[0].Models[0].Model.Model = "" },
 	} {
 		var s ingest.TrackerState
 		_ = json.Unmarshal(b, &s)
@@ -632,7 +632,7 @@ func TestTurnUnknownAcrossRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2.out(lnResult("A", 0.5, m(20, 0.5)))
-	if ts := turns(r2.rec); len(ts) != 1 || ts[0].Reset || ts[0].CostUSD != 0.25 || ts[0].Delta[0].Tokens != (ingest.Tokens{10, 0, 0, 0}) {
+	if ts := turns(r2.rec); len(ts) != 1 || ts[0].Reset || ts[0].CostUSD != 0.25 || ts[0].Delta[0].Tokens != (cost.Tokens{10, 0, 0, 0}) {
 		t.Fatalf("after an old checkpoint: %+v", ts)
 	}
 	for name, spoil := range map[string]func(*ingest.TrackerState){
@@ -651,7 +651,7 @@ func TestTurnUnknownAcrossRestore(t *testing.T) {
 }
 
 // TestTurnModelBaselineBound: a session's baseline keeps at most
-// usage.MaxSessionModels models, those the latest lines gave first; the
+// cost.MaxSessionModels models, those the latest lines gave first; the
 // ones forgotten count as over_capacity and, when they come back, in full.
 func TestTurnModelBaselineBound(t *testing.T) {
 	line := func(from, n int, in float64) jobj {
@@ -663,11 +663,11 @@ func TestTurnModelBaselineBound(t *testing.T) {
 	}
 	r := newPipeRig(ingest.PipelineOptions{})
 	per := streamjson.MaxResultModels
-	lines := costusage.MaxSessionModels/per + 1
+	lines := cost.MaxSessionModels/per + 1
 	for i := range lines {
 		r.out(line(i*per, per, 10))
 	}
-	over := int64(lines*per - costusage.MaxSessionModels)
+	over := int64(lines*per - cost.MaxSessionModels)
 	if n := violationCounts(r.stats)[ingest.ViolationOverCapacity]; n != over {
 		t.Fatalf("%d over_capacity, want %d", n, over)
 	}
@@ -682,15 +682,15 @@ func TestTurnModelBaselineBound(t *testing.T) {
 	}
 }
 
-// TestKnownBitsAgree: the decoder's ResultModel.Known and usage.Known
+// TestKnownBitsAgree: the decoder's ResultModel.Known and cost.Known
 // number the values alike (ingest converts one to the other as is).
 func TestKnownBitsAgree(t *testing.T) {
-	for _, k := range ingest.TokenTypes() {
-		if streamjson.KnownTokens<<k != uint8(1)<<k || !costusage.Known(streamjson.KnownTokens<<k).Tokens(k) {
+	for _, k := range cost.TokenTypes() {
+		if streamjson.KnownTokens<<k != uint8(1)<<k || !cost.Known(streamjson.KnownTokens<<k).Tokens(k) {
 			t.Errorf("token type %v: bits differ", k)
 		}
 	}
-	if uint8(costusage.KnownCost) != streamjson.KnownCost || uint8(costusage.KnownAll) != streamjson.KnownAll {
-		t.Errorf("cost bit %#x / %#x, all %#x / %#x", costusage.KnownCost, streamjson.KnownCost, costusage.KnownAll, streamjson.KnownAll)
+	if uint8(cost.KnownCost) != streamjson.KnownCost || uint8(cost.KnownAll) != streamjson.KnownAll {
+		t.Errorf("cost bit %#x / %#x, all %#x / %#x", cost.KnownCost, streamjson.KnownCost, cost.KnownAll, streamjson.KnownAll)
 	}
 }

@@ -1,5 +1,7 @@
 package ingest
 
+import "github.com/cbc-otel/cbc-otel/cost"
+
 // LifecycleKind says what happened to a run.
 type LifecycleKind uint8
 
@@ -101,9 +103,9 @@ func (r *Run) Clone() Run {
 	c := *r
 	c.Phases = append([]Phase(nil), r.Phases...)
 	c.Agents = append([]Agent(nil), r.Agents...)
-	c.Cost.Models = append([]ModelUsage(nil), r.Cost.Models...)
+	c.Cost.Models = append([]cost.Model(nil), r.Cost.Models...)
 	for i := range c.Agents {
-		c.Agents[i].Cost.Models = append([]ModelUsage(nil), c.Agents[i].Cost.Models...)
+		c.Agents[i].Cost.Models = append([]cost.Model(nil), c.Agents[i].Cost.Models...)
 	}
 	return c
 }

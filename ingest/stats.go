@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"iter"
 	"sync/atomic"
 
 	"github.com/cbc-otel/cbc-otel/streamjson"
@@ -83,4 +84,53 @@ func (s *Stats) AddDropped(src tap.Source, n int64) { s.dropped[src%numSources].
 func (s *Stats) countLine(src tap.Source, n int64) {
 	s.lines[src%numSources].Add(1)
 	s.bytes[src%numSources].Add(n)
+}
+
+// SourceCounts is what a pipeline counted of one tapped stream: per source,
+// what passed through is Bytes + Incomplete + Dropped.
+type SourceCounts struct {
+	Lines, Bytes, Incomplete, Dropped int64
+}
+
+// ReasonCounts is what a pipeline rejected for one reason: the lines, and
+// their bytes as far as read.
+type ReasonCounts struct {
+	Lines, Bytes int64
+}
+
+// PerSource yields every tapped stream's name (stdout, stdin) and counts,
+// zeros included, so that a consumer needs to know no source.
+func (s *Stats) PerSource() iter.Seq2[string, SourceCounts] {
+	return func(yield func(string, SourceCounts) bool) {
+		for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
+			c := SourceCounts{Lines: s.Lines(src), Bytes: s.Bytes(src), Incomplete: s.Incomplete(src), Dropped: s.Dropped(src)}
+			if !yield(src.String(), c) {
+				return
+			}
+		}
+	}
+}
+
+// PerReason yields every rejection reason's name and counts, zeros
+// included, in the decoder's order.
+func (s *Stats) PerReason() iter.Seq2[string, ReasonCounts] {
+	return func(yield func(string, ReasonCounts) bool) {
+		for _, r := range streamjson.Reasons() {
+			if !yield(r.String(), ReasonCounts{Lines: s.Rejected(r), Bytes: s.RejectedBytes(r)}) {
+				return
+			}
+		}
+	}
+}
+
+// PerViolation yields every violation kind's name and count, zeros
+// included, in Violations' order.
+func (s *Stats) PerViolation() iter.Seq2[string, int64] {
+	return func(yield func(string, int64) bool) {
+		for _, v := range Violations() {
+			if !yield(v.String(), s.Violations(v)) {
+				return
+			}
+		}
+	}
 }

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/internal/fifo"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
-	"github.com/cbc-otel/cbc-otel/usage"
 )
 
 // DefaultGrace is how long a finished run stays open for late snapshots
@@ -160,7 +160,7 @@ type Tracker struct {
 	calls      callIndex
 	stallAfter int64 // ms; 0: off
 	stallCheck int64 // the clock at the last stall check
-	sess       usage.Sessions
+	sess       cost.Sessions
 
 	// latestRun is the largest run id seen of each task (olderRun), in
 	// latestOrder, bounded by maxLatestRuns; made when first needed.
@@ -188,7 +188,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		tombs:    make(map[runKey]bool),
 		maxTombs: mt,
 		ended:    fifo.New[string, AgentRef](mt),
-		sess:     usage.NewSessions(opts.MaxSessions),
+		sess:     cost.NewSessions(opts.MaxSessions),
 	}
 	if opts.AttributeCalls {
 		t.calls.init()

@@ -47,10 +47,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.spans, st.HeldDropped.Load(), "overflow")
 	counter(c.calls, st.ModelCalls.Load()-st.CallsLost.Load(), "handled")
 	counter(c.calls, st.CallsLost.Load(), "lost")
-	if c.s.fwd != nil {
-		logs, points := c.s.fwd.Losses()
-		counter(c.forwarded, logs, "logs")
-		counter(c.forwarded, points, "metrics")
+	if c.s.out != nil {
+		if logs, points, ok := c.s.out.ForwardLost(); ok {
+			counter(c.forwarded, logs, "logs")
+			counter(c.forwarded, points, "metrics")
+		}
 	}
 	if c.s.recv == nil {
 		return

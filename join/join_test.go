@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -234,12 +235,12 @@ func TestModelCalls(t *testing.T) {
 		t.Fatalf("calls = %d, want 2", len(out.calls))
 	}
 	c := out.calls[0]
-	if c.AgentID != "A1" || c.SessionID != "S1" || c.Usage.Model != "claude-sonnet-4-5" || c.Usage.CostUSD != 0.0006 ||
-		c.Usage.Tokens != (ingest.Tokens{100, 20, 7, 3}) {
+	if c.AgentID != "A1" || c.SessionID != "S1" || c.Cost.Model != "claude-sonnet-4-5" || c.Cost.CostUSD != 0.0006 ||
+		c.Cost.Tokens != (cost.Tokens{100, 20, 7, 3}) {
 		t.Errorf("call = %+v", c)
 	}
 	h := out.calls[1]
-	if h.Usage.CostUSD != 0 || h.Usage.Tokens != (ingest.Tokens{}) || h.Usage.Model == "m\x1b[31m" {
+	if h.Cost.CostUSD != 0 || h.Cost.Tokens != (cost.Tokens{}) || h.Cost.Model == "m\x1b[31m" {
 		t.Errorf("hostile call read as %+v", h)
 	}
 	if got := j.Stats().LogRecords.Load(); got != 3 {

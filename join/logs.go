@@ -10,8 +10,9 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // Attribute keys of Claude Code's api_request event.
@@ -85,19 +86,19 @@ func modelCall(lr *logspb.LogRecord) (ingest.ModelCall, bool) {
 		return ingest.ModelCall{}, false
 	}
 	c := ingest.ModelCall{
-		AgentID:   streamjson.Clean(str(attrs, keyAgentID), maxIDLen),
-		SessionID: streamjson.Clean(str(attrs, keySessionID), maxIDLen),
-		Usage: ingest.ModelUsage{
-			Model:   streamjson.Clean(str(attrs, keyModel), maxModelLen),
+		AgentID:   safetext.Clean(str(attrs, keyAgentID), maxIDLen),
+		SessionID: safetext.Clean(str(attrs, keySessionID), maxIDLen),
+		Cost: cost.Model{
+			Model:   safetext.Clean(str(attrs, keyModel), maxModelLen),
 			CostUSD: num(attrs, keyCostUSD),
 		},
 		DurationMs: int64(num(attrs, keyDurationMs)),
 		At:         int64(lr.GetTimeUnixNano() / 1e6),
 	}
-	c.Usage.Tokens[ingest.TokensInput] = int64(num(attrs, keyInput))
-	c.Usage.Tokens[ingest.TokensOutput] = int64(num(attrs, keyOutput))
-	c.Usage.Tokens[ingest.TokensCacheRead] = int64(num(attrs, keyCacheRead))
-	c.Usage.Tokens[ingest.TokensCacheCreation] = int64(num(attrs, keyCacheCreation))
+	c.Cost.Tokens[cost.TokensInput] = int64(num(attrs, keyInput))
+	c.Cost.Tokens[cost.TokensOutput] = int64(num(attrs, keyOutput))
+	c.Cost.Tokens[cost.TokensCacheRead] = int64(num(attrs, keyCacheRead))
+	c.Cost.Tokens[cost.TokensCacheCreation] = int64(num(attrs, keyCacheCreation))
 	return c, true
 }
 

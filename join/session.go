@@ -3,13 +3,11 @@ package join
 import (
 	"context"
 	crand "crypto/rand"
-	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
@@ -107,9 +105,21 @@ type Calls interface {
 	EndCalls()
 }
 
+// Outlet is where the CLI's telemetry leaves the process (egress.Egress):
+// its spans, once joined, and its logs and metrics as they come. None of
+// its methods may block. A nil *egress.Egress is a valid Outlet.
+type Outlet interface {
+	ForwardSpans([]*tracepb.ResourceSpans)
+	ForwardLogs(*collogspb.ExportLogsServiceRequest)
+	ForwardMetrics(*colmetricspb.ExportMetricsServiceRequest)
+	// ForwardLost is how many log records and metric points were not
+	// delivered; ok is false when they are not forwarded at all.
+	ForwardLost() (logRecords, metricPoints int64, ok bool)
+}
+
 // SessionOptions is everything a Session is made of; the process builds
-// them in one place, in order: parent, call queue, span exporters, the
-// Session, then the traces sink (Joiner.Launcher) and the pipeline (Calls).
+// them in one place, in order: parent, call queue, egress, the Session,
+// then the traces sink (Joiner.Launcher) and the pipeline (Calls).
 type SessionOptions struct {
 	// Parent is the span context the child's TRACEPARENT names (the
 	// user's, or MintParent's).
@@ -121,28 +131,24 @@ type SessionOptions struct {
 	// (traces.AgentSpanContext under Parent); nil when no spans are
 	// exported (nothing is re-parented then).
 	AgentSpan func(task, run string, index int) trace.SpanContext
-	// Spans takes the CLI's spans, converted for our span exporters.
-	Spans func([]sdktrace.ReadOnlySpan)
-	// Forward is where logs and metrics go: the protocol and the endpoint
-	// of our OTLP span exporter; Endpoint "none" forwards nothing.
-	Forward clitelemetry.ForwarderConfig
+	// Out takes the CLI's spans, logs and metrics; nil drops them.
+	Out Outlet
 	// Hold is how long spans wait for their agent.
 	Hold   time.Duration
 	Logger *slog.Logger
 }
 
 // Session is run --join-cli-telemetry for one CLI process: the receiver the
-// child exports to, the Joiner, and the forwarder of the CLI's logs and
-// metrics. Its methods follow the child's life: Start before it, ChildEnv
-// for it, ChildDone when it exited, StreamDone when its stream was read,
-// Shutdown at the end. A nil *Session does nothing.
+// child exports to and the Joiner, which hands what it joined to the
+// Outlet. Its methods follow the child's life: Start before it, ChildEnv
+// for it, ChildDone when it exited, StreamDone when its stream was read.
+// The Outlet's owner flushes what it forwarded. A nil *Session does
+// nothing.
 type Session struct {
 	Joiner  *Joiner
 	recv    *clitelemetry.Receiver
-	fwd     *clitelemetry.Forwarder
-	fwdCtx  context.Context
+	out     Outlet
 	calls   Calls
-	forward clitelemetry.ForwarderConfig
 	parent  trace.SpanContext
 	stop    context.CancelFunc
 	expired chan struct{}
@@ -155,35 +161,22 @@ func NewSession(opts SessionOptions) *Session {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{calls: opts.Calls, forward: opts.Forward, parent: opts.Parent, log: opts.Logger}
+	s := &Session{out: opts.Out, calls: opts.Calls, parent: opts.Parent, log: opts.Logger}
 	jo := Options{Hold: opts.Hold, Logger: opts.Logger, AgentSpan: opts.AgentSpan}
 	if opts.Calls != nil {
 		jo.Submit = opts.Calls.Submit
 	}
-	jo.Spans = func(rs []*tracepb.ResourceSpans) {
-		if opts.Spans != nil {
-			opts.Spans(clitelemetry.ReadOnlySpans(rs))
-		}
+	if opts.Out != nil {
+		jo.Spans, jo.Logs, jo.Metrics = opts.Out.ForwardSpans, opts.Out.ForwardLogs, opts.Out.ForwardMetrics
 	}
-	// The forwarder exists once Start ran, before the receiver that calls
-	// these; a forwarder that could not be made (nil) drops.
-	jo.Logs = func(r *collogspb.ExportLogsServiceRequest) { s.fwd.Logs(s.fwdCtx, r) }
-	jo.Metrics = func(r *colmetricspb.ExportMetricsServiceRequest) { s.fwd.Metrics(s.fwdCtx, r) }
 	s.Joiner = New(jo)
 	return s
 }
 
-// Start starts the forwarder and the receiver. An error means the
-// receiver did not start: the child then runs without its telemetry
-// joined, as it would without the flag.
+// Start starts the receiver. An error means the receiver did not start:
+// the child then runs without its telemetry joined, as it would without
+// the flag.
 func (s *Session) Start(ctx context.Context) error {
-	cfg := s.forward
-	cfg.Logger = s.log
-	fwd, err := clitelemetry.NewForwarder(ctx, cfg)
-	if err != nil {
-		s.log.Error("the CLI's logs and metrics will not be forwarded", "err", err)
-	}
-	s.fwd, s.fwdCtx = fwd, ctx
 	recv, err := clitelemetry.Listen(clitelemetry.ReceiverConfig{Logger: s.log}, s.Joiner)
 	if err != nil {
 		return err
@@ -238,14 +231,4 @@ func (s *Session) StreamDone(ctx context.Context) {
 		<-s.expired
 	}
 	s.calls.EndCalls()
-}
-
-// Shutdown flushes the forwarder within ctx.
-func (s *Session) Shutdown(ctx context.Context) {
-	if s == nil || s.fwd == nil {
-		return
-	}
-	if err := s.fwd.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("flushing the CLI's logs and metrics", "err", err)
-	}
 }

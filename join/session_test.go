@@ -103,7 +103,7 @@ func TestSessionOnACallQueue(t *testing.T) {
 	stdout.Close()
 	s.StreamDone(context.Background()) // waits for the stream, then ends the calls
 	<-done
-	if len(seen.calls) != 1 || seen.calls[0].Usage.CostUSD != 0.25 {
+	if len(seen.calls) != 1 || seen.calls[0].Cost.CostUSD != 0.25 {
 		t.Errorf("calls through the queue = %+v, want the one api_request", seen.calls)
 	}
 	if got := s.Joiner.Stats().CallsLost.Load(); got != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
@@ -26,7 +27,7 @@ func completeRunCost(m *Metrics, name string, usd float64) {
 	r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusCompleted,
 		Start: t0, End: t0 + 3000, Usage: streamjson.Usage{TotalTokens: 10, ToolUses: 1}}
 	if usd != 0 {
-		r.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: usd}, 1)
+		r.Cost.Add(cost.Model{Model: "m", CostUSD: usd}, 1)
 	}
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	m.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 1000}})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -123,7 +124,7 @@ func (c *costMetrics) modelLabel(name string) string {
 	}
 	if added {
 		c.cost.WithLabelValues(label)
-		for _, k := range ingest.TokenTypes() {
+		for _, k := range cost.TokenTypes() {
 			c.tokens.WithLabelValues(label, k.String())
 		}
 	}
@@ -152,7 +153,7 @@ func (m *Metrics) turnEnded(t *ingest.Turn) {
 	for _, d := range t.Delta {
 		model := c.modelLabel(d.Model)
 		add(c.cost.WithLabelValues(model), d.CostUSD)
-		for _, k := range ingest.TokenTypes() {
+		for _, k := range cost.TokenTypes() {
 			add(c.tokens.WithLabelValues(model, k.String()), float64(d.Tokens[k]))
 		}
 	}
@@ -165,7 +166,7 @@ func (m *Metrics) modelCall(l ingest.Lifecycle) {
 	if int(call.Scope) >= len(ingest.CallScopes()) {
 		return
 	}
-	add(c.cliCost.WithLabelValues(call.Scope.String()), call.Usage.CostUSD)
+	add(c.cliCost.WithLabelValues(call.Scope.String()), call.Cost.CostUSD)
 	if call.Scope != ingest.CallWorkflow {
 		return
 	}
@@ -177,10 +178,10 @@ func (m *Metrics) modelCall(l ingest.Lifecycle) {
 	} else {
 		wf = m.workflowLabel(call.Workflow)
 	}
-	add(c.wfCost.WithLabelValues(wf), call.Usage.CostUSD)
-	model := c.modelLabel(call.Usage.Model)
-	for _, k := range ingest.TokenTypes() {
-		add(c.wfTokens.WithLabelValues(wf, model, k.String()), float64(call.Usage.Tokens[k]))
+	add(c.wfCost.WithLabelValues(wf), call.Cost.CostUSD)
+	model := c.modelLabel(call.Cost.Model)
+	for _, k := range cost.TokenTypes() {
+		add(c.wfTokens.WithLabelValues(wf, model, k.String()), float64(call.Cost.Tokens[k]))
 	}
 }
 
@@ -207,7 +208,7 @@ func (m *Metrics) runCosted(r *ingest.Run, st *runState) {
 // model call joined and a positive, finite sum. A run whose calls all
 // reported $0 (a CLI that prices nothing) is unknown, not free: a real
 // model call never costs nothing, and a 0 would drag the quantiles down.
-func runCost(c *ingest.Cost) (float64, bool) {
+func runCost(c *cost.Sum) (float64, bool) {
 	v := c.CostUSD
 	return v, c.Calls > 0 && v > 0 && !math.IsInf(v, 0)
 }

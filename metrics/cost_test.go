@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -84,12 +85,12 @@ func TestCostFromRecordings(t *testing.T) {
 	}
 }
 
-func turn(subtype string, ms int64, models ...ingest.ModelUsage) ingest.Lifecycle {
+func turn(subtype string, ms int64, models ...cost.Model) ingest.Lifecycle {
 	return ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s", Subtype: subtype, DurationMs: ms, Delta: models}}
 }
 
-func usage(model string, cost float64, tok ...int64) ingest.ModelUsage {
-	u := ingest.ModelUsage{Model: model, CostUSD: cost}
+func usage(model string, usd float64, tok ...int64) cost.Model {
+	u := cost.Model{Model: model, CostUSD: usd}
 	copy(u.Tokens[:], tok)
 	return u
 }
@@ -145,9 +146,9 @@ func TestTurnSubtypeLabel(t *testing.T) {
 // finite numbers, and scopes outside the set, are ignored.
 func TestModelCalls(t *testing.T) {
 	m := newTest(t, Options{MaxWorkflows: 1, MaxModels: 1})
-	call := func(scope ingest.CallScope, wf string, run *ingest.Run, u ingest.ModelUsage) {
+	call := func(scope ingest.CallScope, wf string, run *ingest.Run, u cost.Model) {
 		m.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Run: run,
-			Call: &ingest.ModelCall{AgentID: "a", SessionID: "s", Usage: u, Scope: scope, Workflow: wf}})
+			Call: &ingest.ModelCall{AgentID: "a", SessionID: "s", Cost: u, Scope: scope, Workflow: wf}})
 	}
 	run := &ingest.Run{Workflow: true, Name: "review"}
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: run})

@@ -63,7 +63,7 @@
 // is exceeded, so nothing ever goes down) for scrapers that negotiate it.
 //
 // Cardinality. The workflow label is the sanitized workflow_name
-// (streamjson.Clean, 128 bytes), "unknown" when empty, and at most
+// (safetext.Clean, 128 bytes), "unknown" when empty, and at most
 // Options.MaxWorkflows distinct values (default 200); later names become
 // "other" and are counted. With Options.WorkflowAllow (CompileWorkflowAllow:
 // a regexp or a file of them, matched against the whole label value) only

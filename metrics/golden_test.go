@@ -20,6 +20,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -138,7 +139,7 @@ func readExpected(t *testing.T, r io.Reader) expected {
 		}
 		switch line.Kind {
 		case "workflow":
-			wf := streamjson.Clean(line.Workflow, maxLabelLen)
+			wf := safetext.Clean(line.Workflow, maxLabelLen)
 			e.runs[[2]string{wf, line.Status}]++
 			e.tokens[wf] += float64(line.Tokens)
 			e.toolUses[wf] += float64(line.ToolUses)

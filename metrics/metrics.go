@@ -14,8 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // Defaults of Options.
@@ -272,7 +271,7 @@ func New(opts Options) (*Metrics, error) {
 		Name: "cbc_otel_build_info",
 		Help: "Always 1; the labels say which cbc-otel build is running.",
 	}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(streamjson.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
+	buildInfo.WithLabelValues(safetext.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
 
 	cs := []prometheus.Collector{
 		m.runsStarted, m.runsTotal, m.runsActive, m.duration, m.agentsTotal, m.agentDuration,
@@ -606,7 +605,7 @@ func (c *labelCap) allows(label string) bool {
 // seen for the first time (its series should be pre-created), folded why a
 // name became "other". The allow-list applies first, then the cap.
 func (c *labelCap) resolve(raw string) (label string, added bool, folded folding) {
-	label = streamjson.Clean(raw, maxLabelLen)
+	label = safetext.Clean(raw, maxLabelLen)
 	if label == "" {
 		label = LabelUnknown
 	}
@@ -690,8 +689,6 @@ func newStatsCollector(st *ingest.Stats, ex *exportFuncs) *statsCollector {
 	}
 }
 
-var sources = []tap.Source{tap.SourceStdout, tap.SourceStdin}
-
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lines, c.bytes, c.dropped, c.rejected, c.incomplete, c.rejectedBytes, c.spansDropped, c.exportErrors, c.launchersEvicted} {
@@ -701,16 +698,15 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, src := range sources {
-		s := src.String()
-		ch <- prometheus.MustNewConstMetric(c.lines, prometheus.CounterValue, float64(c.stats.Lines(src)), s)
-		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(c.stats.Bytes(src)), s)
-		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(c.stats.Dropped(src)), s)
-		ch <- prometheus.MustNewConstMetric(c.incomplete, prometheus.CounterValue, float64(c.stats.Incomplete(src)), s)
+	for s, n := range c.stats.PerSource() {
+		ch <- prometheus.MustNewConstMetric(c.lines, prometheus.CounterValue, float64(n.Lines), s)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(n.Bytes), s)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n.Dropped), s)
+		ch <- prometheus.MustNewConstMetric(c.incomplete, prometheus.CounterValue, float64(n.Incomplete), s)
 	}
-	for _, r := range streamjson.Reasons() {
-		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(c.stats.Rejected(r)), r.String())
-		ch <- prometheus.MustNewConstMetric(c.rejectedBytes, prometheus.CounterValue, float64(c.stats.RejectedBytes(r)), r.String())
+	for r, n := range c.stats.PerReason() {
+		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n.Lines), r)
+		ch <- prometheus.MustNewConstMetric(c.rejectedBytes, prometheus.CounterValue, float64(n.Bytes), r)
 	}
 	ch <- prometheus.MustNewConstMetric(c.spansDropped, prometheus.CounterValue, read(&c.export.spansDropped))
 	ch <- prometheus.MustNewConstMetric(c.exportErrors, prometheus.CounterValue, read(&c.export.exportErrors))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
@@ -263,7 +264,7 @@ func TestCardinalityCap(t *testing.T) {
 		r := &ingest.Run{Workflow: true, Name: fmt.Sprintf("workflow-%d", i), Status: ingest.StatusCompleted,
 			Start: t0, End: t0 + int64(i%5000), Usage: streamjson.Usage{TotalTokens: 1}}
 		if i%2 == 0 { // half the runs with a known cost: both cost families fold too
-			r.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: 0.01}, 1)
+			r.Cost.Add(cost.Model{Model: "m", CostUSD: 0.01}, 1)
 		}
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &ingest.Agent{Index: 1, State: ingest.AgentDone, Start: t0, End: t0 + 1}})

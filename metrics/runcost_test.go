@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
@@ -27,7 +28,7 @@ const (
 func costedRun(task, name string, status ingest.RunStatus, calls ...float64) *ingest.Run {
 	r := &ingest.Run{TaskID: task, RunID: "r-" + task, Workflow: true, Name: name, Status: status, Start: t0, End: t0 + 5000}
 	for _, usd := range calls {
-		r.Cost.Add(ingest.ModelUsage{Model: "claude-test", CostUSD: usd, Tokens: ingest.Tokens{10, 5, 0, 0}}, 1)
+		r.Cost.Add(cost.Model{Model: "claude-test", CostUSD: usd, Tokens: cost.Tokens{10, 5, 0, 0}}, 1)
 	}
 	return r
 }
@@ -191,7 +192,7 @@ func TestRunCostLabels(t *testing.T) {
 	finish(m, costedRun("t3", "secret-name", ingest.StatusCompleted), 1)
 	finish(m, costedRun("t4", "", ingest.StatusCompleted, 4), 1)
 	task := &ingest.Run{TaskID: "t5", TaskType: "local_bash", Status: ingest.StatusCompleted}
-	task.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: 8}, 1)
+	task.Cost.Add(cost.Model{Model: "m", CostUSD: 8}, 1)
 	m.Observe(ingest.Lifecycle{Kind: ingest.TaskStarted, Run: task})
 	m.Observe(ingest.Lifecycle{Kind: ingest.TaskEnded, Run: task})
 	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: task})

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/streamjson"
@@ -14,8 +15,8 @@ import (
 const costT0 = 1796205994000
 
 // costCall is one model call of the synthetic runs.
-func costCall(model string, usd float64, in, out, read, write int64) ingest.ModelUsage {
-	return ingest.ModelUsage{Model: model, CostUSD: usd, Tokens: ingest.Tokens{in, out, read, write}}
+func costCall(model string, usd float64, in, out, read, write int64) cost.Model {
+	return cost.Model{Model: model, CostUSD: usd, Tokens: cost.Tokens{in, out, read, write}}
 }
 
 // costRuns are two finalized workflow runs: one whose agents' calls the
@@ -57,11 +58,11 @@ func costCollector() *Collector {
 	for i := range runs {
 		c.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: &runs[i]})
 	}
-	for _, u := range []ingest.ModelUsage{costCall("claude-sonnet-4-5", 0.000315, 100, 1, 0, 0), costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0)} {
-		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Usage: u, Scope: ingest.CallMain}})
+	for _, u := range []cost.Model{costCall("claude-sonnet-4-5", 0.000315, 100, 1, 0, 0), costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0)} {
+		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Cost: u, Scope: ingest.CallMain}})
 	}
 	c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{AgentID: "a1", SessionID: "s1",
-		Usage: costCall("claude-sonnet-4-5", 1, 1, 1, 1, 1), Scope: ingest.CallWorkflow}})
+		Cost: costCall("claude-sonnet-4-5", 1, 1, 1, 1, 1), Scope: ingest.CallWorkflow}})
 	return &c
 }
 
@@ -138,7 +139,7 @@ func TestCollectorJSONOnly(t *testing.T) {
 		for i := range runs {
 			c.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: &runs[i]})
 		}
-		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Usage: costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0), Scope: ingest.CallMain}})
+		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Cost: costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0), Scope: ingest.CallMain}})
 	}
 	corpus, stats := replay(t, "../testdata/simulate/nested-cbc.ndjson")
 	for name, runs := range map[string][]ingest.Run{"cost": costRuns(), "nested recording": corpus} {

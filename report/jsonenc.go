@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -157,7 +158,7 @@ func appendAgent(b []byte, a *ingest.Agent) []byte {
 }
 
 // appendRunCost appends the fields of CostOf(c), each after a comma.
-func appendRunCost(b []byte, c *ingest.Cost) []byte {
+func appendRunCost(b []byte, c *cost.Sum) []byte {
 	if !c.Known() {
 		return b
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
@@ -172,8 +173,8 @@ func (g jsonGen) int64() int64 {
 
 func (g jsonGen) int() int { return int(int32(g.int64())) }
 
-func (g jsonGen) tokens() ingest.Tokens {
-	var t ingest.Tokens
+func (g jsonGen) tokens() cost.Tokens {
+	var t cost.Tokens
 	if g.r.IntN(3) > 0 {
 		for i := range t {
 			t[i] = g.int64()
@@ -183,9 +184,9 @@ func (g jsonGen) tokens() ingest.Tokens {
 }
 
 // cost is unknown a third of the time; otherwise anything, models beyond
-// MaxCostModels included.
-func (g jsonGen) cost() ingest.Cost {
-	var c ingest.Cost
+// cost.MaxModels included.
+func (g jsonGen) cost() cost.Sum {
+	var c cost.Sum
 	if g.r.IntN(3) == 0 {
 		return c
 	}
@@ -199,10 +200,10 @@ func (g jsonGen) cost() ingest.Cost {
 	switch g.r.IntN(3) {
 	case 0:
 	case 1:
-		c.Models = []ingest.ModelUsage{}
+		c.Models = []cost.Model{}
 	default:
 		for range 1 + g.r.IntN(10) {
-			c.Models = append(c.Models, ingest.ModelUsage{Model: g.str(), CostUSD: g.float(), Tokens: g.tokens()})
+			c.Models = append(c.Models, cost.Model{Model: g.str(), CostUSD: g.float(), Tokens: g.tokens()})
 		}
 	}
 	return c
@@ -316,9 +317,9 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 			Status: ingest.StatusCompleted, Start: 1_000, End: 61_000, InterruptLatencyMs: -1}
 	}
 	agent := ingest.Agent{Index: 1, AgentID: "a1", Label: "reader", PhaseIndex: 1, State: ingest.AgentDone, Start: 1_000, End: 2_000, Tokens: 10}
-	withCost := func(f float64) ingest.Cost {
-		var c ingest.Cost
-		c.Add(ingest.ModelUsage{Model: "m", CostUSD: f, Tokens: ingest.Tokens{1, 2, 3, 4}}, 1)
+	withCost := func(f float64) cost.Sum {
+		var c cost.Sum
+		c.Add(cost.Model{Model: "m", CostUSD: f, Tokens: cost.Tokens{1, 2, 3, 4}}, 1)
 		return c
 	}
 	cases := map[string]func(r *ingest.Run){
@@ -369,18 +370,18 @@ func TestJSONMatchesEncodingJSONTable(t *testing.T) {
 		},
 		"cost": func(r *ingest.Run) { r.Cost = withCost(0.0123) },
 		"cost zero usd, tokens only": func(r *ingest.Run) {
-			r.Cost.Tokens = ingest.Tokens{0, 1, 0, 0}
+			r.Cost.Tokens = cost.Tokens{0, 1, 0, 0}
 		},
 		"cost calls only":   func(r *ingest.Run) { r.Cost.Calls = 1 },
-		"cost models empty": func(r *ingest.Run) { r.Cost = withCost(1); r.Cost.Models = []ingest.ModelUsage{} },
+		"cost models empty": func(r *ingest.Run) { r.Cost = withCost(1); r.Cost.Models = []cost.Model{} },
 		"cost unknown with models": func(r *ingest.Run) {
-			r.Cost.Models = []ingest.ModelUsage{{Model: "m", CostUSD: 1}}
+			r.Cost.Models = []cost.Model{{Model: "m", CostUSD: 1}}
 		},
-		"cost tokens cancel": func(r *ingest.Run) { r.Cost.Tokens = ingest.Tokens{5, -5, 0, 0} },
+		"cost tokens cancel": func(r *ingest.Run) { r.Cost.Tokens = cost.Tokens{5, -5, 0, 0} },
 		"agent cost": func(r *ingest.Run) {
 			a := agent
 			a.Cost = withCost(math.NaN())
-			a.Cost.Add(ingest.ModelUsage{Model: "n", CostUSD: math.Inf(1)}, 1)
+			a.Cost.Add(cost.Model{Model: "n", CostUSD: math.Inf(1)}, 1)
 			r.Agents = []ingest.Agent{a, agent}
 		},
 	}
@@ -589,23 +590,23 @@ func FuzzJSONMatchesEncodingJSON(f *testing.F) {
 		f.Add(s, strs[(i+1)%len(strs)], strs[(i+2)%len(strs)], fl, -fl, int64(i)-3)
 	}
 	f.Fuzz(func(t *testing.T, s1, s2, s3 string, f1, f2 float64, n int64) {
-		var cost ingest.Cost
-		cost.Add(ingest.ModelUsage{Model: s2, CostUSD: f1, Tokens: ingest.Tokens{n, 1, 0, -n}}, n)
-		cost.Add(ingest.ModelUsage{Model: s3, CostUSD: f2}, 1)
+		var sum cost.Sum
+		sum.Add(cost.Model{Model: s2, CostUSD: f1, Tokens: cost.Tokens{n, 1, 0, -n}}, n)
+		sum.Add(cost.Model{Model: s3, CostUSD: f2}, 1)
 		r := ingest.Run{
 			TaskID: s1, RunID: s2, SessionID: s3, Name: s1 + s2, Workflow: true, Status: ingest.RunStatus(uint64(n) % 5),
 			Start: n, End: n + 1000, Stalls: int(n % 3), SpawnDepth: int(n % 4), Usage: streamjson.Usage{TotalTokens: n, DurationMs: n % 2},
 			Parent: ingest.AgentRef{TaskID: s3, RunID: s1, Workflow: s2, Label: s3, AgentID: s1, Index: int(n)},
 			Phases: []ingest.Phase{{Index: int(n), Title: s3, Start: n}},
 			Agents: []ingest.Agent{
-				{Index: 1, AgentID: s1, Label: s2, Error: s3, State: ingest.AgentState(uint64(n) % 7), EndInferred: n%2 == 0, Tokens: n, Stalls: int(n % 3), Cost: cost},
+				{Index: 1, AgentID: s1, Label: s2, Error: s3, State: ingest.AgentState(uint64(n) % 7), EndInferred: n%2 == 0, Tokens: n, Stalls: int(n % 3), Cost: sum},
 				{Index: 2, Label: s3 + s1, Cached: true},
 			},
-			Cost: cost,
+			Cost: sum,
 		}
 		task := ingest.Run{TaskID: s2, RunID: s3, TaskType: s1, Status: ingest.StatusFailed, SpawnDepth: int(n % 4),
 			ParentLink: &ingest.AgentRef{TaskID: s1, RunID: s2, Index: -1, Workflow: s3}, Resumes: &ingest.AgentRef{TaskID: s2, RunID: s1}}
-		sessions := []Session{{Kind: "session", SessionID: s1, Cost: CostOf(&cost)}, {Kind: s2, SessionID: s3}}
+		sessions := []Session{{Kind: "session", SessionID: s1, Cost: CostOf(&sum)}, {Kind: s2, SessionID: s3}}
 		if isFinite(f2) {
 			sessions = append(sessions, Session{Kind: "session", SessionID: s2, Cost: Cost{CostUSD: &f2, Models: []ModelCost{{Model: s1, CostUSD: &f2}}}})
 		}
@@ -644,10 +645,10 @@ func benchRuns() ([]ingest.Run, []Session) {
 				ag.State, ag.Error = ingest.AgentError, "tool failed: exit status 1"
 			}
 			if withCost {
-				ag.Cost.Add(ingest.ModelUsage{Model: "claude-sonnet-4-5", CostUSD: r.Float64() / 50,
-					Tokens: ingest.Tokens{r.Int64N(5000), r.Int64N(2000), r.Int64N(20_000), r.Int64N(1000)}}, 1+r.Int64N(5))
+				ag.Cost.Add(cost.Model{Model: "claude-sonnet-4-5", CostUSD: r.Float64() / 50,
+					Tokens: cost.Tokens{r.Int64N(5000), r.Int64N(2000), r.Int64N(20_000), r.Int64N(1000)}}, 1+r.Int64N(5))
 				if a%4 == 0 {
-					ag.Cost.Add(ingest.ModelUsage{Model: "claude-haiku-4-5", CostUSD: r.Float64() / 500, Tokens: ingest.Tokens{r.Int64N(500), r.Int64N(200), 0, 0}}, 1)
+					ag.Cost.Add(cost.Model{Model: "claude-haiku-4-5", CostUSD: r.Float64() / 500, Tokens: cost.Tokens{r.Int64N(500), r.Int64N(200), 0, 0}}, 1)
 				}
 				for _, m := range ag.Cost.Models {
 					run.Cost.Add(m, 0)
@@ -660,7 +661,7 @@ func benchRuns() ([]ingest.Run, []Session) {
 	}
 	c := Collector{Runs: runs}
 	c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Scope: ingest.CallMain,
-		Usage: ingest.ModelUsage{Model: "claude-sonnet-4-5", CostUSD: 0.0123, Tokens: ingest.Tokens{100, 20, 3000, 0}}}})
+		Cost: cost.Model{Model: "claude-sonnet-4-5", CostUSD: 0.0123, Tokens: cost.Tokens{100, 20, 3000, 0}}}})
 	return runs, c.Sessions()
 }
 

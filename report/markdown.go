@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
@@ -81,7 +82,7 @@ func WriteStepSummary(w io.Writer, runs []ingest.Run, sessions []Session, opts S
 	if t.tasks > 0 {
 		fmt.Fprintf(&b, "Background tasks: %d (%s)\n\n", t.tasks, countsText(t.taskStatus[:], ingest.TerminalStatuses()))
 	}
-	var main ingest.Cost
+	var main cost.Sum
 	mainKnown := false
 	for _, s := range sessions {
 		if s.CostUSD != nil {

@@ -4,7 +4,7 @@
 // for a CI step summary (WriteStepSummary).
 //
 // Cost: when the CLI's own telemetry was joined (run --join-cli-telemetry),
-// a run and an agent whose ingest.Cost is known gain, in JSON,
+// a run and an agent whose cost.Sum is known gain, in JSON,
 //
 //	"cost_usd": 0.0123,                  the sum of the CLI's api_request cost_usd
 //	"tokens_by_type": {"input":N,"output":N,"cache_read":N,"cache_creation":N},
@@ -30,9 +30,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
-	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // Collector is an ingest.Sink that keeps every finalized run, in order of
@@ -54,7 +53,7 @@ const MaxSessions = 1024
 
 type sessionCost struct {
 	id   string
-	cost ingest.Cost
+	cost cost.Sum
 }
 
 // Observe keeps finalized runs and sums the main conversation's calls.
@@ -67,13 +66,13 @@ func (c *Collector) Observe(l ingest.Lifecycle) {
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil && l.Call.Scope == ingest.CallMain:
 		for i := range c.main {
 			if c.main[i].id == l.Call.SessionID {
-				c.main[i].cost.Add(l.Call.Usage, 1)
+				c.main[i].cost.Add(l.Call.Cost, 1)
 				return
 			}
 		}
 		if len(c.main) < MaxSessions {
 			s := sessionCost{id: strings.Clone(l.Call.SessionID)}
-			s.cost.Add(ingest.ModelUsage{Model: strings.Clone(l.Call.Usage.Model), CostUSD: l.Call.Usage.CostUSD, Tokens: l.Call.Usage.Tokens}, 1)
+			s.cost.Add(cost.Model{Model: strings.Clone(l.Call.Cost.Model), CostUSD: l.Call.Cost.CostUSD, Tokens: l.Call.Cost.Tokens}, 1)
 			c.main = append(c.main, s)
 		}
 	}
@@ -97,7 +96,7 @@ type Session struct {
 	Cost
 }
 
-// Cost is the JSON form of an ingest.Cost, embedded in Workflow, Agent and
+// Cost is the JSON form of an cost.Sum, embedded in Workflow, Agent and
 // Session; every field is left out when no cost is known, and a cost_usd
 // that is not a finite number (JSON has none) is left out alone.
 type Cost struct {
@@ -107,7 +106,7 @@ type Cost struct {
 	Models       []ModelCost   `json:"models,omitempty"`
 }
 
-// TokensByType is the JSON form of ingest.Tokens.
+// TokensByType is the JSON form of cost.Tokens.
 type TokensByType struct {
 	Input         int64 `json:"input"`
 	Output        int64 `json:"output"`
@@ -123,7 +122,7 @@ type ModelCost struct {
 }
 
 // CostOf converts c; the zero Cost when c is not Known.
-func CostOf(c *ingest.Cost) Cost {
+func CostOf(c *cost.Sum) Cost {
 	if !c.Known() {
 		return Cost{}
 	}
@@ -145,9 +144,9 @@ func finite(v float64) *float64 {
 	return &v
 }
 
-func tokensOf(t ingest.Tokens) TokensByType {
-	return TokensByType{Input: t[ingest.TokensInput], Output: t[ingest.TokensOutput],
-		CacheRead: t[ingest.TokensCacheRead], CacheCreation: t[ingest.TokensCacheCreation]}
+func tokensOf(t cost.Tokens) TokensByType {
+	return TokensByType{Input: t[cost.TokensInput], Output: t[cost.TokensOutput],
+		CacheRead: t[cost.TokensCacheRead], CacheCreation: t[cost.TokensCacheCreation]}
 }
 
 // Workflow is the JSON form of a workflow run (kind "workflow"). Times are
@@ -367,24 +366,24 @@ func launchedBy(r *ingest.Run) *LaunchedBy {
 // StatsOf summarizes a pipeline's counters over all sources.
 func StatsOf(s *ingest.Stats) StatsLine {
 	out := StatsLine{Kind: "stats", Rejected: map[string]int64{}, Violations: map[string]int64{}}
-	for _, src := range []tap.Source{tap.SourceStdout, tap.SourceStdin} {
-		out.Lines += s.Lines(src)
-		out.Bytes += s.Bytes(src)
-		out.DroppedBytes += s.Dropped(src)
-		out.IncompleteBytes += s.Incomplete(src)
+	for _, n := range s.PerSource() {
+		out.Lines += n.Lines
+		out.Bytes += n.Bytes
+		out.DroppedBytes += n.Dropped
+		out.IncompleteBytes += n.Incomplete
 	}
-	for _, r := range streamjson.Reasons() {
-		if n := s.Rejected(r); n > 0 {
-			out.Rejected[r.String()] = n
+	for r, n := range s.PerReason() {
+		if n.Lines > 0 {
+			out.Rejected[r] = n.Lines
 			if out.RejectedBytes == nil {
 				out.RejectedBytes = map[string]int64{}
 			}
-			out.RejectedBytes[r.String()] = s.RejectedBytes(r)
+			out.RejectedBytes[r] = n.Bytes
 		}
 	}
-	for _, v := range ingest.Violations() {
-		if n := s.Violations(v); n > 0 {
-			out.Violations[v.String()] = n
+	for v, n := range s.PerViolation() {
+		if n > 0 {
+			out.Violations[v] = n
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
@@ -17,9 +18,9 @@ import (
 // use: the pipeline sums, the runs page reads (Budget).
 type Spend struct {
 	mu           sync.Mutex
-	result       ingest.Cost
+	result       cost.Sum
 	resultTokens bool // a result line's modelUsage grew
-	joined       ingest.Cost
+	joined       cost.Sum
 }
 
 // Observe sums turns and model calls.
@@ -40,8 +41,8 @@ func (s *Spend) Observe(l ingest.Lifecycle) {
 		}
 		s.result.CostUSD += max(positive(l.Turn.CostUSD), models)
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil:
-		u := ingest.ModelUsage{CostUSD: positive(l.Call.Usage.CostUSD)}
-		for k, v := range l.Call.Usage.Tokens {
+		u := cost.Model{CostUSD: positive(l.Call.Cost.CostUSD)}
+		for k, v := range l.Call.Cost.Tokens {
 			u.Tokens[k] = max(0, v)
 		}
 		s.joined.Add(u, 1)
@@ -90,7 +91,7 @@ func (s *Spend) Totals() SpendTotals {
 		t.CostUSD = &v
 	}
 	if s.resultTokens || joined {
-		var tok ingest.Tokens
+		var tok cost.Tokens
 		for k := range tok {
 			tok[k] = max(s.result.Tokens[k], s.joined.Tokens[k])
 		}

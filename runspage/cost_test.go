@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
 // sonnet is one model call of the fixture.
-func sonnet(usd float64, in, out int64) ingest.ModelUsage {
-	return ingest.ModelUsage{Model: "claude-sonnet-4-5", CostUSD: usd, Tokens: ingest.Tokens{in, out}}
+func sonnet(usd float64, in, out int64) cost.Model {
+	return cost.Model{Model: "claude-sonnet-4-5", CostUSD: usd, Tokens: cost.Tokens{in, out}}
 }
 
 // TestPageCostGolden pins the cost cells: a finalized run whose run and
@@ -38,12 +39,12 @@ func TestPageCostGolden(t *testing.T) {
 		FirstSeen: ms(10 * time.Second), LastSeen: ms(20 * time.Second), InterruptLatencyMs: -1,
 		Agents: []ingest.Agent{agent(1, 0, "package", ingest.AgentRunning, 10*time.Second, -1, 0)}}
 	p.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: open})
-	call := &ingest.ModelCall{AgentID: "a1", Usage: sonnet(0.5, 100, 20), Scope: ingest.CallWorkflow}
-	open.Agents[0].Cost.Add(call.Usage, 1)
-	open.Cost.Add(call.Usage, 1)
+	call := &ingest.ModelCall{AgentID: "a1", Cost: sonnet(0.5, 100, 20), Scope: ingest.CallWorkflow}
+	open.Agents[0].Cost.Add(call.Cost, 1)
+	open.Cost.Add(call.Cost, 1)
 	p.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Run: open, Agent: &open.Agents[0], Call: call})
 	// A main-conversation call has no run: not the page's.
-	p.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{Usage: sonnet(1, 1, 1)}})
+	p.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{Cost: sonnet(1, 1, 1)}})
 
 	got := render(t, p)
 	golden.Assert(t, "testdata/page-cost.golden.html", []byte(got))

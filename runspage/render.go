@@ -11,11 +11,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/durtext"
 	"github.com/cbc-otel/cbc-otel/internal/runcost"
-	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 //go:embed page.html.tmpl
@@ -264,7 +265,7 @@ func runOf(e *entry, nowMs int64) runView {
 }
 
 // costText is a known cost in dollars (runcost.USD), "" when unknown.
-func costText(c *ingest.Cost) string {
+func costText(c *cost.Sum) string {
 	if !c.Known() {
 		return ""
 	}
@@ -354,11 +355,11 @@ func spanText(s, e int64) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
-// clean is streamjson.Clean (no control or bidirectional formatting
+// clean is safetext.Clean (no control or bidirectional formatting
 // characters, whatever a caller of Observe passed) cut to n runes with a
 // mark.
 func clean(s string, n int) string {
-	s = streamjson.Clean(s, 4*n)
+	s = safetext.Clean(s, 4*n)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

@@ -18,7 +18,7 @@
 //
 // Every name, title and label comes from the stream: html/template escapes
 // it, and it is cleaned again of control and bidirectional formatting
-// characters (streamjson.Clean). Prompt and result previews are never
+// characters (safetext.Clean). Prompt and result previews are never
 // shown; error texts are what the Tracker kept (withheld unless
 // --capture-errors).
 package runspage
@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/runcost"
 )
@@ -292,8 +293,8 @@ func keepAgent(prev, a *ingest.Agent) ingest.Agent {
 
 // costTotal is what the page shows of a cost: the totals, without the
 // per-model list, which is the Tracker's slice and would be shared.
-func costTotal(c *ingest.Cost) ingest.Cost {
-	return ingest.Cost{CostUSD: c.CostUSD, Tokens: c.Tokens, Calls: c.Calls}
+func costTotal(c *cost.Sum) cost.Sum {
+	return cost.Sum{CostUSD: c.CostUSD, Tokens: c.Tokens, Calls: c.Calls}
 }
 
 // keep is s, as old when they are equal, else a copy.

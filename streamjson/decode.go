@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -42,6 +43,8 @@ const (
 	maxTextLen    = 1024
 	maxPreviewLen = 512
 )
+
+func cleanID(s string) string { return safetext.Clean(s, maxIDLen) }
 
 // DecodeOptions tunes the decoder.
 type DecodeOptions struct {
@@ -76,7 +79,7 @@ func (d *Decoder) errorText(s string) string {
 	case s == "":
 		return ""
 	case d.opts.KeepErrors:
-		if s = Clean(s, maxTextLen); s == "error" {
+		if s = safetext.Clean(s, maxTextLen); s == "error" {
 			// The CLI's persisted copy of a row redacts the text so: the
 			// agent still ended in error, the word says nothing more.
 			return RedactedError
@@ -101,24 +104,36 @@ var (
 )
 
 // Interesting reports whether line may be a message the Tracker consumes.
-// It is the cheap prefilter in front of Decode. "task\u005fid" is
-// "task_id" (RFC 8259 §7) but hides the markers: see escapedASCII.
+// It is the cheap prefilter in front of Decode. A name or value written
+// with escapes is the same name ("task\u005fid" is "task_id", RFC 8259
+// §7) but hides the markers, so a line that holds an escaped printable
+// ASCII character is decoded too (escapedASCII).
 func Interesting(line []byte) bool {
 	return markedAtStart(line) || bytes.Contains(line, markerTask) || bytes.Contains(line, markerControl) || bytes.Contains(line, markerInit) ||
 		bytes.Contains(line, markerResult) || escapedASCII(line)
 }
 
-// escapedASCII reports whether line holds a \u escape of printable ASCII
-// (\u0020-\u007f), the only way to write a marker's bytes otherwise. No
-// common encoder writes one; a false positive costs a decode only.
+// escapedASCII reports whether line holds a \u escape of a printable
+// ASCII character (\u0020 to \u007f), the only way to write a marker's
+// bytes differently. No common encoder writes one (they escape control
+// characters, and at most non-ASCII), so real streams pay one search for
+// `\u00`, on the lines with no marker that leadingType did not dismiss. A
+// false positive (an escaped backslash before "u00...", text quoting an
+// escape) costs a decode only.
 func escapedASCII(line []byte) bool {
-	for i := bytes.Index(line, []byte(`\u00`)); i >= 0 && i+4 < len(line); i = bytes.Index(line, []byte(`\u00`)) {
-		if line = line[i+4:]; '2' <= line[0] && line[0] <= '7' {
+	for {
+		i := bytes.Index(line, escPrefix)
+		if i < 0 || i+len(escPrefix) >= len(line) {
+			return false
+		}
+		if c := line[i+len(escPrefix)]; '2' <= c && c <= '7' {
 			return true
 		}
+		line = line[i+len(escPrefix):]
 	}
-	return false
 }
+
+var escPrefix = []byte(`\u00`)
 
 // LongLineOfInterest reports whether the prefix of an over-long line is a
 // message the Tracker consumes. The marker prefilter is not enough here: a
@@ -769,7 +784,7 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 	case KindControlRequest:
 		r := &w.request
 		ev.RequestID = cleanID(w.str[fRequestID])
-		ev.RequestSubtype = Clean(r.str[0], maxIDLen)
+		ev.RequestSubtype = safetext.Clean(r.str[0], maxIDLen)
 		ev.SessionID = cleanID(r.str[1])
 		ev.TaskID = cleanID(r.str[2])
 		ev.BadFields += bits.OnesCount8(r.bad)
@@ -777,7 +792,7 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 	case KindControlResponse:
 		r := &w.response
 		ev.SessionID = cleanID(w.str[fSessionID])
-		ev.RequestSubtype = Clean(r.str[0], maxIDLen)
+		ev.RequestSubtype = safetext.Clean(r.str[0], maxIDLen)
 		ev.RequestID = cleanID(r.str[1])
 		ev.BadFields += bits.OnesCount8(r.bad)
 		return ev, ReasonNone
@@ -802,9 +817,9 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 	}
 	switch ev.Kind {
 	case KindTaskStarted:
-		ev.TaskType = Clean(w.str[fTaskType], maxIDLen)
-		ev.WorkflowName = Clean(w.str[fWorkflowName], maxNameLen)
-		ev.Description = Clean(w.str[fDescription], maxTextLen)
+		ev.TaskType = safetext.Clean(w.str[fTaskType], maxIDLen)
+		ev.WorkflowName = safetext.Clean(w.str[fWorkflowName], maxNameLen)
+		ev.Description = safetext.Clean(w.str[fDescription], maxTextLen)
 		ev.ParentTaskID = cleanID(w.str[fParentTaskID])
 		ev.ParentAgentID = cleanID(w.str[fParentAgentID])
 		ev.SpawnDepth = int(min(count(w.spawnDepth, &ev.BadFields), MaxSpawnDepth))
@@ -825,10 +840,10 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		if ev.Kind == KindTaskProgress {
 			break
 		}
-		ev.Status = Clean(w.str[fStatus], maxIDLen)
-		ev.Reason = Clean(w.str[fReason], maxIDLen)
+		ev.Status = safetext.Clean(w.str[fStatus], maxIDLen)
+		ev.Reason = safetext.Clean(w.str[fReason], maxIDLen)
 		if d.opts.KeepPreviews {
-			ev.Summary = Clean(w.str[fSummary], maxPreviewLen)
+			ev.Summary = safetext.Clean(w.str[fSummary], maxPreviewLen)
 		}
 	case KindTaskUpdated:
 		// A patch that is not an object is a bad field: the event still
@@ -836,7 +851,7 @@ func (d *Decoder) convert(src tap.Source) (*Event, Reason) {
 		if w.hasPatch {
 			p := &w.patch
 			ev.BadFields += bits.OnesCount8(p.bad)
-			ev.PatchStatus = Clean(p.status, maxIDLen)
+			ev.PatchStatus = safetext.Clean(p.status, maxIDLen)
 			ev.PatchEndTime = count(p.endTime, &ev.BadFields)
 			ev.PatchError = d.errorText(p.err)
 		}
@@ -904,7 +919,7 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 	}
 	badFields = bits.OnesCount32(w.bad & reads)
 	if reads == phaseReads {
-		return Entry{Phase: true, Index: index, Title: Clean(w.str[eTitle], maxNameLen), Child: w.str[eKind] == "child"}, entryApplied, badFields
+		return Entry{Phase: true, Index: index, Title: safetext.Clean(w.str[eTitle], maxNameLen), Child: w.str[eKind] == "child"}, entryApplied, badFields
 	}
 	phase, ok := entryIndex(w.num[ePhaseIndex])
 	if !ok {
@@ -913,11 +928,11 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 	e = Entry{
 		Index:          index,
 		AgentID:        cleanID(w.str[eAgentID]),
-		Label:          Clean(w.str[eLabel], maxNameLen),
-		State:          Clean(w.str[eState], maxIDLen),
+		Label:          safetext.Clean(w.str[eLabel], maxNameLen),
+		State:          safetext.Clean(w.str[eState], maxIDLen),
 		Cached:         w.cached,
 		PhaseIndex:     phase,
-		PhaseTitle:     Clean(w.str[ePhaseTitle], maxNameLen),
+		PhaseTitle:     safetext.Clean(w.str[ePhaseTitle], maxNameLen),
 		QueuedAt:       count(w.num[eQueuedAt], &badFields),
 		StartedAt:      count(w.num[eStartedAt], &badFields),
 		EndedAt:        count(w.num[eEndedAt], &badFields),
@@ -926,11 +941,11 @@ func (d *Decoder) entry(w *wireEntry) (e Entry, out entryOutcome, badFields int)
 		Tokens:         count(w.num[eTokens], &badFields),
 		ToolCalls:      count(w.num[eToolCalls], &badFields),
 		Error:          d.errorText(w.str[eError]),
-		EndedWithRun:   Clean(w.str[eEndedWithRun], maxIDLen) != "",
+		EndedWithRun:   safetext.Clean(w.str[eEndedWithRun], maxIDLen) != "",
 	}
 	if d.opts.KeepPreviews {
-		e.ResultPreview = Clean(w.str[eResultPreview], maxPreviewLen)
-		e.PromptPreview = Clean(w.str[ePromptPreview], maxPreviewLen)
+		e.ResultPreview = safetext.Clean(w.str[eResultPreview], maxPreviewLen)
+		e.PromptPreview = safetext.Clean(w.str[ePromptPreview], maxPreviewLen)
 	}
 	return e, entryApplied, badFields
 }

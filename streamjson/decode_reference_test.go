@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -303,7 +304,7 @@ func refDecode(line []byte, opts DecodeOptions) refEvent {
 		}
 	case KindTaskNotification:
 		ev.Status = r.str(m, "status")
-		ev.StopReason = Clean(r.str(m, "reason"), maxIDLen)
+		ev.StopReason = safetext.Clean(r.str(m, "reason"), maxIDLen)
 		r.str(m, "summary")
 	}
 	// A notification may carry the run's final snapshot; either may be a
@@ -331,7 +332,7 @@ func refDecode(line []byte, opts DecodeOptions) refEvent {
 	ev.BadFields = r.bad
 	// The decoder's strings are sanitized and bounded.
 	for _, s := range []*string{&ev.TaskID, &ev.RunID, &ev.SessID, &ev.Status, &ev.PatchStatus, &ev.RequestSubtype} {
-		*s = Clean(*s, maxIDLen)
+		*s = safetext.Clean(*s, maxIDLen)
 	}
 	return ev
 }
@@ -341,14 +342,14 @@ func refDecode(line []byte, opts DecodeOptions) refEvent {
 // with a non-empty name once cleaned (else a bad field).
 func refResult(m map[string]any, ev *refEvent, r *refReader) {
 	ev.SessID = r.str(m, "session_id")
-	ev.ResultSubtype = Clean(r.str(m, "subtype"), maxIDLen)
+	ev.ResultSubtype = safetext.Clean(r.str(m, "subtype"), maxIDLen)
 	ev.IsError = r.boolean(m, "is_error")
 	ev.DurationMs = r.num(m, "duration_ms")
 	ev.TotalCostUSD, ev.HasCost = r.cost(m, "total_cost_usd")
 	mu := r.obj(m, "modelUsage")
 	for _, name := range slices.Sorted(maps.Keys(mu)) {
 		o, isObj := mu[name].(map[string]any)
-		model := Clean(name, maxIDLen)
+		model := safetext.Clean(name, maxIDLen)
 		dup := slices.ContainsFunc(ev.Models, func(x ResultModel) bool { return x.Model == model })
 		if !isObj || model == "" || dup || len(ev.Models) == MaxResultModels {
 			r.bad++
@@ -394,8 +395,8 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 		return &refEntry{Phase: true, Index: idx, Child: r.str(o, "kind") == "child"}, true
 	}
 	e = &refEntry{Index: idx}
-	e.AgentID = Clean(r.str(o, "agentId"), maxIDLen)
-	e.State = Clean(r.str(o, "state"), maxIDLen)
+	e.AgentID = safetext.Clean(r.str(o, "agentId"), maxIDLen)
+	e.State = safetext.Clean(r.str(o, "state"), maxIDLen)
 	for _, k := range []string{"label", "phaseTitle", "resultPreview", "promptPreview"} {
 		r.str(o, k)
 	}
@@ -403,13 +404,13 @@ func refElement(v any, r *refReader) (e *refEntry, ok bool) {
 	// is the CLI's redaction.
 	switch raw := r.str(o, "error"); {
 	case r.keepErrors:
-		if e.Error = Clean(raw, maxTextLen); e.Error == "error" {
+		if e.Error = safetext.Clean(raw, maxTextLen); e.Error == "error" {
 			e.Error = RedactedError
 		}
 	case raw != "":
 		e.Error = WithheldError
 	}
-	e.EndedWithRun = Clean(r.str(o, "endedWithRun"), maxIDLen) != ""
+	e.EndedWithRun = safetext.Clean(r.str(o, "endedWithRun"), maxIDLen) != ""
 	e.Cached = r.boolean(o, "cached")
 	if e.PhaseIndex, ok = refIndex(o["phaseIndex"]); !ok {
 		r.bad++

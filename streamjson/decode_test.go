@@ -174,26 +174,6 @@ func TestDecodeKeepPreviews(t *testing.T) {
 	eq(t, ev.Entries[0].PromptPreview, "P")
 }
 
-func TestClean(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"plain", "plain"},
-		{"tab\tand\r\nnewline", "tab and newline"},
-		{"bell\x07 esc\x1b[31m", "bell esc[31m"},
-		{"rtl\u202etxet", "rtltxet"},
-		{"zero\u200bwidth", "zerowidth"},
-		{"bad\xffutf8", "badutf8"},
-		{"  trim  ", "trim"},
-		{"ünïcode ok", "ünïcode ok"},
-		{"c1\u0085x", "c1x"},
-	}
-	for _, tt := range tests {
-		eq(t, Clean(tt.in, 100), tt.want)
-	}
-	if got := Clean(strings.Repeat("é", 10), 5); got != "éé" {
-		t.Errorf("cut on a rune boundary: got %q", got)
-	}
-}
-
 func eq(t *testing.T, got, want string) {
 	t.Helper()
 	if got != want {

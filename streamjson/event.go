@@ -150,9 +150,10 @@ type Event struct {
 type ResultModel struct {
 	Model   string
 	CostUSD float64
-	Tokens  [4]int64 // input, output, cache read, cache creation: ingest.TokenType's order
-	// Known: which of Tokens (KnownTokens<<k) and CostUSD (KnownCost) the
-	// line gave usably. The others (absent or bad) read 0, not their value.
+	Tokens  [4]int64 // input, output, cache read, cache creation: cost.TokenType's order
+	// Known says which of Tokens (KnownTokens<<k) and CostUSD (KnownCost)
+	// the line gave as usable numbers. One absent, null, of the wrong type
+	// or out of range is unknown and reads 0, which is not its value.
 	Known uint8
 }
 

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
@@ -138,10 +139,10 @@ func (d *Decoder) scanLine(line []byte) scanStatus {
 			end, st, bad = structField(s, i, &w.hasPatch, d.scanPatch)
 		case fRequest:
 			w.request = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasRequest, func(i int) (int, scanStatus) { return d.scanStrings(i, requestFields[:], &w.request) })
+			end, st, bad = structField(s, i, &w.hasRequest, d.scanRequest)
 		case fResponse:
 			w.response = wireStrs{}
-			end, st, bad = structField(s, i, &w.hasResponse, func(i int) (int, scanStatus) { return d.scanStrings(i, responseFields[:], &w.response) })
+			end, st, bad = structField(s, i, &w.hasResponse, d.scanResponse)
 		case fSpawnDepth:
 			end, st, bad = s.floatField(i, &w.spawnDepth)
 		case fIsError:
@@ -263,6 +264,17 @@ func (d *Decoder) scanPatch(i int) (int, scanStatus) {
 		}
 		return end, true, st
 	})
+}
+
+// scanRequest scans a control_request's request object (requestFields).
+func (d *Decoder) scanRequest(i int) (int, scanStatus) {
+	return d.scanStrings(i, requestFields[:], &d.w.request)
+}
+
+// scanResponse scans a control_response's response object
+// (responseFields).
+func (d *Decoder) scanResponse(i int) (int, scanStatus) {
+	return d.scanStrings(i, responseFields[:], &d.w.response)
 }
 
 // scanStrings scans an object whose fields of interest are all strings:
@@ -508,7 +520,7 @@ func (d *Decoder) scanModels(i int) (int, scanStatus) {
 	s, w := &d.scan, &d.w
 	return s.object(i, func(key []byte, i int) (int, bool, scanStatus) {
 		name := unsafe.String(unsafe.SliceData(key), len(key))
-		if len(w.models) == maxScannedModels || !plainASCII(name) || slices.ContainsFunc(w.models, func(m wireModel) bool { return m.name == name }) {
+		if len(w.models) == maxScannedModels || !safetext.IsPlain(name) || slices.ContainsFunc(w.models, func(m wireModel) bool { return m.name == name }) {
 			return 0, false, scanUnsure
 		}
 		m := wireModel{name: string(key)}

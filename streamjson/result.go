@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // MaxResultModels bounds a result line's models (a session uses one to three):
@@ -18,7 +20,7 @@ const maxCostUSD = 1e6
 // then the cost (mCost).
 var modelNums = [...]string{"inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "costUSD"}
 
-// Bits of ResultModel.Known, those of usage.Known: KnownTokens<<k for
+// Bits of ResultModel.Known, those of cost.Known: KnownTokens<<k for
 // Tokens[k], KnownCost for CostUSD.
 const (
 	mCost             = len(modelNums) - 1
@@ -67,7 +69,7 @@ func (d *Decoder) plainModels(raw []byte) bool {
 func (d *Decoder) result(ev *Event) {
 	w := &d.w
 	ev.SessionID = cleanID(w.str[fSessionID])
-	ev.ResultSubtype = Clean(w.str[fSubtype], maxIDLen)
+	ev.ResultSubtype = safetext.Clean(w.str[fSubtype], maxIDLen)
 	ev.IsError = w.isError
 	ev.DurationMs = count(w.durationMs, &ev.BadFields)
 	if w.costSet {
@@ -82,8 +84,9 @@ func (d *Decoder) result(ev *Event) {
 			ev.BadFields++
 			continue
 		}
-		// A value absent or bad is unknown, not 0: a 0 would read as a
-		// cumulative value gone down, a session reset (usage.Sessions).
+		// A value absent, null, bad or out of range is unknown (Known),
+		// never 0: a 0 would read as a cumulative value gone down, a
+		// session reset (see cost.Sessions).
 		ev.BadFields += bits.OnesCount8(wm.bad)
 		for k := range modelNums {
 			before := ev.BadFields

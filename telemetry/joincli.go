@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cbc-otel/cbc-otel/clitelemetry"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/join"
 	"github.com/cbc-otel/cbc-otel/traces"
@@ -29,22 +28,19 @@ type cliJoin struct {
 
 // newCLIJoin ties the join's knot, in order: the parent (the user's
 // TRACEPARENT, else one we mint), the call queue the pipeline will take,
-// then the session on tr's exporters. The traces sink, made next, takes
+// then the session on tr's egress. The traces sink, made next, takes
 // the session's launcher.
 func newCLIJoin(tr *tracesRuntime, env func(string) string, hold time.Duration, log *slog.Logger) *cliJoin {
 	j := &cliJoin{parent: traces.ParentFromEnv(env), calls: ingest.NewCallQueue()}
 	if !j.parent.IsValid() {
 		j.parent, j.minted = join.MintParent(), true
 	}
-	target := tr.otlp()
-	opts := join.SessionOptions{Parent: j.parent, Calls: j.calls, Hold: hold, Logger: log,
-		Forward: clitelemetry.ForwarderConfig{Protocol: target.Protocol, Endpoint: target.Endpoint}}
-	if !target.On {
-		opts.Forward.Endpoint = "none" // logs and metrics go where OTLP spans go: nowhere
-	}
+	opts := join.SessionOptions{Parent: j.parent, Calls: j.calls, Hold: hold, Logger: log}
 	if tr.enabled() {
+		// The CLI's spans, logs and metrics leave where ours do; with
+		// tracing off they go nowhere.
 		parent := j.parent
-		opts.Spans = tr.forward()
+		opts.Out = tr.outlet()
 		opts.AgentSpan = func(task, run string, index int) trace.SpanContext {
 			return traces.AgentSpanContext(parent, task, run, index)
 		}
@@ -86,9 +82,9 @@ func (j *cliJoin) streamDone(ctx context.Context) {
 	}
 }
 
-// shutdown exports the minted parent span around the child's life and
-// flushes the CLI's logs and metrics, under ctx's deadline.
-func (j *cliJoin) shutdown(ctx context.Context, tel *Telemetry, command string) {
+// shutdown exports the minted parent span around the child's life; the
+// CLI's logs and metrics are flushed with the spans (egress.Shutdown).
+func (j *cliJoin) shutdown(tel *Telemetry, command string) {
 	if j == nil {
 		return
 	}
@@ -96,5 +92,4 @@ func (j *cliJoin) shutdown(ctx context.Context, tel *Telemetry, command string) 
 		name := filepath.Base(command)
 		tel.traces.sk.ExportParent("run "+name, j.started, time.Now(), attribute.String("process.executable.name", name))
 	}
-	j.s.Shutdown(ctx)
 }

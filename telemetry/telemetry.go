@@ -186,6 +186,7 @@ func New(ctx context.Context, f *Flags, env func(string) string, logger *slog.Lo
 	}
 	t := &Telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
 	f.traces.console, f.traces.version, f.metrics.version = f.Console, f.Version, f.Version
+	f.traces.forward = f.JoinCLI // the egress forwards the CLI's logs and metrics too
 	tr, err := f.traces.setup(ctx, env, logger)
 	if err != nil {
 		return nil, err
@@ -290,8 +291,8 @@ func (t *Telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	}
 }
 
-// Shutdown ends the process's telemetry, in order: the join (its minted
-// parent span, the CLI's logs and metrics), spans flushed, the metrics
+// Shutdown ends the process's telemetry, in order: the join's minted
+// parent span, spans (and the CLI's logs and metrics) flushed, the metrics
 // file written, pushed, the server stopped. It has the OTel Collector's
 // component contract: safe on a nil Telemetry and without Start; the
 // second and later calls return what the first did and log nothing; each
@@ -310,21 +311,17 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	return t.shutErr
 }
 
-// ShutdownBound is the longest Shutdown takes: the join's flush and the
-// spans' (--traces.flush-timeout each), the push (--push.timeout), and
-// the server's stop within what is left.
+// ShutdownBound is the longest Shutdown takes: the egress's flush (spans,
+// and the CLI's logs and metrics: --traces.flush-timeout), the push
+// (--push.timeout), and the server's stop within what is left.
 func (t *Telemetry) ShutdownBound() time.Duration {
-	return 2*t.flags.traces.flushTimeout + t.flags.metrics.flushTimeout
+	return t.flags.traces.flushTimeout + t.flags.metrics.flushTimeout
 }
 
 func (t *Telemetry) shutdown(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
-	if t.join != nil {
-		jctx, cancel := context.WithTimeout(ctx, t.flags.traces.flushTimeout)
-		t.join.shutdown(jctx, t, t.command)
-		cancel()
-	}
+	t.join.shutdown(t, t.command) // the minted parent span, before the spans are flushed
 	ctx, cancel := context.WithTimeout(ctx, t.flags.traces.flushTimeout+t.flags.metrics.flushTimeout)
 	defer cancel()
 	if err := t.traces.shutdown(ctx); err != nil {

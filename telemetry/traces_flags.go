@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/traces"
 )
@@ -21,12 +21,12 @@ import (
 // Defaults of the traces flags.
 const (
 	defaultTracesFlushTimeout = 5 * time.Second
-	defaultTracesQueue        = traces.DefaultQueueSize
+	defaultTracesQueue        = egress.DefaultQueueSize
 )
 
 // tracesFlags holds the trace export flags shared by run, demo and replay.
 // Every flag left empty falls back to the standard OTEL_* variable (see
-// traces.Config), so flags override the environment. What no flag covers
+// egress.Config), so flags override the environment. What no flag covers
 // (OTLP headers, certificates, compression, timeout, insecure; the
 // resource) the OpenTelemetry SDK reads from the process environment.
 type tracesFlags struct {
@@ -42,6 +42,7 @@ type tracesFlags struct {
 	// (never stdout); nil means os.Stderr.
 	console io.Writer
 	version string // service.version
+	forward bool   // the CLI's logs and metrics are forwarded (--join-cli-telemetry)
 }
 
 // register defines the traces flags on fs. live is true for run and demo
@@ -81,21 +82,21 @@ func (f *tracesFlags) consoleOut() io.Writer {
 func (f *tracesFlags) validate() error {
 	var errs []error
 	switch f.exporter {
-	case "", traces.ExporterOTLP, traces.ExporterNone, traces.ExporterConsole:
+	case "", egress.ExporterOTLP, egress.ExporterNone, egress.ExporterConsole:
 	default:
 		errs = append(errs, fmt.Errorf("--traces.exporter %q: want otlp, none or console", f.exporter))
 	}
 	switch f.protocol {
-	case "", traces.ProtocolGRPC, traces.ProtocolHTTP:
+	case "", egress.ProtocolGRPC, egress.ProtocolHTTP:
 	default:
 		errs = append(errs, fmt.Errorf("--otlp.protocol %q: want grpc or http/protobuf", f.protocol))
 	}
 	if f.endpoint != "" {
-		if err := traces.CheckEndpoint(f.endpoint); err != nil {
+		if err := egress.CheckEndpoint(f.endpoint); err != nil {
 			errs = append(errs, fmt.Errorf("--otlp.endpoint: %w", err))
 		}
 	}
-	if f.exporter == traces.ExporterNone && f.endpoint != "" && !traces.NoEndpoint(f.endpoint) {
+	if f.exporter == egress.ExporterNone && f.endpoint != "" && !egress.NoEndpoint(f.endpoint) {
 		errs = append(errs, errors.New("--otlp.endpoint conflicts with --traces.exporter none"))
 	}
 	if f.file != "" {
@@ -116,7 +117,7 @@ func (f *tracesFlags) validate() error {
 // tracesRuntime is the traces side of one cbc-otel process. Its methods are
 // safe on a nil runtime and on one with tracing off.
 type tracesRuntime struct {
-	prov         *traces.Provider // nil when off
+	prov         *egress.Egress // nil when off
 	sk           *traces.Sink
 	parent       trace.SpanContext // the process's TRACEPARENT; invalid: none
 	previews     bool
@@ -133,7 +134,7 @@ type tracesRuntime struct {
 // (serve hides its own), OTEL_TRACES_EXPORTER and the protocol variables;
 // nil means os.Getenv. The SDK's variables (endpoint, headers,
 // certificates, compression, timeout, resource) always come from the
-// process environment (see traces.Config). With no endpoint, no file and
+// process environment (see egress.Config). With no endpoint, no file and
 // no console it returns a runtime with tracing off (the wrapper stays a
 // pure pipe). An error means the configuration cannot work (e.g.
 // --traces.exporter otlp without any endpoint, a malformed
@@ -161,7 +162,7 @@ func (f *tracesFlags) setup(ctx context.Context, env func(string) string, logger
 		flush = defaultTracesFlushTimeout
 	}
 	lossLog := f.lossLogger(logger)
-	prov, err := traces.Setup(ctx, traces.Config{
+	prov, err := egress.New(ctx, egress.Config{
 		Exporter:  f.exporter,
 		Endpoint:  f.endpoint,
 		Protocol:  f.protocol,
@@ -171,6 +172,8 @@ func (f *tracesFlags) setup(ctx context.Context, env func(string) string, logger
 		// wrapped CLI's stream (run) or the summary (replay).
 		Console:        f.consoleOut(),
 		ServiceVersion: f.version,
+		IDGenerator:    traces.NewIDGenerator(),
+		Forward:        f.forward, // the CLI's logs and metrics go where our spans go
 		Env:            env,
 		Logger:         lossLog,
 	})
@@ -202,7 +205,7 @@ func (r *tracesRuntime) newSink(j *cliJoin) {
 		// agent arrives until then.
 		opts.Parent, opts.Launcher, opts.HoldAgents = j.parent, j.s.Joiner.Launcher, true
 	}
-	r.sk = traces.New(r.prov, opts)
+	r.sk = traces.New(r.prov.TracerProvider(), opts)
 	r.logger.Info("exporting traces", "to", r.prov.Describe(), "parent", r.parent.IsValid(), "previews", r.previews)
 }
 
@@ -213,25 +216,26 @@ func (r *tracesRuntime) streamSink() *traces.Sink {
 	if !r.enabled() {
 		return nil
 	}
-	return traces.New(r.prov, traces.Options{CapturePreviews: r.previews})
+	return traces.New(r.prov.TracerProvider(), traces.Options{CapturePreviews: r.previews})
 }
 
-// forward hands the CLI's spans to the exporters; nil when tracing is off.
-func (r *tracesRuntime) forward() func([]sdktrace.ReadOnlySpan) {
+// outlet is where the CLI's joined telemetry leaves (join.Outlet): the
+// egress itself; a nil one (tracing off) drops it.
+func (r *tracesRuntime) outlet() *egress.Egress {
 	if !r.enabled() {
 		return nil
 	}
-	return r.prov.Forward
+	return r.prov
 }
 
 // cause is the short reason of an export failure, as the loss lines say
 // it (the Pushgateway's too).
-func cause(err error) string { return traces.Cause(err) }
+func cause(err error) string { return egress.Cause(err) }
 
 // otlp is where spans go over OTLP; zero (off) when tracing is off.
-func (r *tracesRuntime) otlp() traces.OTLPTarget {
+func (r *tracesRuntime) otlp() egress.OTLPTarget {
 	if !r.enabled() {
-		return traces.OTLPTarget{}
+		return egress.OTLPTarget{}
 	}
 	return r.prov.OTLP()
 }
@@ -330,7 +334,7 @@ func (r *tracesRuntime) shutdown(ctx context.Context) error {
 	losses := r.prov.Losses()
 	if r.summarized.CompareAndSwap(false, true) {
 		for _, l := range losses {
-			r.lossLogger.Warn(l.String(), "count", l.Spans, "export_errors", l.ExportErrors)
+			r.lossLogger.Warn(l.String(), "count", l.Items, "export_errors", l.ExportErrors)
 		}
 	}
 	if err != nil && !(len(losses) > 0 && errors.Is(err, context.DeadlineExceeded)) {

@@ -12,6 +12,7 @@ import (
 
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
+	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -141,7 +142,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	sc.Buffer(nil, 16<<20)
 	spans := 0
 	for sc.Scan() {
-		req, err := traces.UnmarshalRequest(sc.Bytes())
+		req, err := egress.UnmarshalRequest(sc.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}

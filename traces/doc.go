@@ -1,6 +1,6 @@
 // Package traces turns the workflow runs that package ingest reconstructs
-// into OpenTelemetry spans and exports them (OTLP gRPC or HTTP, an OTLP/JSON
-// file, or nowhere).
+// into OpenTelemetry spans, on a TracerProvider it is given (package egress
+// exports them: OTLP gRPC or HTTP, an OTLP/JSON file, or nowhere).
 //
 // # Span tree
 //
@@ -94,14 +94,8 @@
 // # Export
 //
 // Agent spans are ended when the agent ends; phase and workflow spans when
-// the run is finalized (after the grace window). Spans go through a bounded
-// queue that drops (and counts) rather than block the pipeline; Shutdown
-// flushes under the caller's deadline and never waits past it.
-//
-// A failing exporter is said on Config.Logger as it fails: the first
-// failure at warn with the endpoint, the protocol and the cause in words
-// (Cause), then at most one line per ReportEvery. After Shutdown, Losses
-// says per exporter how many spans were not delivered, where and why.
+// the run is finalized (after the grace window). Where they go, and what
+// is lost on the way, is package egress's.
 package traces
 
 // Span names (the part before the space) and operation names.

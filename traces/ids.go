@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -154,4 +157,20 @@ func (g *IDGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.Span
 		binary.NativeEndian.PutUint64(sid[:], g.rnd.Uint64())
 	}
 	return sid
+}
+
+// ParentFromEnv returns the span context of a W3C TRACEPARENT (and
+// TRACESTATE) in the environment, or an invalid one.
+func ParentFromEnv(env func(string) string) trace.SpanContext {
+	if env == nil {
+		env = os.Getenv
+	}
+	carrier := propagation.MapCarrier{}
+	if v := env("TRACEPARENT"); v != "" {
+		carrier["traceparent"] = strings.TrimSpace(v)
+	}
+	if v := env("TRACESTATE"); v != "" {
+		carrier["tracestate"] = strings.TrimSpace(v)
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -23,8 +24,8 @@ func joinedRun() *ingest.Run {
 	r := &ingest.Run{TaskID: "w1", RunID: "r1", SessionID: "S1", ToolUseID: "toolu_1", Workflow: true, Name: "review",
 		Status: ingest.StatusCompleted, Start: 1_000, End: 9_000, Finished: true, Finalized: true, InterruptLatencyMs: -1}
 	a := ingest.Agent{Index: 1, AgentID: "A1", Label: "reader", State: ingest.AgentDone, Start: 2_000, End: 5_000}
-	a.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: 0.25, Tokens: ingest.Tokens{100, 20, 30, 5}}, 1)
-	a.Cost.Add(ingest.ModelUsage{Model: "m", CostUSD: 0.5, Tokens: ingest.Tokens{200, 40, 0, 0}}, 1)
+	a.Cost.Add(cost.Model{Model: "m", CostUSD: 0.25, Tokens: cost.Tokens{100, 20, 30, 5}}, 1)
+	a.Cost.Add(cost.Model{Model: "m", CostUSD: 0.5, Tokens: cost.Tokens{200, 40, 0, 0}}, 1)
 	r.Agents = []ingest.Agent{a}
 	r.Cost = a.Cost
 	return r
@@ -114,7 +115,7 @@ func TestLauncherOfAnotherTrace(t *testing.T) {
 func TestNoCostNoAttributes(t *testing.T) {
 	s, exp := joinedSink(Options{})
 	r := joinedRun()
-	r.Cost, r.Agents[0].Cost = ingest.Cost{}, ingest.Cost{}
+	r.Cost, r.Agents[0].Cost = cost.Sum{}, cost.Sum{}
 	s.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &r.Agents[0]})
 	s.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
 	for _, sp := range exp.GetSpans() {

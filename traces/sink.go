@@ -9,8 +9,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/streamjson"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // ScopeName is the instrumentation scope of every span the Sink makes.
@@ -395,16 +396,16 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 		kv = append(kv, attribute.String(AttrErrorType, ErrorTypeAbandoned))
 	}
 	if s.previews {
-		if v := streamjson.Clean(a.PromptPreview, maxPreviewLen); v != "" {
+		if v := safetext.Clean(a.PromptPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrPromptPreview, v))
 		}
-		if v := streamjson.Clean(a.ResultPreview, maxPreviewLen); v != "" {
+		if v := safetext.Clean(a.ResultPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrResultPreview, v))
 		}
 	}
 	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
 	if code == codes.Error {
-		sp.SetStatus(code, streamjson.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, safetext.Clean(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }
@@ -543,7 +544,7 @@ func (s *Sink) task(r *ingest.Run) {
 // its parent task.
 func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute.KeyValue, failMsg string) {
 	if s.previews {
-		if v := streamjson.Clean(r.Summary, maxPreviewLen); v != "" {
+		if v := safetext.Clean(r.Summary, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrSummary, v))
 		}
 	}
@@ -551,7 +552,7 @@ func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute
 	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
 		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
 	if code == codes.Error {
-		sp.SetStatus(code, streamjson.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, safetext.Clean(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }
@@ -568,16 +569,16 @@ func providerName(r *ingest.Run) string {
 // costAttrs adds what the CLI's own telemetry said a run or an agent cost,
 // when it said anything. gen_ai.usage.input_tokens includes the cached
 // input, as the conventions ask; the cache split has names of its own.
-func costAttrs(kv []attribute.KeyValue, c *ingest.Cost) []attribute.KeyValue {
+func costAttrs(kv []attribute.KeyValue, c *cost.Sum) []attribute.KeyValue {
 	if !c.Known() {
 		return kv
 	}
 	t := c.Tokens
 	return append(kv,
-		attribute.Int64(AttrUsageInputTokens, t[ingest.TokensInput]+t[ingest.TokensCacheRead]+t[ingest.TokensCacheCreation]),
-		attribute.Int64(AttrUsageOutputTokens, t[ingest.TokensOutput]),
-		attribute.Int64(AttrUsageCacheRead, t[ingest.TokensCacheRead]),
-		attribute.Int64(AttrUsageCacheWrite, t[ingest.TokensCacheCreation]),
+		attribute.Int64(AttrUsageInputTokens, t[cost.TokensInput]+t[cost.TokensCacheRead]+t[cost.TokensCacheCreation]),
+		attribute.Int64(AttrUsageOutputTokens, t[cost.TokensOutput]),
+		attribute.Int64(AttrUsageCacheRead, t[cost.TokensCacheRead]),
+		attribute.Int64(AttrUsageCacheWrite, t[cost.TokensCacheCreation]),
 		attribute.Float64(AttrUsageCostUSD, c.CostUSD),
 		attribute.Int64(AttrUsageModelCalls, c.Calls),
 	)

@@ -16,8 +16,8 @@ import (
 	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
 	"github.com/cbc-otel/cbc-otel/bench/internal/procstat"
 	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
-	"github.com/cbc-otel/cbc-otel/bench/internal/serveproc"
 	"github.com/cbc-otel/cbc-otel/bench/internal/streamgen"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // Targets of the cpu section, in µs of the cbc-otel process's CPU (user +
@@ -361,12 +361,12 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 
 // startServe starts `serve` of bin with args and /metrics on a free
 // loopback port; its files are named from tag in dir.
-func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveproc.Proc, error) {
+func startServe(ctx context.Context, bin string, args []string, dir, tag string) (*serveProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	return serveproc.Start(ctx, bin, port, args, dir, tag)
+	return startServeProc(ctx, bin, port, args, dir, tag)
 }
 
 // cpuServeFile runs `serve --follow FILE` on a hard link of the stream
@@ -617,9 +617,7 @@ func buildRev(ctx context.Context, root, hash, bin string) error {
 	if err := errors.Join(errA, errU); err != nil {
 		return fmt.Errorf("baseline: git archive %s | tar -x: %w", hash, err)
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/cbc-otel")
-	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if _, err := testbin.Build(ctx, bin, testbin.Dir(src)); err != nil {
 		return fmt.Errorf("baseline: go build of %s: %w", hash, err)
 	}
 	return nil

@@ -9,11 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/bench/internal/latprobe"
-	"github.com/cbc-otel/cbc-otel/bench/internal/otlprecv"
 	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
 	"github.com/cbc-otel/cbc-otel/bench/internal/promtext"
-	"github.com/cbc-otel/cbc-otel/bench/internal/webpoll"
 )
 
 // The latency cases. "rt" cases send lines into the stdin of cat and read
@@ -57,7 +54,7 @@ type latencyBench struct {
 	c    *config
 	self string
 	tdir string
-	rcv  *otlprecv.Receiver
+	rcv  *otlpReceiver
 }
 
 // latency measures receive − send per line at fixed rates, with and
@@ -75,7 +72,7 @@ func latency(ctx context.Context, c *config, rep *report) error {
 	if b.self, err = os.Executable(); err != nil {
 		return fmt.Errorf("the harness binary (generator): %w", err)
 	}
-	if b.rcv, err = otlprecv.Start(); err != nil {
+	if b.rcv, err = startOTLPReceiver(); err != nil {
 		return err
 	}
 	defer func() {
@@ -90,7 +87,7 @@ func latency(ctx context.Context, c *config, rep *report) error {
 		runs = max(runs, 3)
 	}
 	got := map[latencyKey][]latencyQuantiles{}
-	webs := map[int][]webpoll.Stats{}
+	webs := map[int][]webStats{}
 	for i := range runs {
 		for _, rate := range c.rates {
 			for _, k := range latencyKinds {
@@ -123,19 +120,19 @@ func latency(ctx context.Context, c *config, rep *report) error {
 // measure runs the case kind once (run i) at rate and returns the sorted
 // latencies, in ns, and for the runs page + OTLP case what the poller, the
 // receiver and run's final metrics say.
-func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([]int64, *webpoll.Stats, error) {
+func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([]int64, *webStats, error) {
 	dur := latencyDur(b.c, rate)
 	tag := fmt.Sprintf("lat-%s-%d-%d", kind, rate, i)
 	switch kind {
 	case "out-pipe":
-		lats, _, err := latprobe.Out(ctx, []string{b.self}, latGenEnv(rate, dur), rate, dur, "")
+		lats, _, err := latencyOut(ctx, []string{b.self}, latGenEnv(rate, dur), rate, dur, "")
 		return lats, nil, err
 	case "out-run":
 		tel, err := telemetryOn(b.tdir, tag)
 		if err != nil {
 			return nil, nil, err
 		}
-		lats, _, err := latprobe.Out(ctx, append(append([]string{b.c.bin, "run"}, tel...), "--", b.self), latGenEnv(rate, dur), rate, dur, "")
+		lats, _, err := latencyOut(ctx, append(append([]string{b.c.bin, "run"}, tel...), "--", b.self), latGenEnv(rate, dur), rate, dur, "")
 		return lats, nil, err
 	case "out-web":
 		tel, addr, err := telemetryOnAt(b.tdir, tag)
@@ -144,7 +141,7 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 		}
 		argv := append(append([]string{b.c.bin, "run"}, tel...), "--otlp.endpoint", b.rcv.Addr, "--otlp.protocol", "grpc", "--", b.self)
 		before, _ := b.rcv.Received()
-		lats, ws, err := latprobe.Out(ctx, argv, latGenEnv(rate, dur), rate, dur, addr)
+		lats, ws, err := latencyOut(ctx, argv, latGenEnv(rate, dur), rate, dur, addr)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,14 +157,14 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 		ws.SpansDropped = promtext.Text(string(body), "cbc_otel_spans_dropped_total", "")
 		return lats, &ws, nil
 	case "rt-pipe":
-		lats, err := latprobe.RoundTrip(ctx, []string{"cat"}, rate, dur)
+		lats, err := latencyRoundTrip(ctx, []string{"cat"}, rate, dur)
 		return lats, nil, err
 	case "rt-run":
 		tel, err := telemetryOn(b.tdir, tag)
 		if err != nil {
 			return nil, nil, err
 		}
-		lats, err := latprobe.RoundTrip(ctx, append(append([]string{b.c.bin, "run"}, tel...), "--", "cat"), rate, dur)
+		lats, err := latencyRoundTrip(ctx, append(append([]string{b.c.bin, "run"}, tel...), "--", "cat"), rate, dur)
 		return lats, nil, err
 	}
 	return nil, nil, fmt.Errorf("unknown latency case %q", kind)
@@ -176,7 +173,7 @@ func (b *latencyBench) measure(ctx context.Context, kind string, rate, i int) ([
 // latencyRows adds the rows of one rate: every case's quantiles, the added
 // latencies against their baselines (the stdout ones held to the
 // targets), and what the runs page + OTLP case exported and scraped.
-func latencyRows(c *config, rep *report, rate int, got map[latencyKey][]latencyQuantiles, ws []webpoll.Stats) {
+func latencyRows(c *config, rep *report, rate int, got map[latencyKey][]latencyQuantiles, ws []webStats) {
 	sec := fmt.Sprintf("latency %dk lines/s", rate/1000)
 	for _, k := range latencyKinds {
 		p50, p99, pmax := quantileSeries(got[latencyKey{rate, k.name}])

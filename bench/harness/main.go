@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/cbc-otel/cbc-otel/bench/internal/pacegen"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // config is everything the sections need: sizes, run counts and the tools.
@@ -162,10 +163,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	if *bin == "" {
 		c.bin = filepath.Join(c.work, "cbc-otel")
 		log.Info("building cbc-otel", "root", *root)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", c.bin, "./cmd/cbc-otel")
-		cmd.Dir = *root
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
+		if _, err := testbin.Build(ctx, c.bin, testbin.Dir(*root)); err != nil {
 			return fmt.Errorf("build cbc-otel: %w", err)
 		}
 	} else {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 
 	"github.com/cbc-otel/cbc-otel/internal/oteltest"
@@ -25,7 +26,7 @@ func TestBudgetCapSpend(t *testing.T) {
 		return ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: usd}}
 	}
 	call := func(usd float64) ingest.Lifecycle {
-		return ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Usage: ingest.ModelUsage{CostUSD: usd}}}
+		return ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Cost: cost.Model{CostUSD: usd}}}
 	}
 	// After the events, turn(5) is observed: a cap that had not tripped
 	// trips then, at spend + 5, so the logged spend tells which.

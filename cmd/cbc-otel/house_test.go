@@ -48,10 +48,11 @@ func TestNoLongFunctions(t *testing.T) {
 }
 
 // TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
-// the taps know no protocol, the wire format knows only the taps, the
-// Tracker knows no sink, no sink knows another, and no source (supervise,
-// spool, follow) knows a sink. telemetry builds the sinks of a process and
-// only this command knows it; the command knows no sink.
+// the taps know no protocol, the wire format knows only the taps and
+// safetext, the Tracker knows no sink, no sink knows another or the
+// decoder, and no source (supervise, spool, follow) knows a sink.
+// telemetry builds the sinks of a process and only this command knows it;
+// the command knows no sink.
 func TestPackageGraph(t *testing.T) {
 	const mod = "github.com/cbc-otel/cbc-otel/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, mod+"...").Output()
@@ -66,6 +67,11 @@ func TestPackageGraph(t *testing.T) {
 			if rest, ok := strings.CutPrefix(imp, mod); ok {
 				imports[pkg] = append(imports[pkg], rest)
 			}
+			// Egress is one package: spans, the CLI's logs and metrics
+			// leave through it alone.
+			if strings.HasPrefix(imp, "go.opentelemetry.io/otel/exporters/otlp/") && pkg != "egress" {
+				t.Errorf("%s imports %s; only egress may import the OTLP exporters", pkg, imp)
+			}
 		}
 		if _, ok := imports[pkg]; !ok {
 			imports[pkg] = nil
@@ -75,34 +81,43 @@ func TestPackageGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"tap":        {},
 		"ndjson":     {},
-		"streamjson": {"tap"},
-		"usage":      {},
-		"ingest":     {"tap", "ndjson", "streamjson", "usage", "internal/fifo"},
+		"streamjson": {"tap", "safetext"},
+		"cost":       {},
+		"safetext":   {},
+		"ingest":     {"tap", "ndjson", "streamjson", "cost", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
-		"traces":     {"ingest", "streamjson", "internal/otlpjson"},
-		"metrics":    {"tap", "streamjson", "ingest"},
-		"report":     {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
-		"runspage":   {"tap", "streamjson", "ingest", "internal/durtext", "internal/count", "internal/runcost"},
+		"traces":     {"ingest", "cost", "safetext"},
+		"metrics":    {"ingest", "cost", "safetext"},
+		"report":     {"ingest", "cost", "internal/durtext", "internal/count", "internal/runcost"},
+		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count", "internal/runcost"},
 		// A run's cost beside its workflow's p95, and spend against a cap:
 		// what the reports and the runs page both show, below both.
-		"internal/runcost": {"ingest"},
+		"internal/runcost": {"ingest", "cost"},
 		// The CLI's own telemetry: the receiver knows nothing of ours but the
-		// OTLP/JSON codec it shares with the traces file; the
-		// join knows the Tracker's events and the receiver, no sink.
+		// OTLP/JSON codec it shares with the traces file; the join knows
+		// the Tracker's events and the receiver, no sink and no egress (it
+		// gets an Outlet).
 		"clitelemetry": {"internal/otlpjson"},
-		"join":         {"tap", "streamjson", "ingest", "clitelemetry"},
+		"join":         {"ingest", "cost", "safetext", "clitelemetry"},
+		// Everything that leaves over OTLP: knows no sink (the traces
+		// sink's IDGenerator comes in through its Config) and no receiver
+		// (what the join hands it is OTLP protobuf, converted by otlpconv).
+		"egress":            {"internal/otlpjson", "internal/otlpconv"},
+		"internal/otlpconv": {},
 		// Exposure (server, file, push, totals across restarts) knows no
 		// sink: it takes a Gatherer.
 		"exposition": {},
 		// The sink set of one process: everything below it but the
 		// supervisor, which is the command's.
 		"telemetry": {"tap", "ndjson", "streamjson", "ingest", "spool", "follow", "traces", "metrics", "report", "runspage",
-			"clitelemetry", "join", "exposition", "internal/ghoutput", "internal/runcost"},
+			"join", "egress", "exposition", "internal/ghoutput", "internal/runcost"},
 		// The face: flags, subcommands, exit codes; no sink, no decoder.
 		// spool only for the names of its files in serve's globs.
 		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count", "internal/runcost"},
+		// Test support: builds the binary (tests, bench harness); a leaf.
+		"internal/testbin": {},
 	}
 	for pkg, ok := range allowed {
 		got, found := imports[pkg]
@@ -123,6 +138,16 @@ func TestPackageGraph(t *testing.T) {
 			}
 			if imp == "exposition" {
 				t.Errorf("sink %s imports exposition: a sink fills a registry, the command exposes it", s)
+			}
+		}
+	}
+	// The sinks (and the join) see the Tracker's events only: text hygiene
+	// is safetext's, the counters iterate themselves (ingest.Stats), so no
+	// decoder, framer or tap (issue 30).
+	for _, s := range append(sinks, "join") {
+		for _, imp := range imports[s] {
+			if slices.Contains([]string{"streamjson", "ndjson", "tap"}, imp) {
+				t.Errorf("%s imports %s; a sink needs no decoder, framer or tap", s, imp)
 			}
 		}
 	}
@@ -160,5 +185,169 @@ func TestPackageSize(t *testing.T) {
 		if n > maxPackageLines {
 			t.Logf("size alarm: %s: %d lines of non-test Go, more than %d: does it do more than one job?", f[0], n, maxPackageLines)
 		}
+	}
+}
+
+// TestOTelEnvReadOnlyInEgress: no non-test code outside egress reads an
+// OTEL_EXPORTER_OTLP_* variable, so that endpoints, protocols, headers and
+// timeouts are resolved once (simulate/, which plays the CLI, reads its
+// own). Writing them (the child's environment) and naming them in docs
+// and help are not reads.
+func TestOTelEnvReadOnlyInEgress(t *testing.T) {
+	const mod = "github.com/cbc-otel/cbc-otel/"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}}{{range .GoFiles}} {{.}}{{end}}`, mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], mod)
+		// internal/oteltest is test support: it blanks them for the tests
+		// (ClearEnv), so that the developer's own cannot leak in.
+		if pkg == "egress" || pkg == "simulate" || strings.HasPrefix(pkg, "simulate/") || pkg == "internal/oteltest" {
+			continue
+		}
+		var srcs []string
+		for _, name := range f[2:] {
+			srcs = append(srcs, filepath.Join(f[1], name))
+		}
+		for _, r := range otelEnvReads(t, srcs) {
+			t.Errorf("%s reads an OTEL_EXPORTER_OTLP_* variable; only egress resolves them", r)
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d packages", checked)
+	}
+}
+
+// otelEnvReads finds, in the files of one package, the calls of an
+// environment reader (a function or method whose name contains "env":
+// os.Getenv, os.LookupEnv, cfg.Env, env) with an argument built from a
+// string that starts with OTEL_EXPORTER_OTLP: a literal, a concatenation,
+// or a name that holds one.
+func otelEnvReads(t *testing.T, files []string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	var parsed []*ast.File
+	consts := map[string]bool{} // names that hold such a variable's name
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, f)
+	}
+	// Names that hold such a variable's name: constants and variables
+	// given one, and loop variables over a list of them. By name, not by
+	// scope: a false alarm is a rename away, a miss is a second resolver.
+	for again := true; again; {
+		again = false
+		mark := func(id *ast.Ident, from ast.Expr) {
+			if id != nil && !consts[id.Name] && namesOTLPVar(from, consts) {
+				consts[id.Name], again = true, true
+			}
+		}
+		for _, f := range parsed {
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.ValueSpec:
+					for i, v := range x.Values {
+						if i < len(x.Names) {
+							mark(x.Names[i], v)
+						}
+					}
+				case *ast.AssignStmt:
+					for i, v := range x.Rhs {
+						if id, ok := x.Lhs[min(i, len(x.Lhs)-1)].(*ast.Ident); ok {
+							mark(id, v)
+						}
+					}
+				case *ast.RangeStmt:
+					if id, ok := x.Value.(*ast.Ident); ok {
+						if list, ok := x.X.(*ast.CompositeLit); ok {
+							for _, el := range list.Elts {
+								mark(id, el)
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	var found []string
+	for _, f := range parsed {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			var fn string
+			switch x := call.Fun.(type) {
+			case *ast.Ident:
+				fn = x.Name
+			case *ast.SelectorExpr:
+				fn = x.Sel.Name
+			}
+			if !strings.Contains(strings.ToLower(fn), "env") {
+				return true
+			}
+			for _, a := range call.Args {
+				if namesOTLPVar(a, consts) {
+					found = append(found, fset.Position(call.Pos()).String())
+				}
+			}
+			return true
+		})
+	}
+	return found
+}
+
+// namesOTLPVar reports whether e is, or is built from, a string literal
+// starting with OTEL_EXPORTER_OTLP, or one of consts.
+func namesOTLPVar(e ast.Expr, consts map[string]bool) bool {
+	switch x := e.(type) {
+	case *ast.BasicLit:
+		return x.Kind == token.STRING && strings.HasPrefix(strings.Trim(x.Value, "`\""), "OTEL_EXPORTER_OTLP")
+	case *ast.BinaryExpr:
+		return namesOTLPVar(x.X, consts) || namesOTLPVar(x.Y, consts)
+	case *ast.ParenExpr:
+		return namesOTLPVar(x.X, consts)
+	case *ast.Ident:
+		return consts[x.Name]
+	}
+	return false
+}
+
+// TestOTelEnvReadsDetector holds the scan above to what it must find and
+// what it must let pass.
+func TestOTelEnvReadsDetector(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		reads     int
+	}{
+		{"os.Getenv literal", `os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")`, 1},
+		{"LookupEnv raw string", "os.LookupEnv(`OTEL_EXPORTER_OTLP_HEADERS`)", 1},
+		{"injected env, built name", `env("OTEL_EXPORTER_OTLP_" + sig + "_PROTOCOL")`, 1},
+		{"method, constant", `cfg.Env(endpointVar)`, 1},
+		{"parenthesised", `os.Getenv(("OTEL_EXPORTER_OTLP_TIMEOUT"))`, 1},
+		{"loop over names", `for _, name := range []string{"OTEL_EXPORTER_OTLP_" + signal + "_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} { os.Getenv(name) }`, 1},
+		{"variable", `v := "OTEL_EXPORTER_OTLP_" + s; w := v; _ = os.Getenv(w)`, 1},
+		{"writing the child's env", `_ = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+u)`, 0},
+		{"naming it in a message", `fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: bad")`, 0},
+		{"another variable", `os.Getenv("OTEL_SERVICE_NAME")`, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := "package p\n\nconst endpointVar = \"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT\"\n\nfunc f() {\n\t" + c.src + "\n}\n"
+			name := filepath.Join(t.TempDir(), "p.go")
+			if err := os.WriteFile(name, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := otelEnvReads(t, []string{name}); len(got) != c.reads {
+				t.Errorf("%d reads found (%v), want %d", len(got), got, c.reads)
+			}
+		})
 	}
 }

@@ -1,6 +1,9 @@
 // Command cbc-otel makes CodeBuddy CLI and Claude Code stream-json workflows
-// observable: it wraps the CLI (run), replays recordings (replay), stands in
-// for the CLI (simulate) and shows the whole pipeline end to end (demo).
+// observable: it wraps the CLI (run), follows the spool files or stream
+// logs of CLIs run elsewhere as a sidecar (serve), replays recordings
+// (replay), stands in for the CLI (simulate), shows the whole pipeline end
+// to end (demo), and copies itself into a directory for an init container
+// (install).
 package main
 
 import (

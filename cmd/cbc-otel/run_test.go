@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 	"github.com/cbc-otel/cbc-otel/supervise/supervisetest"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -48,9 +49,7 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	wrapperBin = filepath.Join(dir, "cbc-otel")
-	build := exec.Command("go", "build", "-o", wrapperBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if _, err := testbin.Build(context.Background(), wrapperBin); err != nil {
 		fmt.Fprintln(os.Stderr, "building cbc-otel:", err)
 		return 1
 	}

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 func TestResolveVersion(t *testing.T) {
@@ -35,8 +37,9 @@ func TestResolveVersion(t *testing.T) {
 // make build does (the version linked in) and as go build does.
 func TestVersionAgreesWithBuildInfo(t *testing.T) {
 	linked := t.TempDir() + "/cbc-otel"
-	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test", "-o", linked, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	linked, err := testbin.Build(t.Context(), linked, testbin.LDFlags("-X main.version=v9.8.7-test"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, bin := range []struct{ path, want string }{{linked, "v9.8.7-test"}, {wrapperBin, ""}} {
 		out, err := exec.Command(bin.path, "version").Output()

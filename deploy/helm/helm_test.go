@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 const (
@@ -84,10 +85,8 @@ func tools(t *testing.T) (helm, cbc string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		cbcBin = filepath.Join(dir, "cbc-otel")
-		build := exec.CommandContext(ctx, "go", "build", "-o", cbcBin, "./cmd/cbc-otel")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building cbc-otel: %v\n%s", err, out)
+		if _, err := testbin.Build(ctx, cbcBin, testbin.Dir(root)); err != nil {
+			buildErr = fmt.Errorf("building cbc-otel: %w", err)
 			return
 		}
 		if useEnv {

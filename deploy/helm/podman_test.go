@@ -42,6 +42,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/follow"
 	"github.com/cbc-otel/cbc-otel/internal/promfam"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+	"github.com/cbc-otel/cbc-otel/internal/testbin"
 )
 
 // podmanHint says how to get the runtime.
@@ -189,12 +190,10 @@ func TestPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := buildImage(t, tool, filepath.Join(work, "image.tar"), tmp)
-	host := filepath.Join(work, "cbc-otel")
-	hb := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -X main.version="+imageVersion, "-o", host, "./cmd/cbc-otel")
-	hb.Dir = repoRoot(t)
-	hb.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := hb.CombinedOutput(); err != nil {
-		t.Fatalf("building the host binary: %v\n%s", err, out)
+	host, err := testbin.Build(t.Context(), filepath.Join(work, "cbc-otel"), testbin.Dir(repoRoot(t)), testbin.Trimpath(), testbin.NoVCS(),
+		testbin.LDFlags("-s -w -X main.version="+imageVersion), testbin.Env("CGO_ENABLED=0"))
+	if err != nil {
+		t.Fatalf("building the host binary: %v", err)
 	}
 	built := time.Since(start)
 

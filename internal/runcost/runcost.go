@@ -18,6 +18,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
@@ -80,7 +81,7 @@ func (v Verdict) Over() bool { return v.CostKnown && v.BaseKnown && v.CostUSD > 
 // cbc_workflow_run_cost_usd observes it: at least one model call joined
 // and a positive, finite sum. A run whose calls all reported $0 (a CLI that
 // prices nothing) is unknown, not free.
-func Cost(c *ingest.Cost) (float64, bool) {
+func Cost(c *cost.Sum) (float64, bool) {
 	v := c.CostUSD
 	return v, c.Calls > 0 && v > 0 && !math.IsInf(v, 0)
 }

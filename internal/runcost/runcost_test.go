@@ -7,11 +7,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
 func run(name string, usd float64, calls int64) ingest.Run {
-	return ingest.Run{Workflow: true, Name: name, Cost: ingest.Cost{CostUSD: usd, Calls: calls}}
+	return ingest.Run{Workflow: true, Name: name, Cost: cost.Sum{CostUSD: usd, Calls: calls}}
 }
 
 // TestVerdicts is the table of what a run is judged against: only its
@@ -36,7 +37,7 @@ func TestVerdicts(t *testing.T) {
 			append([]ingest.Run{run("w", 0, 3), run("w", 0, 3), run("w", 0, 3), run("w", 0, 3), run("w", 0, 3)}, run("w", 1, 1)),
 			Verdict{CostUSD: 1, CostKnown: true}},
 		{"an infinite cost is unknown", append(slices.Clone(five[:4]), run("w", math.Inf(1), 1), run("w", 1, 1)), Verdict{CostUSD: 1, CostKnown: true}},
-		{"a task is not judged", append(slices.Clone(five), ingest.Run{Name: "w", Cost: ingest.Cost{CostUSD: 9, Calls: 1}}), Verdict{}},
+		{"a task is not judged", append(slices.Clone(five), ingest.Run{Name: "w", Cost: cost.Sum{CostUSD: 9, Calls: 1}}), Verdict{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := Verdicts(tc.runs)
@@ -80,7 +81,7 @@ func TestBaselineProperties(t *testing.T) {
 		for i := range 4000 {
 			name := fmt.Sprintf("wf-%d", rng.IntN(nwf))
 			usd := math.Exp(rng.NormFloat64()*3) * []float64{1e-6, 1, 1e6}[rng.IntN(3)]
-			b.Run(&ingest.Run{Workflow: true, Name: name, Cost: ingest.Cost{CostUSD: usd, Calls: 1}})
+			b.Run(&ingest.Run{Workflow: true, Name: name, Cost: cost.Sum{CostUSD: usd, Calls: 1}})
 			if _, ok := b.wf[name]; !ok {
 				t.Fatalf("seed %d step %d: %s forgotten right after its run", seed, i, name)
 			}

@@ -44,7 +44,7 @@ const (
 // stream shows only when its message was written.
 const mainCallMs = 50
 
-// Tokens are one call's tokens by type, in the order of ingest.TokenType:
+// Tokens are one call's tokens by type, in the order of cost.TokenType:
 // input, output, cache_read, cache_creation.
 type Tokens [4]int64
 

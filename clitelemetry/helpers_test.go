@@ -1,8 +1,0 @@
-package clitelemetry
-
-import (
-	"io"
-	"log/slog"
-)
-
-func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
