@@ -12,8 +12,12 @@ import (
 // pipeline; beyond this, calls are dropped and counted.
 const maxQueuedCalls = 8192
 
-// callQueue hands model calls from other goroutines to the pipeline's.
-type callQueue struct {
+// CallQueue hands the CLI's own model calls (run --join-cli-telemetry)
+// from other goroutines to one pipeline's. It is made first and handed to
+// both sides: the producer (join.SessionOptions.Calls) and the pipeline
+// (PipelineOptions.Calls), so that neither needs the other to exist. One
+// queue serves one pipeline. A nil *CallQueue takes no calls.
+type CallQueue struct {
 	mu      sync.Mutex
 	q       []ModelCall
 	wake    chan struct{}
@@ -25,16 +29,15 @@ type callQueue struct {
 	dropped    atomic.Int64
 }
 
-func newCallQueue() *callQueue {
-	return &callQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), streamDone: make(chan struct{})}
+// NewCallQueue returns an empty queue.
+func NewCallQueue() *CallQueue {
+	return &CallQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), streamDone: make(chan struct{})}
 }
 
 // Submit queues one model call of the CLI's own telemetry for the pipeline's
 // goroutine. It never blocks; false means the call was dropped (the queue
-// is full, or the pipeline takes no calls: PipelineOptions.Calls unset).
-// Safe for concurrent use.
-func (p *Pipeline) Submit(c ModelCall) bool {
-	cq := p.calls
+// is full, or cq is nil). Safe for concurrent use.
+func (cq *CallQueue) Submit(c ModelCall) bool {
 	if cq == nil {
 		return false
 	}
@@ -53,33 +56,33 @@ func (p *Pipeline) Submit(c ModelCall) bool {
 	return true
 }
 
-// EndCalls says no more calls will be submitted: Consume may close the
-// pipeline once the stream has ended too. Safe for concurrent use, and to
+// EndCalls says no more calls will be submitted: the pipeline's Consume may
+// close it once the stream has ended too. Safe for concurrent use, and to
 // call more than once.
-func (p *Pipeline) EndCalls() {
-	if p.calls != nil {
-		p.calls.endOnce.Do(func() { close(p.calls.done) })
+func (cq *CallQueue) EndCalls() {
+	if cq != nil {
+		cq.endOnce.Do(func() { close(cq.done) })
 	}
 }
 
-// StreamDone is closed when Consume has processed every byte of the
+// StreamDone is closed when the pipeline's Consume has processed every byte of the
 // stream and only waits for EndCalls: the lifecycle of every run the
-// stream described has reached the sinks, but for finalization. nil when
-// the pipeline takes no calls.
-func (p *Pipeline) StreamDone() <-chan struct{} {
-	if p.calls == nil {
+// stream described has reached the sinks, but for finalization. nil on a
+// nil queue.
+func (cq *CallQueue) StreamDone() <-chan struct{} {
+	if cq == nil {
 		return nil
 	}
-	return p.calls.streamDone
+	return cq.streamDone
 }
 
-// DroppedCalls returns how many submitted calls were dropped because the
-// queue was full.
-func (p *Pipeline) DroppedCalls() int64 {
-	if p.calls == nil {
+// Dropped returns how many submitted calls were dropped because the queue
+// was full.
+func (cq *CallQueue) Dropped() int64 {
+	if cq == nil {
 		return 0
 	}
-	return p.calls.dropped.Load()
+	return cq.dropped.Load()
 }
 
 // handleCalls handles the queued calls, on the pipeline's goroutine.

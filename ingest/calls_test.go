@@ -180,7 +180,8 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		rec := new(ingesttest.Recorder)
-		p := ingest.NewPipeline(ingest.PipelineOptions{Calls: true, Live: true,
+		cq := ingest.NewCallQueue()
+		p := ingest.NewPipeline(ingest.PipelineOptions{Calls: cq, Live: true,
 			Tracker: ingest.TrackerOptions{Grace: time.Hour, Sinks: []ingest.Sink{rec}}})
 		out := tap.NewTap(1 << 20)
 		ctx := context.Background()
@@ -197,7 +198,7 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 			}
 			wg.Go(func() {
 				for range perAgent {
-					if !p.Submit(call(id, 0.001, 10, 2)) {
+					if !cq.Submit(call(id, 0.001, 10, 2)) {
 						t.Error("submit dropped a call under the queue bound")
 					}
 				}
@@ -215,7 +216,7 @@ func TestSubmitConcurrentWithStream(t *testing.T) {
 		}
 		out.Close()
 		wg.Wait()
-		p.EndCalls()
+		cq.EndCalls()
 		<-done
 
 		var got float64

@@ -29,10 +29,11 @@ type PipelineOptions struct {
 	Live bool
 	// Now returns the wall clock; nil means time.Now. Tests replace it.
 	Now func() time.Time
-	// Calls makes the pipeline take the CLI's own model calls (Submit) and
-	// attribute them to agents (TrackerOptions.AttributeCalls); Consume
-	// then waits for EndCalls before it closes the pipeline.
-	Calls bool
+	// Calls, when set, is where the pipeline takes the CLI's own model
+	// calls from (CallQueue.Submit) and attributes them to agents
+	// (TrackerOptions.AttributeCalls); Consume then waits for the queue's
+	// EndCalls before it closes the pipeline.
+	Calls *CallQueue
 }
 
 // Pipeline frames, decodes and tracks one stream: the CLI's stdout and the
@@ -47,7 +48,7 @@ type Pipeline struct {
 	streamClock int64
 	cur         tap.Source
 	chunkAt     int64 // Unix ns the chunk being processed passed the tap; 0 outside Consume
-	calls       *callQueue
+	calls       *CallQueue
 }
 
 // NewPipeline returns a pipeline feeding opts.Tracker.Sinks.
@@ -66,7 +67,7 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 		c := opts.Tracker.Caps.withDefaults()
 		opts.Decode.MaxElements = c.Agents + c.Phases
 	}
-	if opts.Calls {
+	if opts.Calls != nil {
 		opts.Tracker.AttributeCalls = true
 	}
 	p := &Pipeline{
@@ -75,9 +76,7 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 		stats: opts.Tracker.Stats,
 		live:  opts.Live,
 		now:   opts.Now,
-	}
-	if opts.Calls {
-		p.calls = newCallQueue()
+		calls: opts.Calls,
 	}
 	for i := range p.framers {
 		p.framers[i] = ndjson.NewFramer(opts.MaxLine, p.line)

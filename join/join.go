@@ -79,7 +79,7 @@ type Options struct {
 	// AgentSpan returns the span context of the invoke_agent span of agent
 	// index of run (task, run), as the traces sink exports it.
 	AgentSpan func(task, run string, index int) trace.SpanContext
-	// Submit hands a model call to the pipeline (ingest.Pipeline.Submit).
+	// Submit hands a model call to the pipeline (ingest.CallQueue.Submit).
 	Submit func(ingest.ModelCall) bool
 	// Spans, Logs and Metrics forward what the CLI exported.
 	Spans   func([]*tracepb.ResourceSpans)
@@ -170,17 +170,6 @@ func New(opts Options) *Joiner {
 		execs:     make(map[string]string),
 		launchers: make(map[string]trace.SpanContext),
 	}
-}
-
-// Configure replaces the options, before the Joiner is used: the traces
-// sink needs Launcher before the pipeline, which Submit names, exists.
-func (j *Joiner) Configure(opts Options) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	j.mu.Lock()
-	j.opts = opts
-	j.mu.Unlock()
 }
 
 // Stats returns the Joiner's counters.

@@ -96,8 +96,10 @@ func MintParent() trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
 }
 
-// Pipeline is what a Session needs of the ingest pipeline (ingest.Pipeline).
-type Pipeline interface {
+// Calls is what a Session needs of the pipeline's call queue
+// (ingest.CallQueue): made before the Session and the pipeline, and handed
+// to both.
+type Calls interface {
 	Submit(ingest.ModelCall) bool
 	StreamDone() <-chan struct{}
 	EndCalls()
@@ -115,15 +117,25 @@ type Outlet interface {
 	ForwardLost() (logRecords, metricPoints int64, ok bool)
 }
 
-// Wiring connects a Session to the rest of the process; built by the
-// command, which alone knows every part.
-type Wiring struct {
-	Pipeline Pipeline
-	// AgentSpan is the traces sink's span context of an agent; nil when
-	// no spans are exported (nothing is re-parented then).
+// SessionOptions is everything a Session is made of; the process builds
+// them in one place, in order: parent, call queue, egress, the Session,
+// then the traces sink (Joiner.Launcher) and the pipeline (Calls).
+type SessionOptions struct {
+	// Parent is the span context the child's TRACEPARENT names (the
+	// user's, or MintParent's).
+	Parent trace.SpanContext
+	// Calls takes the model calls of the CLI's api_request events; nil
+	// drops them.
+	Calls Calls
+	// AgentSpan is the traces sink's span context of an agent
+	// (traces.AgentSpanContext under Parent); nil when no spans are
+	// exported (nothing is re-parented then).
 	AgentSpan func(task, run string, index int) trace.SpanContext
 	// Out takes the CLI's spans, logs and metrics; nil drops them.
 	Out Outlet
+	// Hold is how long spans wait for their agent.
+	Hold   time.Duration
+	Logger *slog.Logger
 }
 
 // Session is run --cli-telemetry.join for one CLI process: the receiver the
@@ -136,35 +148,35 @@ type Session struct {
 	Joiner  *Joiner
 	recv    *clitelemetry.Receiver
 	out     Outlet
-	pipe    Pipeline
+	calls   Calls
 	parent  trace.SpanContext
 	stop    context.CancelFunc
 	expired chan struct{}
 	log     *slog.Logger
 }
 
-// NewSession prepares a session under parent (the TRACEPARENT the child
-// will get); hold is how long spans wait for their agent.
-func NewSession(parent trace.SpanContext, hold time.Duration, log *slog.Logger) *Session {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// NewSession makes a session and its Joiner, wired to opts once and for
+// all; nothing runs until Start.
+func NewSession(opts SessionOptions) *Session {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Session{Joiner: New(Options{Hold: hold, Logger: log}), parent: parent, log: log}
+	s := &Session{out: opts.Out, calls: opts.Calls, parent: opts.Parent, log: opts.Logger}
+	jo := Options{Hold: opts.Hold, Logger: opts.Logger, AgentSpan: opts.AgentSpan}
+	if opts.Calls != nil {
+		jo.Submit = opts.Calls.Submit
+	}
+	if opts.Out != nil {
+		jo.Spans, jo.Logs, jo.Metrics = opts.Out.ForwardSpans, opts.Out.ForwardLogs, opts.Out.ForwardMetrics
+	}
+	s.Joiner = New(jo)
+	return s
 }
 
-// Start wires the Joiner and starts the receiver. An error means the
-// receiver did not start: the child then runs without its telemetry
-// joined, as it would without the flag.
-func (s *Session) Start(ctx context.Context, w Wiring) error {
-	s.pipe = w.Pipeline
-	s.out = w.Out
-	opts := s.Joiner.opts
-	opts.Submit = w.Pipeline.Submit
-	opts.AgentSpan = w.AgentSpan
-	if w.Out != nil {
-		opts.Spans, opts.Logs, opts.Metrics = w.Out.ForwardSpans, w.Out.ForwardLogs, w.Out.ForwardMetrics
-	}
-	s.Joiner.Configure(opts)
+// Start starts the receiver. An error means the receiver did not start:
+// the child then runs without its telemetry joined, as it would without
+// the flag.
+func (s *Session) Start(ctx context.Context) error {
 	recv, err := clitelemetry.Listen(clitelemetry.ReceiverConfig{Logger: s.log}, s.Joiner)
 	if err != nil {
 		return err
@@ -203,13 +215,13 @@ func (s *Session) ChildDone(ctx context.Context) {
 // whole stream (every agent named that will ever be), the spans still held
 // go as they are, and the pipeline may close.
 func (s *Session) StreamDone(ctx context.Context) {
-	if s == nil || s.pipe == nil {
+	if s == nil || s.calls == nil {
 		return
 	}
 	t := time.NewTimer(streamWait)
 	defer t.Stop()
 	select {
-	case <-s.pipe.StreamDone():
+	case <-s.calls.StreamDone():
 	case <-t.C:
 		s.log.Warn("the pipeline did not catch up with the stream in time: spans of agents it had not seen yet go unjoined")
 	case <-ctx.Done():
@@ -218,5 +230,5 @@ func (s *Session) StreamDone(ctx context.Context) {
 		s.stop()
 		<-s.expired
 	}
-	s.pipe.EndCalls()
+	s.calls.EndCalls()
 }

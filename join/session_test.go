@@ -1,10 +1,17 @@
 package join
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/tap"
 )
 
 // TestChildEnv: the join's plumbing is ours, the switches the user's when
@@ -65,4 +72,49 @@ func TestChildEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// callSink keeps the model calls the pipeline emitted.
+type callSink struct{ calls []ingest.ModelCall }
+
+func (s *callSink) Observe(l ingest.Lifecycle) {
+	if l.Kind == ingest.ModelCallSeen {
+		s.calls = append(s.calls, *l.Call)
+	}
+}
+
+// TestSessionOnACallQueue is the knot untied: the queue is made first and
+// handed to the session and to a pipeline made after it (nothing of the
+// session needs the pipeline); an api_request the Joiner reads reaches the
+// pipeline's sinks, and StreamDone ends the calls once the stream is read,
+// so that the pipeline closes. A session without a queue drops calls.
+func TestSessionOnACallQueue(t *testing.T) {
+	cq := ingest.NewCallQueue()
+	s := NewSession(SessionOptions{Parent: MintParent(), Calls: cq, Hold: time.Minute})
+	seen := new(callSink)
+	p := ingest.NewPipeline(ingest.PipelineOptions{Calls: cq, Live: true,
+		Tracker: ingest.TrackerOptions{Grace: time.Hour, Sinks: []ingest.Sink{seen}}})
+	stdout := tap.NewTap(1 << 16)
+	done := make(chan struct{})
+	go func() { p.Consume(context.Background(), stdout, nil, time.Millisecond); close(done) }()
+	rec := &logspb.LogRecord{Attributes: append(kvs("event.name", "api_request", "model", "claude-sonnet-4-5", "session.id", "S1"), dbl("cost_usd", 0.25))}
+	s.Joiner.Logs(context.Background(), &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{rec}}}}}})
+	stdout.Close()
+	s.StreamDone(context.Background()) // waits for the stream, then ends the calls
+	<-done
+	if len(seen.calls) != 1 || seen.calls[0].Cost.CostUSD != 0.25 {
+		t.Errorf("calls through the queue = %+v, want the one api_request", seen.calls)
+	}
+	if got := s.Joiner.Stats().CallsLost.Load(); got != 0 {
+		t.Errorf("calls lost = %d", got)
+	}
+
+	none := NewSession(SessionOptions{Parent: MintParent()})
+	none.Joiner.Logs(context.Background(), &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{rec}}}}}})
+	if got := none.Joiner.Stats().CallsLost.Load(); got != 1 {
+		t.Errorf("a session without a queue: calls lost = %d, want 1", got)
+	}
+	none.StreamDone(context.Background()) // nothing to wait for
 }

@@ -105,10 +105,6 @@ const DemoLabel = "demo"
 // once; scrapes may run concurrently with it.
 type Metrics struct {
 	reg *prometheus.Registry
-	// regr registers on reg with Options.ConstLabels: every collector
-	// added later (the spool's, the join's) goes through it, so that no
-	// series of a demo lacks its demo label.
-	regr prometheus.Registerer
 
 	runsStarted   *prometheus.CounterVec
 	runsTotal     *prometheus.CounterVec
@@ -288,12 +284,14 @@ func New(opts Options) (*Metrics, error) {
 	if !opts.NoRuntimeCollectors {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m.regr = m.reg
+	// The process's other collectors (the spool's, the join's) get the
+	// same labels from the telemetry package, which registers them.
+	var regr prometheus.Registerer = m.reg
 	if len(opts.ConstLabels) > 0 {
-		m.regr = prometheus.WrapRegistererWith(opts.ConstLabels, m.reg)
+		regr = prometheus.WrapRegistererWith(opts.ConstLabels, m.reg)
 	}
 	for _, c := range cs {
-		if err := m.regr.Register(c); err != nil {
+		if err := regr.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: registering collector: %w", err)
 		}
 	}
@@ -312,11 +310,6 @@ func nativeToo(o prometheus.HistogramOpts) prometheus.HistogramOpts {
 
 // Registry returns the registry holding every metric of m.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
-// Registerer is where more collectors of the process go (the spool's, the
-// CLI-telemetry join's): on Registry, with Options.ConstLabels on their
-// series too.
-func (m *Metrics) Registerer() prometheus.Registerer { return m.regr }
 
 // SetExportCounters sets the funcs read for cbc_otel_spans_dropped_total and
 // cbc_otel_export_errors_total; nil reads 0. It exists because the traces

@@ -82,7 +82,7 @@ func TestJoinedSpans(t *testing.T) {
 	if root.Parent.SpanID() != launchSpan.SpanID() || root.SpanContext.TraceID() != joinTrace {
 		t.Errorf("workflow parent %v in trace %v, want the launching span in %v", root.Parent.SpanID(), root.SpanContext.TraceID(), joinTrace)
 	}
-	if got := s.AgentSpanContext("w1", "r1", 1); got.SpanID() != agent.SpanContext.SpanID() || got.TraceID() != agent.SpanContext.TraceID() {
+	if got := AgentSpanContext(joinParent, "w1", "r1", 1); got.SpanID() != agent.SpanContext.SpanID() || got.TraceID() != agent.SpanContext.TraceID() {
 		t.Errorf("AgentSpanContext = %v, exported %v", got, agent.SpanContext)
 	}
 	for key, want := range map[string]string{

@@ -139,13 +139,20 @@ func (s *Sink) IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
 }
 
 // AgentSpanContext returns the span context of the invoke_agent span of
-// agent index of run (task, run), as the Sink exports it: what the CLI's
-// own spans of that agent are re-parented under.
-func (s *Sink) AgentSpanContext(task, run string, index int) trace.SpanContext {
+// agent index of run (task, run), as a Sink with Options.Parent parent
+// exports it: what the CLI's own spans of that agent are re-parented
+// under. It needs no Sink: under the join the parent is always valid (the
+// user's or a minted one), and then every span of the Sink is in its
+// trace, with its flags.
+func AgentSpanContext(parent trace.SpanContext, task, run string, index int) trace.SpanContext {
+	tid, flags := TraceID(task, run), trace.FlagsSampled
+	if parent.IsValid() {
+		tid, flags = parent.TraceID(), parent.TraceFlags()
+	}
 	return trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID:    s.traceID(task, run),
+		TraceID:    tid,
 		SpanID:     SpanID(task, run, kindAgent, index),
-		TraceFlags: s.flags(),
+		TraceFlags: flags,
 	})
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,9 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
+	"github.com/cbc-otel/cbc-otel/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,12 +37,10 @@ type budgetCap struct {
 	done        chan struct{}  // closed when the child is done
 	stops       prometheus.Counter
 	doneOnce    sync.Once
-
-	mu        sync.Mutex
-	spend     report.Spend // the session's spend, summed as the step outputs sum it
-	sessionID string
-	tripped   bool
-	stopped   chan struct{} // closed once the stop is done (acknowledged or escalated)
+	// watch is the cap's sink: it sums the session's spend and, once past
+	// max, calls stop.
+	watch   *telemetry.SpendWatch
+	stopped chan struct{} // closed once the stop is done (acknowledged or escalated)
 }
 
 // newBudgetCap wraps the forwarded signals (sigs) so that the cap can
@@ -58,6 +53,9 @@ func newBudgetCap(cfg *runConfig, log *slog.Logger, sigs <-chan os.Signal) *budg
 		stops: prometheus.NewCounter(prometheus.CounterOpts{Name: budgetStopsName,
 			Help: "Stops of the session by run --budget.max-cost-usd (an interrupt written to the CLI's stdin)."}),
 	}
+	b.watch = telemetry.NewSpendWatch(b.max, b.childGone, func(spend float64, source, sessionID string) {
+		go b.stop(spend, source, sessionID) // Observe runs on the consumer's goroutine
+	})
 	go func() {
 		for {
 			select {
@@ -85,42 +83,6 @@ func (b *budgetCap) register(reg prometheus.Registerer, log *slog.Logger) {
 // childDone ends the cap's goroutines: nothing is stopped any more.
 func (b *budgetCap) childDone() { b.doneOnce.Do(func() { close(b.done) }) }
 
-// Observe is the cap's ingest.Sink: it sums the spend and trips the cap.
-// It runs on the consumer goroutine, so the stop itself runs on its own.
-func (b *budgetCap) Observe(l ingest.Lifecycle) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case l.Kind == ingest.TurnEnded && l.Turn != nil:
-		b.sessionID = cmpOr(l.Turn.SessionID, b.sessionID)
-	case l.Kind == ingest.ModelCallSeen && l.Call != nil:
-		b.sessionID = cmpOr(b.sessionID, l.Call.SessionID)
-	case l.Kind == ingest.RunStarted && l.Run != nil:
-		b.sessionID = cmpOr(b.sessionID, l.Run.SessionID)
-		return
-	default:
-		return
-	}
-	b.spend.Observe(l)
-	spend, joined := b.spend.Costs()
-	src := "result"
-	if joined > spend {
-		spend, src = joined, "joined"
-	}
-	if b.tripped || spend <= b.max || b.childGone() {
-		return // a session already over (the last result read after the exit) is not stopped
-	}
-	b.tripped = true
-	go b.stop(spend, src, b.sessionID)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // interruptRequest is the control request an SDK sends to stop the
 // session, with the session id when known (cbc wants it; Claude Code's SDK
 // sends none and the CLI ignores it).
@@ -137,9 +99,7 @@ func interruptRequest(id, sessionID string) []byte {
 // the child (and the supervisor SIGKILLs it --child.kill-timeout later).
 func (b *budgetCap) stop(spend float64, source, sessionID string) {
 	defer close(b.stopped)
-	var r [8]byte
-	rand.Read(r[:])
-	id := ingest.BudgetRequestIDPrefix + hex.EncodeToString(r[:])
+	id := telemetry.BudgetRequestID()
 	b.stops.Inc()
 	b.log.Warn("budget: the session's spend passed --budget.max-cost-usd; interrupting it",
 		"spend_usd", spend, "max_cost_usd", b.max, "source", source, "request_id", id, "session_id", sessionID)
@@ -198,7 +158,5 @@ func (b *budgetCap) Tripped() bool {
 	if b == nil {
 		return false
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.tripped
+	return b.watch.Tripped()
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // Spend is the higher of the result lines' sum and the joined calls' sum;
@@ -42,12 +44,12 @@ func TestBudgetCapSpend(t *testing.T) {
 		{"other events", []ingest.Lifecycle{{Kind: ingest.RunStarted, Run: &ingest.Run{SessionID: "s1"}}, {Kind: ingest.InterruptRequested}}, 5, "result"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log syncBuffer
+			var log oteltest.SyncBuffer
 			cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
 			b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 			defer b.childDone()
 			for _, e := range append(tc.events, turn(5), turn(1)) {
-				b.Observe(e)
+				b.watch.Observe(e)
 			}
 			out := awaitLog(t, b, &log)
 			m := regexp.MustCompile(`interrupting it" spend_usd=(\S+) max_cost_usd=1 source=(\S+) `).FindAllStringSubmatch(out, -1)
@@ -64,7 +66,7 @@ func TestBudgetCapSpend(t *testing.T) {
 
 // awaitLog waits for the stop's escalation (no stdin: SIGINT at once) and
 // returns the log.
-func awaitLog(t *testing.T, b *budgetCap, log *syncBuffer) string {
+func awaitLog(t *testing.T, b *budgetCap, log *oteltest.SyncBuffer) string {
 	t.Helper()
 	select {
 	case s := <-b.sigs:
@@ -80,11 +82,11 @@ func awaitLog(t *testing.T, b *budgetCap, log *syncBuffer) string {
 // A result read after the child is done (a one-turn session's last line)
 // stops nothing: no log, no count.
 func TestBudgetCapAfterExit(t *testing.T) {
-	var log syncBuffer
+	var log oteltest.SyncBuffer
 	cfg := runConfig{budgetMaxCost: 1, budgetStopTimeout: time.Minute}
 	b := newBudgetCap(&cfg, slog.New(slog.NewTextHandler(&log, nil)), make(chan os.Signal))
 	b.childDone()
-	b.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: 5}})
+	b.watch.Observe(ingest.Lifecycle{Kind: ingest.TurnEnded, Turn: &ingest.Turn{SessionID: "s1", CostUSD: 5}})
 	if b.Tripped() || log.String() != "" {
 		t.Errorf("tripped %v; log: %s", b.Tripped(), log.String())
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -160,23 +158,4 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// checkOutputPath says, at start, what would otherwise fail only at exit:
-// the file that flag names cannot be written (no such directory, a
-// directory in its place, no permission).
-func checkOutputPath(flag, path string) error {
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("--%s %s: directory %s does not exist", flag, path, dir)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("--%s %s: is a directory", flag, path)
-	}
-	f, err := os.CreateTemp(dir, ".cbc-otel-check-*")
-	if err != nil {
-		return fmt.Errorf("--%s %s: directory %s is not writable: %w", flag, path, dir, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
 }

@@ -12,14 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/count"
 	"github.com/cbc-otel/cbc-otel/internal/runcost"
-	"github.com/cbc-otel/cbc-otel/metrics"
-	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/simulate/drive"
-	"github.com/cbc-otel/cbc-otel/tap"
+
+	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
 // demoConfig holds demo's flags.
@@ -37,7 +35,7 @@ type demoConfig struct {
 	logFormat string
 	joinCLI   bool
 	budget    float64 // --budget.show-usd
-	tel       telemetryFlags
+	tel       telemetry.Flags
 	// scenarioList is --simulate.scenarios as given, split into scenarios.
 	scenarioList string
 	// renamedUsed lists the deprecated flag names used.
@@ -59,7 +57,7 @@ func (c *demoConfig) register(fs *flag.FlagSet) {
 	registerLogFormat(fs, &c.logFormat)
 	fs.BoolVar(&c.joinCLI, "cli-telemetry.join", false, "the simulator emits the CLI's own telemetry (model and tool spans, cost per call) and the wrapper joins it, as run --cli-telemetry.join does with Claude Code")
 	fs.Float64Var(&c.budget, "budget.show-usd", defaultDemoBudget, "a budget for show: the summary and the runs page show the session's spend (the joined cost, with --cli-telemetry.join) against it; nothing is stopped (that is run --budget.max-cost-usd); 0: none")
-	c.tel.register(fs, true)
+	c.tel.Register(fs, telemetry.Demo)
 }
 
 // defaultDemoBudget is the demo's budget for show: the default scenarios
@@ -97,7 +95,7 @@ func (c *demoConfig) validate() error {
 		}
 	}
 	_, lerr := parseLogLevel(c.logLevel)
-	return errors.Join(lerr, checkLogFormat(c.logFormat), c.tel.validate())
+	return errors.Join(lerr, checkLogFormat(c.logFormat), c.tel.Validate())
 }
 
 // parseDemoArgs parses and validates demo's command line.
@@ -135,9 +133,6 @@ func (c *demoConfig) runConfig(exe string) runConfig {
 	rc.budgetShow = c.budget // shown, never a cap: the demo stops nothing by it
 	rc.renamedUsed = c.renamedUsed
 	rc.collect = !c.live // a live demo runs for hours: keep no run
-	// Every series says it is the demo's: the shipped alert rules leave
-	// demo="true" out, so a demo scraped beside real wrappers pages nobody.
-	rc.tel.metrics.constLabels = map[string]string{metrics.DemoLabel: "true"}
 	return rc
 }
 
@@ -175,7 +170,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 		name:         "demo",
 		signals:      func() (<-chan os.Signal, func()) { return nil, func() {} },
 		consumerWait: 10 * time.Second,
-		started: func(tel *telemetry) {
+		started: func(tel *telemetry.Telemetry) {
 			announceDemo(sio.err, &cfg, tel)
 			go func() {
 				err := drive.Run(ctx, drive.Options{Scenarios: cfg.scenarios, Live: cfg.live, Pace: cfg.pace}, drvOut, drvIn)
@@ -184,7 +179,7 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 				drvErr <- err
 			}()
 		},
-		finished: func(tel *telemetry, out outcome) {
+		finished: func(tel *telemetry.Telemetry, out outcome) {
 			childOut.Close()
 			childIn.Close()
 			code, ran = finishDemo(ctx, &cfg, sio, tel, out, <-drvErr), true
@@ -198,16 +193,16 @@ func cmdDemo(ctx context.Context, args []string, sio stdio) int {
 }
 
 // announceDemo says what the demo runs and where to look.
-func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
+func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry.Telemetry) {
 	what := count.Of(len(cfg.scenarios), "simulated "+cfg.dialect+" workflow")
 	if cfg.live {
 		what = fmt.Sprintf("simulated %s workflows, one every %v until interrupted (Ctrl-C),", cfg.dialect, cfg.pace)
 	}
 	fmt.Fprintf(w, "cbc-otel demo: running %s under the wrapper: %s\n", what, strings.Join(cfg.scenarios, ", "))
-	switch a := tel.metrics.listenAddr(); {
+	switch a := tel.Addr(); {
 	case a != nil && (cfg.live || cfg.hold):
 		fmt.Fprintf(w, "cbc-otel demo: metrics at http://%s/metrics\n", displayAddr(a))
-		if tel.page != nil {
+		if tel.HasPage() {
 			fmt.Fprintf(w, "cbc-otel demo: the runs at http://%s/\n", displayAddr(a))
 		}
 	case a != nil:
@@ -225,8 +220,8 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 		fmt.Fprintln(w, "cbc-otel demo: costs come from the simulated CLI's own telemetry, joined (cbc_workflow_cost_usd_total, cbc_cli_cost_usd_total, the $ in the summary); cbc_cost_usd_total, which counts the CLI's result lines, stays 0: the simulator writes total_cost_usd 0 there, as CodeBuddy does (Claude Code writes the session's total)")
 	}
 	switch {
-	case tel.traces.enabled():
-		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.traces.describe())
+	case tel.TracesEnabled():
+		fmt.Fprintf(w, "cbc-otel demo: traces to %s\n", tel.DescribeTraces())
 	case cfg.live:
 		fmt.Fprintln(w, "cbc-otel demo: no traces: start Jaeger (README, \"Quick start on a laptop\") and add --otlp.endpoint http://127.0.0.1:4317")
 	}
@@ -234,38 +229,30 @@ func announceDemo(w io.Writer, cfg *demoConfig, tel *telemetry) {
 
 // finishDemo prints what the pipeline saw once the simulator and the
 // driver are done, and with --hold keeps /metrics up until ctx ends.
-func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry, out outcome, drvErr error) int {
+func finishDemo(ctx context.Context, cfg *demoConfig, sio stdio, tel *telemetry.Telemetry, out outcome, drvErr error) int {
 	switch {
 	case out.err != nil:
 		return exitFailure // exec said why; the driver's error is only its consequence
 	case drvErr != nil:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("driving the simulator: %w", drvErr))
-	case out.stats == nil:
+	case out.Stats == nil:
 		return fail(sio.err, "demo", exitFailure, errors.New("telemetry pipeline did not finish"))
 	case out.code != exitOK:
 		return fail(sio.err, "demo", exitFailure, fmt.Errorf("simulator exited with status %d", out.code))
 	}
 	if cfg.live {
-		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.stats.Lines(tap.SourceStdout), out.stats.Events())
+		fmt.Fprintf(sio.err, "cbc-otel demo: stopped after %d lines (%d events of interest)\n", out.Lines(), out.Events())
 		return exitOK
 	}
-	var err error
-	if cfg.json {
-		err = writeRuns(sio.out, true, cfg.width, out.runs, out.sessions, out.stats)
-	} else {
-		err = report.WriteWaterfall(sio.out, out.runs, out.stats, report.WaterfallOptions{Width: cfg.width, Sessions: out.sessions, Budget: out.budget})
-	}
-	if err != nil {
+	if err := telemetry.WriteRuns(sio.out, cfg.json, cfg.width, out.Outcome); err != nil {
 		return fail(sio.err, "demo", exitFailure, err)
 	}
-	if a := tel.metrics.listenAddr(); cfg.hold && a != nil {
+	if a := tel.Addr(); cfg.hold && a != nil {
 		fmt.Fprintf(sio.err, "cbc-otel demo: serving http://%s/metrics until interrupted\n", displayAddr(a))
 		<-ctx.Done()
 	}
 	return exitOK
 }
-
-var _ ingest.Sink = (*report.Collector)(nil)
 
 // displayAddr turns a wildcard listen address into one a person can open.
 func displayAddr(a net.Addr) string {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // demo --live keeps workflows coming with /metrics up: two scrapes see the
@@ -72,9 +74,9 @@ func TestDemoLiveCountersGrow(t *testing.T) {
 // time that passed; every series on /metrics has demo="true". At --simulate.speed 0.1 a clock scaled by 1/speed would run ten
 // times ahead and fail every one of these.
 func TestDemoLiveOnTheWallClock(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	const slack = 50 * time.Millisecond
-	rcv, otlp := startOTLPReceiver(t)
+	rcv, otlp := oteltest.StartReceiver(t)
 	addr := freeAddr(t)
 	began := time.Now()
 	s := startBin(t, addr, "demo", "--live", "--simulate.dialect", "claude", "--simulate.speed", "0.1", "--pace", "20ms", "--tracker.grace", "100ms",
@@ -139,11 +141,10 @@ func TestDemoLiveOnTheWallClock(t *testing.T) {
 	if code := s.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
-	rcv.mu.Lock()
-	defer rcv.mu.Unlock()
+	reqs, _, arrived := rcv.Received()
 	spans, bash := 0, 0
 	var lead time.Duration // the most any span ended after its request arrived
-	for i, req := range rcv.reqs {
+	for i, req := range reqs {
 		for _, rs := range req.ResourceSpans {
 			for _, ss := range rs.ScopeSpans {
 				for _, sp := range ss.Spans {
@@ -152,12 +153,12 @@ func TestDemoLiveOnTheWallClock(t *testing.T) {
 					if strings.Contains(strings.ToLower(sp.Name), "bash") {
 						bash++
 					}
-					lead = max(lead, end.Sub(rcv.at[i]))
+					lead = max(lead, end.Sub(arrived[i]))
 					switch {
 					case start.Before(began.Add(-slack)):
 						t.Errorf("span %q starts %v before the demo began", sp.Name, began.Sub(start))
-					case end.After(rcv.at[i].Add(slack)):
-						t.Errorf("span %q ends %v after its export arrived", sp.Name, end.Sub(rcv.at[i]))
+					case end.After(arrived[i].Add(slack)):
+						t.Errorf("span %q ends %v after its export arrived", sp.Name, end.Sub(arrived[i]))
 					case end.Before(start):
 						t.Errorf("span %q ends before it starts", sp.Name)
 					}
@@ -166,7 +167,7 @@ func TestDemoLiveOnTheWallClock(t *testing.T) {
 		}
 	}
 	t.Logf("%d spans (%d of Bash tasks) in %d exports over %v, none later than its export by more than %v; %d page starts checked",
-		spans, bash, len(rcv.reqs), time.Since(began).Round(time.Millisecond), lead, checks)
+		spans, bash, len(reqs), time.Since(began).Round(time.Millisecond), lead, checks)
 	if spans == 0 || bash == 0 {
 		t.Errorf("%d spans, %d of Bash tasks: want both", spans, bash)
 	}
@@ -197,7 +198,7 @@ func durationSum(t *testing.T, addr string) float64 {
 // sink's own (the CLI-telemetry join's, the spool's) carry the demo label
 // too, so that no series of a demo reaches an alert rule.
 func TestDemoJoinSeriesMarked(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	addr := freeAddr(t)
 	s := startBin(t, addr, "demo", "--hold", "--simulate.speed", "0", "--cli-telemetry.join", "--web.listen-address", addr)
 	// Stopped while it drives the simulator, the demo exits 1: wait for

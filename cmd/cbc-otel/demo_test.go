@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // demo prints only URLs it goes on serving: with --hold every URL it
@@ -93,7 +95,7 @@ func TestDemoBudgetBurns(t *testing.T) {
 			v := spent()
 			return v > first && v > 0.25, fmt.Sprint(v)
 		})
-		for l := range strings.Lines(httpGet(t, "http://"+addr+"/metrics")) {
+		for l := range strings.Lines(oteltest.HTTPGet(t, "http://"+addr+"/metrics")) {
 			if strings.HasPrefix(l, "cbc_budget_stops_total") || !strings.HasPrefix(l, "#") && !strings.Contains(l, `demo="true"`) {
 				t.Errorf("the demo's series: %s", l)
 			}

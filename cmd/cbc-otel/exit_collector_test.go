@@ -15,37 +15,9 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
-)
 
-// blackHole accepts connections and never answers (nor closes them until
-// the test ends): a collector that is up but unresponsive.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String()
-}
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
+)
 
 // slowGRPC is an OTLP/gRPC receiver that answers each export after delay.
 type slowGRPC struct {
@@ -95,7 +67,7 @@ func slowCollector(t *testing.T, protocol string, delay time.Duration) string {
 // says how long it waited. For gRPC and OTLP/HTTP. Bounds have slack: the
 // machine is shared.
 func TestE2ECollectorNeverDelaysEOF(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	const flush = 4 * time.Second
 	rec, err := os.ReadFile(exportRecording)
 	if err != nil {
@@ -112,9 +84,9 @@ func TestE2ECollectorNeverDelaysEOF(t *testing.T) {
 			addr func(t *testing.T) string
 			kind kind
 		}{
-			{"refused", refusedAddr, failed},
+			{"refused", func(t *testing.T) string { return oteltest.RefusedAddr(t) }, failed},
 			{"dns failure", func(*testing.T) string { return "nonexistent.invalid:4317" }, failed},
-			{"black hole", blackHole, unresponsive},
+			{"black hole", func(t *testing.T) string { return oteltest.BlackHole(t) }, unresponsive},
 			{"slow", func(t *testing.T) string { return slowCollector(t, proto, 2*flush) }, unresponsive},
 		} {
 			t.Run(strings.ReplaceAll(proto, "/", "-")+"/"+tc.name, func(t *testing.T) {

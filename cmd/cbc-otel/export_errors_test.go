@@ -4,28 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // exportRecording is a recording whose replay makes 7 spans.
 const exportRecording = "../../testdata/corpus/claude-code-2.1.328/complete.ndjson"
-
-// refusedAddr is an address nobody listens on: listened on, then closed.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
 
 // unauthorizedCollector answers every OTLP/HTTP export 401 with a JSON body.
 func unauthorizedCollector(t *testing.T) string {
@@ -56,7 +45,7 @@ func TestReplayUndelivered(t *testing.T) {
 		{
 			name: "refused http", protocol: "http/protobuf", code: exitUndelivered,
 			endpoint: func(t *testing.T) (string, string) {
-				a := refusedAddr(t)
+				a := oteltest.RefusedAddr(t)
 				return "http://" + a, "http://" + a + "/v1/traces"
 			},
 			want: []string{
@@ -70,7 +59,7 @@ func TestReplayUndelivered(t *testing.T) {
 			// deadline: keep that short.
 			flags: []string{"--traces.flush-timeout=300ms"},
 			endpoint: func(t *testing.T) (string, string) {
-				a := "http://" + refusedAddr(t)
+				a := "http://" + oteltest.RefusedAddr(t)
 				return a, a
 			},
 			want: []string{
@@ -97,19 +86,19 @@ func TestReplayUndelivered(t *testing.T) {
 			name: "refused, --log.level error", protocol: "http/protobuf", code: exitUndelivered,
 			flags: []string{"--log.level=error"},
 			endpoint: func(t *testing.T) (string, string) {
-				return "http://" + refusedAddr(t), ""
+				return "http://" + oteltest.RefusedAddr(t), ""
 			},
 		},
 		{
 			name: "healthy grpc", protocol: "grpc", code: exitOK,
 			endpoint: func(t *testing.T) (string, string) {
-				_, addr := startOTLPReceiver(t)
+				_, addr := oteltest.StartReceiver(t)
 				return addr, ""
 			},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			clearOTelEnv(t)
+			oteltest.ClearEnv(t)
 			ep, where := c.endpoint(t)
 			args := append([]string{"replay", "--summary.json", "--otlp.endpoint", ep, "--otlp.protocol", c.protocol}, c.flags...)
 			args = append(args, exportRecording)
@@ -137,12 +126,12 @@ func TestReplayUndelivered(t *testing.T) {
 // whatever becomes of the telemetry; the losses are said on stderr, spans
 // and push alike, one line each.
 func TestRunKeepsChildStatusWhenExportFails(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	rec, err := os.ReadFile(exportRecording)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otlp, gw := refusedAddr(t), refusedAddr(t)
+	otlp, gw := oteltest.RefusedAddr(t), oteltest.RefusedAddr(t)
 	for _, c := range []struct {
 		name   string
 		status int

@@ -110,7 +110,7 @@ func explicitFlags(fs *flag.FlagSet) map[string]bool {
 }
 
 // warnRenamed says once, at warn, each deprecated flag name used. log is
-// the command's logger with the loss lines' warn floor (lossLogger), so
+// the command's logger with the loss lines' warn floor (telemetry's WarnLogger), so
 // that run's quiet default still says it and an explicit --log.level error
 // silences it.
 func warnRenamed(log *slog.Logger, used []string) {

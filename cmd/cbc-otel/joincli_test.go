@@ -26,6 +26,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/clitelemetry"
 	"github.com/cbc-otel/cbc-otel/simulate/clitel"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // fakeCLIEnv names the recording a test child replays as Claude Code with
@@ -505,7 +507,7 @@ func TestJoinReceiverRefusesOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := new(syncBuffer)
+	stderr := new(oteltest.SyncBuffer)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,8 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/internal/realtool"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // tcpListen is TCP_LISTEN in the st column of /proc/net/tcp.
@@ -138,15 +140,15 @@ func TestListenDefaults(t *testing.T) {
 		case "run":
 			var c runConfig
 			c, ok, _ = parseRunArgs(tc.args[1:], &stderr)
-			got = c.tel.metrics.listen
+			got = c.tel.ListenAddress()
 		case "demo":
 			var c demoConfig
 			c, ok, _ = parseDemoArgs(tc.args[1:], &stderr)
-			got = c.tel.metrics.listen
+			got = c.tel.ListenAddress()
 		case "serve":
 			var c serveConfig
 			c, ok, _ = parseServeArgs(tc.args[1:], &stderr)
-			got = c.tel.metrics.listen
+			got = c.tel.ListenAddress()
 		}
 		if !ok || got != tc.want {
 			t.Errorf("%q: --web.listen-address %q (ok %v, %s), want %q", tc.args, got, ok, stderr.String(), tc.want)
@@ -191,7 +193,7 @@ func TestListenersStayOnLoopback(t *testing.T) {
 		{"run, every interface asked for", append([]string{"run", "--web.listen-address", ":0"}, child...), "ready", false, []string{"[::]:*"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out syncBuffer
+			var out oteltest.SyncBuffer
 			start := func(attr *syscall.SysProcAttr) (*exec.Cmd, io.WriteCloser, error) {
 				cmd := exec.Command(wrapperBin, tc.args...)
 				cmd.SysProcAttr = attr

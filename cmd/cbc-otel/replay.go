@@ -5,14 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/report"
-	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
 // replayConfig holds replay's flags.
@@ -23,7 +20,7 @@ type replayConfig struct {
 	logFmt   string
 	cpuProf  string // --profile.cpu
 	heapProf string // --profile.heap
-	tel      telemetryFlags
+	tel      telemetry.Flags
 	files    []string
 	// renamedUsed lists the deprecated flag names used.
 	renamedUsed []string
@@ -37,7 +34,7 @@ func (c *replayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cpuProf, "profile.cpu", "", "write a CPU profile of the replay to this file (pprof format: go tool pprof FILE)")
 	fs.StringVar(&c.heapProf, "profile.heap", "", "write a heap profile to this file once the replay is done (pprof format)")
 	registerLogFormat(fs, &c.logFmt)
-	c.tel.register(fs, false)
+	c.tel.Register(fs, telemetry.Batch)
 }
 
 func (c *replayConfig) validate() error {
@@ -49,7 +46,7 @@ func (c *replayConfig) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkLogFormat(c.logFmt))
-	errs = append(errs, c.tel.validate())
+	errs = append(errs, c.tel.Validate())
 	return errors.Join(errs...)
 }
 
@@ -155,61 +152,26 @@ func writeHeapProfile(name string) error {
 // replay runs the recordings of cfg and prints what they hold; it returns
 // the exit status.
 func replay(ctx context.Context, cfg replayConfig, sio stdio) int {
-	cfg.tel.traces.console = sio.err
+	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
 	log := newLogger(sio.err, cfg.logLevel, cfg.logFmt)
-	warnRenamed(cfg.tel.traces.lossLogger(log), cfg.renamedUsed)
-	tel, err := cfg.tel.start(ctx, os.Getenv, log)
+	warnRenamed(cfg.tel.WarnLogger(log), cfg.renamedUsed)
+	tel, err := telemetry.New(ctx, &cfg.tel, os.Getenv, log)
 	if err != nil {
 		return fail(sio.err, "replay", exitUsage, err)
 	}
-	// With --summary.json each run is kept as its line, not as a copy of the run.
-	col := report.Collector{JSONOnly: cfg.json}
-	for _, name := range cfg.files {
-		if err := replayFile(ctx, name, tel.newPipeline(stream{extra: []ingest.Sink{&col}}), sio.in); err != nil {
-			tel.shutdown(ctx)
-			return fail(sio.err, "replay", exitFailure, err)
-		}
-	}
-	tel.shutdown(ctx)
-	if cfg.json {
-		err = col.WriteJSON(sio.out, tel.stats)
-	} else {
-		err = writeRuns(sio.out, false, cfg.width, col.Runs, col.Sessions(), tel.stats)
-	}
+	_ = tel.Start(ctx, telemetry.StartOptions{}) // files only: nothing to bind
+	out, err := tel.Replay(ctx, cfg.files, sio.in, cfg.json)
 	if err != nil {
+		_ = tel.Shutdown(ctx)
+		return fail(sio.err, "replay", exitFailure, err)
+	}
+	_ = tel.Shutdown(ctx)
+	if err := telemetry.WriteRuns(sio.out, cfg.json, cfg.width, out); err != nil {
 		return fail(sio.err, "replay", exitFailure, fmt.Errorf("writing output: %w", err))
 	}
 	// The runs are printed either way: the replay itself went fine.
-	if tel.traces.undelivered() > 0 {
+	if tel.Undelivered() > 0 {
 		return exitUndelivered
 	}
 	return exitOK
-}
-
-// writeRuns prints runs as the replay --summary.json lines or as a waterfall.
-func writeRuns(w io.Writer, asJSON bool, width int, runs []ingest.Run, sessions []report.Session, st *ingest.Stats) error {
-	if asJSON {
-		return report.WriteJSONSessions(w, runs, sessions, st)
-	}
-	return report.WriteWaterfall(w, runs, st, report.WaterfallOptions{Width: width, Sessions: sessions})
-}
-
-// replayFile feeds the recording name ("-": stdin) to p and closes p.
-func replayFile(ctx context.Context, name string, p *ingest.Pipeline, stdin io.Reader) error {
-	var r io.Reader
-	if name == "-" {
-		r = stdin
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return fmt.Errorf("opening recording: %w", err)
-		}
-		defer f.Close()
-		r = f
-	}
-	if err := ingest.Feed(ctx, p, tap.SourceStdout, r); err != nil {
-		return fmt.Errorf("reading %s: %w", name, err)
-	}
-	p.Close()
-	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -13,11 +12,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/internal/runcost"
-	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/supervise"
-	"github.com/cbc-otel/cbc-otel/tap"
+	"github.com/cbc-otel/cbc-otel/telemetry"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,8 +34,8 @@ type runConfig struct {
 	summaryFile  string
 	stepSummary  string // --summary.step-file, else $GITHUB_STEP_SUMMARY
 	stepOutput   string // --summary.step-output, else $GITHUB_OUTPUT
-	tel          telemetryFlags
-	spool        spoolFlags
+	tel          telemetry.Flags
+	spool        telemetry.SpoolFlags
 	joinCLI      bool            // --cli-telemetry.join
 	collect      bool            // keep the runs seen for the caller (demo)
 	explicit     map[string]bool // flags set on the command line, by their new names
@@ -64,8 +61,7 @@ func defaultRunConfig() runConfig {
 		budgetStopTimeout: defaultBudgetStopTimeout,
 	}
 	// The telemetry flags keep their defaults in their registration.
-	c.tel.metrics.noListen = true
-	c.tel.register(flag.NewFlagSet("defaults", flag.ContinueOnError), true)
+	c.tel.Register(flag.NewFlagSet("defaults", flag.ContinueOnError), telemetry.Wrapper)
 	return c
 }
 
@@ -83,9 +79,8 @@ func (c *runConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.joinCLI, "cli-telemetry.join", c.joinCLI, "switch the CLI's own OpenTelemetry on, receive it on 127.0.0.1, place its model and tool spans under our agent spans, count its cost per run and agent, and forward it all to our exporter (see docs/traces.md)")
 	fs.Float64Var(&c.budgetMaxCost, "budget.max-cost-usd", c.budgetMaxCost, "stop the session (an interrupt on the CLI's stdin, as an SDK sends) once its spend passes this many USD: the result lines' total_cost_usd, or the joined cost with --cli-telemetry.join, whichever is higher; 0: no cap (see docs/cli.md)")
 	fs.DurationVar(&c.budgetStopTimeout, "budget.stop-timeout", c.budgetStopTimeout, "with --budget.max-cost-usd, SIGINT the child if the CLI has not acknowledged the interrupt within this (the SDK's stdin line in progress included)")
-	c.tel.metrics.noListen = true // no port, no page unless --web.listen-address
-	c.tel.register(fs, true)
-	c.spool.register(fs)
+	c.tel.Register(fs, telemetry.Wrapper) // no port, no page unless --web.listen-address
+	c.spool.Register(fs)
 }
 
 // validate checks the configuration after parsing.
@@ -108,14 +103,14 @@ func (c *runConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--tap.queue-bytes must be at least 65536 bytes, got %d", c.tapQueue))
 	}
 	if c.summaryFile != "" {
-		errs = append(errs, checkOutputPath("summary.file", c.summaryFile))
+		errs = append(errs, telemetry.CheckOutputPath("summary.file", c.summaryFile))
 	}
 	if c.explicit["summary.step-file"] && c.stepSummary != "" {
 		// $GITHUB_STEP_SUMMARY is not checked: the CI's, not the user's.
-		errs = append(errs, checkOutputPath("summary.step-file", c.stepSummary))
+		errs = append(errs, telemetry.CheckOutputPath("summary.step-file", c.stepSummary))
 	}
 	if c.explicit["summary.step-output"] && c.stepOutput != "" {
-		errs = append(errs, checkOutputPath("summary.step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
+		errs = append(errs, telemetry.CheckOutputPath("summary.step-output", c.stepOutput)) // $GITHUB_OUTPUT: as above
 	}
 	if c.budgetMaxCost < 0 || c.budgetMaxCost != c.budgetMaxCost {
 		errs = append(errs, fmt.Errorf("--budget.max-cost-usd must be 0 (no cap) or positive, got %v", c.budgetMaxCost))
@@ -123,13 +118,13 @@ func (c *runConfig) validate() error {
 	if c.budgetStopTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--budget.stop-timeout must be positive, got %v", c.budgetStopTimeout))
 	}
-	if c.budgetMaxCost > 0 && c.spool.dir != "" && !c.spool.process {
+	if c.budgetMaxCost > 0 && c.spool.Dir != "" && !c.spool.Process {
 		errs = append(errs, errors.New("--budget.max-cost-usd needs the pipeline: with --spool.dir, add --spool.process"))
 	}
-	if c.joinCLI && c.spool.dir != "" && !c.spool.process {
+	if c.joinCLI && c.spool.Dir != "" && !c.spool.Process {
 		errs = append(errs, errors.New("--cli-telemetry.join needs the pipeline: with --spool.dir, add --spool.process"))
 	}
-	errs = append(errs, c.tel.validate(), c.spool.validate(c.explicit))
+	errs = append(errs, c.tel.Validate(), c.spool.Validate(c.explicit))
 	return errors.Join(errs...)
 }
 
@@ -144,17 +139,17 @@ type runner struct {
 	watchParent bool
 	// consume reads both taps until they are closed; nil means the ingest
 	// pipeline feeding the telemetry sinks. Tests swap in stuck consumers.
-	consume func(stdout, stdin *tap.Tap, log *slog.Logger)
+	consume telemetry.ConsumeFunc
 	// consumerWait bounds the wait for consume to return after the taps
 	// are closed.
 	consumerWait time.Duration
 	// started, if set, is told the telemetry once it runs, before the
 	// child starts (demo says where to look).
-	started func(*telemetry)
+	started func(*telemetry.Telemetry)
 	// finished, if set, is called after the child and the consumers are
 	// done, before the telemetry shuts down (demo prints what it saw, and
 	// may keep /metrics up).
-	finished func(*telemetry, outcome)
+	finished func(*telemetry.Telemetry, outcome)
 }
 
 // cmdRun is `cbc-otel run [flags] -- CMD [ARGS...]`.
@@ -216,12 +211,9 @@ func parseRunArgs(args []string, stderr io.Writer) (cfg runConfig, ok bool, code
 // outcome is what a run ended with: the exit code, the supervisor's
 // error if any and, when the config asked to collect them, the runs seen.
 type outcome struct {
-	code     int
-	err      error
-	runs     []ingest.Run
-	sessions []report.Session // the main conversation's cost (--cli-telemetry.join)
-	stats    *ingest.Stats
-	budget   *runcost.Budget // the spend against the budget shown; nil: none
+	code int
+	err  error
+	telemetry.Outcome
 }
 
 // exec runs cfg.command under the supervisor with telemetry and spooling
@@ -231,7 +223,7 @@ type outcome struct {
 // skipped.
 func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	log := newLogger(sio.err, cfg.logLevel, cfg.logFormat)
-	warnRenamed(cfg.tel.traces.lossLogger(log), cfg.renamedUsed)
+	warnRenamed(cfg.tel.WarnLogger(log), cfg.renamedUsed)
 	sigs, stopSignals := r.signals()
 	defer stopSignals()
 	if r.watchParent {
@@ -240,27 +232,31 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		supervise.StopWithParent(wctx, log)
 	}
 	name := cmp.Or(r.name, "run")
-	cfg.tel.traces.console = sio.err
-	var join *cliJoin
-	if cfg.joinCLI {
-		join = newCLIJoin(&cfg, log)
-	}
+	cfg.tel.Console, cfg.tel.Version, cfg.tel.JoinCLI = sio.err, buildVersion(), cfg.joinCLI
+	wo := telemetry.WrapOptions{TapQueue: cfg.tapQueue, Spool: cfg.spool, Collect: cfg.collect, Consume: r.consume, Yield: supervise.YieldToPassthrough, Command: cfg.command[0],
+		BudgetCap: cfg.budgetMaxCost, BudgetShow: cfg.budgetShow,
+		Summaries: telemetry.Summaries{Waterfall: cfg.summary, File: cfg.summaryFile, StepSummary: cfg.stepSummary, StepOutputs: cfg.stepOutput}}
 	var budget *budgetCap
 	if cfg.budgetMaxCost > 0 {
 		budget = newBudgetCap(&cfg, log, sigs)
 		defer budget.childDone()
 		sigs = budget.sigs
+		wo.Extra = append(wo.Extra, budget.watch)
+		wo.Register = func(reg prometheus.Registerer) { budget.register(reg, log) }
 	}
-	c, err := r.startConsumers(ctx, &cfg, log, join, budget)
+	c, err := cfg.tel.Wrap(ctx, wo, log)
 	if err != nil {
 		return outcome{code: fail(sio.err, name, exitUsage, err)}
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && c.Telemetry().ExportsOTLP() {
+		debug.SetMemoryLimit(runMemoryLimitOTLP)
 	}
 	var inject *supervise.Injector
 	if budget != nil {
 		inject = budget.inj
 	}
 	if r.started != nil {
-		r.started(c.tel)
+		r.started(c.Telemetry())
 	}
 	res, err := supervise.Run(ctx, supervise.Config{
 		Path:         cfg.command[0],
@@ -268,10 +264,10 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 		Stdin:        sio.stdin(),
 		Stdout:       sio.stdout(),
 		Stderr:       sio.err,
-		StdoutTap:    c.stdoutTap(),
-		StdinTap:     c.stdinTap(),
+		StdoutTap:    c.StdoutTap(),
+		StdinTap:     c.StdinTap(),
 		StdoutEOF:    func() { sio.endStdout(log) }, // the reader's EOF, even if the child lives on
-		Env:          c.join.env(),
+		Env:          c.ChildEnv(),
 		Signals:      sigs,
 		KillTimeout:  cfg.killTimeout,
 		DrainTimeout: cfg.drainTimeout,
@@ -282,8 +278,8 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	if budget != nil {
 		budget.childDone()
 	}
-	c.join.childDone(ctx)
-	out := c.finish(ctx, r.consumerWait, log)
+	c.ChildDone(ctx)
+	out := outcome{Outcome: c.Finish(ctx, r.consumerWait, log)}
 	out.code, out.err = res.ExitCode, err
 	if err != nil {
 		out.code = exitFailure
@@ -292,14 +288,14 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 			out.code = se.ExitCode()
 		}
 	}
-	c.summarize(&cfg, sio.err, log)
+	c.WriteSummaries(sio.err, log)
 	if err != nil && r.finished != nil {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // before the hook's own report
 	}
 	if r.finished != nil {
-		r.finished(c.tel, out)
+		r.finished(c.Telemetry(), out)
 	}
-	c.shutdown(ctx, cfg.command[0]) // under deadlines of its own: a dead backend never costs the exit status
+	_ = c.Shutdown(ctx) // under deadlines of its own: a dead backend never costs the exit status
 	if err != nil && r.finished == nil {
 		fmt.Fprintf(sio.err, "cbc-otel %s: %v\n", name, err) // the last line, as always
 	}
@@ -324,263 +320,5 @@ func (s stdio) endStdout(log *slog.Logger) {
 	defer null.Close()
 	if err := unix.Dup3(int(null.Fd()), int(s.outFile.Fd()), 0); err != nil {
 		log.Debug("cannot end stdout", "err", err)
-	}
-}
-
-// consumers are what reads the taps of one run: the pipeline feeding the
-// telemetry sinks and the spool writer, either or both.
-type consumers struct {
-	tel      *telemetry // nil when only spooling
-	pipe     *tap.Tap   // stdout tap of the pipeline; nil when only spooling
-	pipeIn   *tap.Tap
-	sp       *spooling // nil without --spool.dir
-	runs     report.Collector
-	collect  bool
-	consumed chan struct{}
-	join     *cliJoin      // --cli-telemetry.join; nil without
-	spend    *report.Spend // --summary.step-output or a budget; nil without
-	// budgetUSD is the budget shown against spend (0: none); showOnly
-	// when it is the demo's, which nothing acts on.
-	budgetUSD float64
-	showOnly  bool
-}
-
-// startConsumers starts the telemetry and the spool writer that cfg asks
-// for. With --spool.dir (and no --spool.process) the wrapper only spools:
-// no pipeline, no telemetry.
-func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.Logger, join *cliJoin, budget *budgetCap) (*consumers, error) {
-	c := &consumers{consumed: make(chan struct{}), collect: cfg.collect || cfg.summary || cfg.summaryFile != "" || cfg.stepSummary != "" || cfg.stepOutput != ""}
-	if cfg.spool.dir == "" || cfg.spool.process {
-		var err error
-		if c.tel, err = cfg.tel.start(ctx, os.Getenv, log); err != nil {
-			return nil, err
-		}
-		if os.Getenv("GOMEMLIMIT") == "" && c.tel.traces.exportsOTLP() {
-			debug.SetMemoryLimit(runMemoryLimitOTLP)
-		}
-	}
-	if cfg.spool.dir != "" {
-		c.sp = startSpool(cfg.spool.dir, cfg.tapQueue, log)
-		if c.tel != nil {
-			if err := c.tel.metrics.registry().Register(c.sp.collector()); err != nil {
-				log.Error("registering the spool metrics", "err", err)
-			}
-		}
-	}
-	if c.tel == nil {
-		close(c.consumed)
-		return c, nil
-	}
-	c.pipe, c.pipeIn = tap.NewTap(cfg.tapQueue), tap.NewTap(cfg.tapQueue)
-	consume := r.consume
-	if consume == nil {
-		// Runs are kept only when asked for: a days-long session must not
-		// grow with every run it saw.
-		var extra []ingest.Sink
-		if c.collect {
-			extra = append(extra, &c.runs)
-		}
-		if join != nil {
-			extra = append(extra, join.s.Joiner)
-		}
-		if cfg.stepOutput != "" || cfg.budgetMaxCost > 0 || cfg.budgetShow > 0 {
-			c.spend = &report.Spend{}
-			extra = append(extra, c.spend)
-			c.showBudget(cfg)
-		}
-		if budget != nil {
-			extra = append(extra, budget)
-			budget.register(c.tel.metrics.registry(), log)
-		}
-		p := c.tel.newPipeline(stream{live: true, extra: extra, calls: join != nil})
-		if join != nil {
-			join.start(ctx, c.tel, p, log)
-			c.join = join
-		}
-		consume = func(stdout, stdin *tap.Tap, log *slog.Logger) {
-			p.Consume(context.WithoutCancel(ctx), stdout, stdin, 0)
-			logTapTotals(log, p.Stats(), stdout, stdin)
-		}
-	}
-	go func() {
-		defer close(c.consumed)
-		if err := supervise.YieldToPassthrough(); err != nil {
-			log.Debug("lowering the telemetry consumer's priority", "err", err)
-		}
-		consume(c.pipe, c.pipeIn, log)
-	}()
-	return c, nil
-}
-
-// showBudget makes the summaries and the runs page show the session's
-// spend against the cap (--budget.max-cost-usd: the figure it weighs, as
-// c.spend sums the same events) or against the demo's budget for show.
-func (c *consumers) showBudget(cfg *runConfig) {
-	c.budgetUSD, c.showOnly = cfg.budgetMaxCost, cfg.budgetMaxCost <= 0
-	if c.showOnly {
-		c.budgetUSD = cfg.budgetShow
-	}
-	if c.budgetUSD > 0 && c.tel.page != nil {
-		c.tel.page.SetBudget(func() runcost.Budget { return *c.budget() })
-	}
-}
-
-// budget is the spend against the budget shown; nil without one.
-func (c *consumers) budget() *runcost.Budget {
-	if c.spend == nil || c.budgetUSD <= 0 {
-		return nil
-	}
-	b := c.spend.Budget(c.budgetUSD, c.showOnly)
-	return &b
-}
-
-// stdoutTap is what the supervisor writes the child's stdout to: the
-// pipeline's tap, the spool's, or both (nil when neither).
-func (c *consumers) stdoutTap() io.Writer {
-	return tap.Join(c.pipe, c.sp.tapOf(tap.SourceStdout))
-}
-
-// stdinTap is what the supervisor writes the child's stdin to.
-func (c *consumers) stdinTap() io.Writer {
-	return tap.Join(c.pipeIn, c.sp.tapOf(tap.SourceStdin))
-}
-
-// finish closes the taps and waits for the consumers, at most wait in all:
-// telemetry never holds up the exit.
-func (c *consumers) finish(ctx context.Context, wait time.Duration, log *slog.Logger) outcome {
-	if c.pipe != nil {
-		c.pipe.Close()
-		c.pipeIn.Close()
-	}
-	if c.sp != nil {
-		c.sp.close()
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
-	defer cancel()
-	c.join.streamDone(wctx)
-	if c.sp != nil {
-		select {
-		case <-c.sp.done:
-			c.sp.logTotals(log)
-		case <-wctx.Done():
-			log.Warn("spool writer did not finish; exiting without it (the file stays .open and the sidecar finalizes it after its idle timeout)", "waited", wait)
-		}
-	}
-	select {
-	case <-c.consumed:
-	case <-wctx.Done():
-	}
-	select {
-	case <-c.consumed: // also when both were ready
-		if c.tel != nil {
-			return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats, budget: c.budget()}
-		}
-		return outcome{}
-	default:
-	}
-	// The consumer is still behind: what it has not read is given up, and
-	// counted as dropped before anything is written out (the metrics file,
-	// the summaries), so that every tapped byte is either in the counts or
-	// in the drops; the consumer then only finalizes.
-	before := c.droppedBytes()
-	c.pipe.Abandon()
-	c.pipeIn.Abandon()
-	t := time.NewTimer(abandonWait)
-	defer t.Stop()
-	select {
-	case <-c.consumed:
-		c.tel.traces.lossLogger.Warn("telemetry fell behind: tapped bytes not read when the wrapper exited were given up and counted as dropped (cbc_otel_tap_dropped_bytes_total)",
-			"waited", wait, "given_up_bytes", c.droppedBytes()-before)
-		return outcome{runs: c.runs.Runs, sessions: c.runs.Sessions(), stats: c.tel.stats, budget: c.budget()}
-	case <-t.C:
-		c.tel.traces.lossLogger.Warn("telemetry consumer did not finish; exiting without it (its counts are incomplete)", "waited", wait+abandonWait)
-		c.collect = false // what was collected is incomplete and still being written
-	}
-	return outcome{}
-}
-
-// abandonWait bounds the wait for the consumer to finalize once the
-// wrapper has given up what it had not read (see consumers.finish).
-const abandonWait = time.Second
-
-// droppedBytes is what the pipeline's taps dropped so far.
-func (c *consumers) droppedBytes() int64 {
-	_, a, _ := c.pipe.Stats()
-	_, b, _ := c.pipeIn.Stats()
-	return a + b
-}
-
-// shutdown ends the join (its minted parent span, the CLI's logs and
-// metrics), then the telemetry, each under deadlines of its own.
-func (c *consumers) shutdown(ctx context.Context, command string) {
-	if c.join != nil && c.tel != nil {
-		jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.tel.flags.traces.flushTimeout)
-		c.join.shutdown(jctx, c.tel, command)
-		cancel()
-	}
-	c.tel.shutdown(ctx)
-}
-
-// summarize writes the waterfall (--summary.waterfall) and the runs file
-// (--summary.file), the step summary and the step outputs of a consumer
-// that finished.
-func (c *consumers) summarize(cfg *runConfig, stderr io.Writer, log *slog.Logger) {
-	if c.tel == nil || !c.collect {
-		return
-	}
-	if cfg.summary {
-		if err := report.WriteWaterfall(stderr, c.runs.Runs, c.tel.stats, report.WaterfallOptions{Sessions: c.runs.Sessions(), Budget: c.budget()}); err != nil {
-			log.Error("writing the summary", "err", err)
-		}
-	}
-	if cfg.summaryFile != "" {
-		if err := report.WriteJSONFile(cfg.summaryFile, c.runs.Runs, c.runs.Sessions(), c.tel.stats); err != nil {
-			log.Error("writing the summary file", "err", err)
-		}
-	}
-	if cfg.stepSummary != "" {
-		if err := appendStepSummary(cfg.stepSummary, c.runs.Runs, c.runs.Sessions(), c.tel.stats, c.budget()); err != nil {
-			log.Error("writing the step summary", "err", err)
-		}
-	}
-	if cfg.stepOutput != "" && c.spend != nil {
-		if err := appendStepOutputs(cfg.stepOutput, c.runs.Runs, c.spend.Totals()); err != nil {
-			log.Error("writing the step outputs", "err", err)
-		}
-	}
-}
-
-// appendStepSummary appends the Markdown section of the runs to path
-// (--summary.step-file, $GITHUB_STEP_SUMMARY), creating it if need be: the
-// file holds the job's other steps' summaries too, never truncated.
-func appendStepSummary(path string, runs []ingest.Run, sessions []report.Session, stats *ingest.Stats, budget *runcost.Budget) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	var b bytes.Buffer // one write: a half section is less likely on a full disk
-	if err := report.WriteStepSummary(&b, runs, sessions, report.StepSummaryOptions{Stats: stats, Budget: budget}); err != nil {
-		f.Close()
-		return err
-	}
-	_, err = f.Write(b.Bytes())
-	return errors.Join(err, f.Close())
-}
-
-// logTapTotals logs at debug level what the pipeline and the taps saw.
-func logTapTotals(log *slog.Logger, st *ingest.Stats, stdout, stdin *tap.Tap) {
-	for _, t := range []struct {
-		src tap.Source
-		tap *tap.Tap
-	}{{tap.SourceStdout, stdout}, {tap.SourceStdin, stdin}} {
-		in, dropped, droppedChunks := t.tap.Stats()
-		// Drops are counted in the metrics too; a warning says at exit that
-		// the telemetry of this run is incomplete.
-		level, msg := slog.LevelDebug, "tap totals"
-		if dropped > 0 {
-			level, msg = slog.LevelWarn, "tap totals: telemetry fell behind and dropped bytes (the passthrough did not wait)"
-		}
-		log.Log(context.Background(), level, msg, "source", t.src, "lines", st.Lines(t.src), "bytes", st.Bytes(t.src), "incomplete_bytes", st.Incomplete(t.src),
-			"tapped_bytes", in, "dropped_bytes", dropped, "dropped_chunks", droppedChunks)
 	}
 }

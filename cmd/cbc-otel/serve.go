@@ -15,12 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/follow"
-	"github.com/cbc-otel/cbc-otel/ingest"
-	"github.com/cbc-otel/cbc-otel/metrics"
 	"github.com/cbc-otel/cbc-otel/spool"
-	"github.com/cbc-otel/cbc-otel/traces"
+	"github.com/cbc-otel/cbc-otel/telemetry"
 )
 
 // stringList is a repeatable string flag.
@@ -47,7 +44,7 @@ type serveConfig struct {
 	maxFiles        int
 	logLevel        string
 	logFormat       string
-	tel             telemetryFlags
+	tel             telemetry.Flags
 	renamedUsed     []string // deprecated flag names used
 }
 
@@ -63,8 +60,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxFiles, "follow.max-files", follow.DefaultMaxStreams, "most files followed at once (each holds a descriptor and a pipeline); more matching files wait, oldest first, until followed ones end (cbc_otel_follow_files_waiting)")
 	fs.StringVar(&c.logLevel, "log.level", "info", "log level of cbc-otel's own messages on stderr: error, warn, info or debug")
 	registerLogFormat(fs, &c.logFormat)
-	c.tel.metrics.noPush = true // a sidecar is scraped
-	c.tel.register(fs, true)
+	c.tel.Register(fs, telemetry.Sidecar) // a sidecar is scraped: no push flags
 }
 
 func (c *serveConfig) validate() error {
@@ -90,7 +86,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkLogFormat(c.logFormat))
-	errs = append(errs, c.tel.validate())
+	errs = append(errs, c.tel.Validate())
 	return errors.Join(errs...)
 }
 
@@ -187,24 +183,22 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 			return fail(sio.err, "serve", exitFailure, err)
 		}
 	}
-	cfg.tel.traces.console = sio.err
-	tel, err := cfg.startTelemetry(ctx, log)
+	cfg.tel.Console, cfg.tel.Version = sio.err, buildVersion()
+	tel, err := telemetry.New(ctx, &cfg.tel, os.Getenv, log)
 	if err != nil {
 		return fail(sio.err, "serve", exitUsage, err)
 	}
-	cum := exposition.NewCumulative(tel.metrics.m.Registry(), "cbc_")
-	ckpt := metrics.NewCheckpoint(tel.metrics.metrics(), cum)
-	eng, err := follow.New(cfg.engineOptions(tel, ckpt, log))
+	eng, err := follow.New(tel.FollowOptions(cfg.engineOptions(log)))
 	if err != nil {
-		tel.shutdown(ctx)
+		_ = tel.Shutdown(ctx)
 		return fail(sio.err, "serve", exitUsage, err)
 	}
 	// Serving starts before the restore so that /healthz answers at once;
 	// /readyz says 503 until the state is restored and the followers run.
 	// /metrics and the file expose the cumulative totals (restored base +
 	// this process), which the plain registry does not hold.
-	if err := tel.metrics.expose(ctx, cfg.tel.metrics, cum, eng.NotReady); err != nil {
-		tel.shutdown(ctx)
+	if err := tel.Start(ctx, telemetry.StartOptions{Ready: eng.NotReady}); err != nil {
+		_ = tel.Shutdown(ctx)
 		return fail(sio.err, "serve", exitFailure, err)
 	}
 	code = exitOK
@@ -212,16 +206,14 @@ func cmdServe(ctx context.Context, args []string, sio stdio) int {
 		log.Error("restoring state", "err", err)
 		code = exitFailure
 	} else {
-		if tel.page != nil {
-			tel.page.SetFinishedBefore(ckpt.BaseRuns()) // /metrics counts them, the page never saw them
-		}
-		log.Info("following", "globs", cfg.globs(), "state_dir", cfg.stateDir, "traces", tel.traces.describe())
+		tel.Restored()
+		log.Info("following", "globs", cfg.globs(), "state_dir", cfg.stateDir, "traces", tel.DescribeTraces())
 		if err := eng.Run(ctx); err != nil {
 			log.Error("final checkpoint", "err", err)
 			code = exitFailure
 		}
 	}
-	tel.shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
+	_ = tel.Shutdown(ctx) // spans flushed, the metrics file written, then the server stopped
 	log.Info("stopped", "code", code)
 	return code
 }
@@ -270,39 +262,9 @@ func parseServeArgs(args []string, stderr io.Writer) (cfg serveConfig, ok bool, 
 	return cfg, true, exitOK
 }
 
-// startTelemetry builds the sinks without their server and file: serve
-// exposes them once the engine exists (metricsRuntime.expose).
-func (c *serveConfig) startTelemetry(ctx context.Context, log *slog.Logger) (*telemetry, error) {
-	tf := c.tel
-	tf.metrics.listen, tf.metrics.webConfig, tf.metrics.file = "", "", ""
-	// One sidecar serves many streams: a TRACEPARENT of its own
-	// environment is no parent of theirs.
-	env := func(k string) string {
-		if k == "TRACEPARENT" {
-			return ""
-		}
-		return os.Getenv(k)
-	}
-	return tf.start(ctx, env, log)
-}
-
-// engineOptions configures the follower. Every stream gets the pipeline
-// the flags describe, with the shared metrics sink and, when tracing, a
-// traces sink of its own (it keeps per-stream state); both checkpoint.
-func (c *serveConfig) engineOptions(tel *telemetry, ckpt *metrics.Checkpoint, log *slog.Logger) follow.Options {
-	newStream := func() follow.StreamConfig {
-		ckpt := map[string]ingest.StreamCheckpointer{metrics.CheckpointName: tel.metrics.metrics()}
-		var ts *traces.Sink
-		if tel.traces.enabled() {
-			ts = traces.New(tel.traces.prov.TracerProvider(), traces.Options{CapturePreviews: tel.traces.previews})
-			ckpt[traces.CheckpointName] = ts
-		}
-		s := stream{live: true}
-		if ts != nil {
-			s.traces = ts
-		}
-		return follow.StreamConfig{Pipeline: tel.pipelineOptions(s), Checkpointers: ckpt}
-	}
+// engineOptions are the follower's options from serve's flags; the
+// telemetry fills in its streams (Telemetry.FollowOptions).
+func (c *serveConfig) engineOptions(log *slog.Logger) follow.Options {
 	return follow.Options{
 		Globs:           c.globs(),
 		StateDir:        c.stateDir,
@@ -312,9 +274,6 @@ func (c *serveConfig) engineOptions(tel *telemetry, ckpt *metrics.Checkpoint, lo
 		Keep:            c.keep,
 		MaxSpoolBytes:   c.maxSpoolBytes,
 		MaxStreams:      c.maxFiles,
-		NewStream:       newStream,
-		Checkpointers:   map[string]ingest.Checkpointer{metrics.CheckpointName: ckpt},
-		Registerer:      tel.metrics.registry(),
 		Logger:          log,
 	}
 }

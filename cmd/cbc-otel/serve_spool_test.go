@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // spoolWrapper starts `cbc-otel run --spool.dir dir -- sh -c script` with
@@ -18,7 +20,7 @@ func spoolWrapper(t *testing.T, dir, script string) *exec.Cmd {
 	cmd := exec.Command(wrapperBin, "run", "--spool.dir", dir, "--", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "CBC_OTEL_TEST_SPOOL_HEARTBEAT=100ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = new(syncBuffer)
+	cmd.Stderr = new(oteltest.SyncBuffer)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

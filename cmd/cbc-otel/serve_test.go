@@ -18,13 +18,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // served is a running `cbc-otel serve`.
 type served struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *oteltest.SyncBuffer
 	exited chan struct{}
 }
 
@@ -48,7 +50,7 @@ func startServed(t *testing.T, args ...string) *served {
 // kills it when the test ends (its stderr logged if the test failed).
 func startBin(t *testing.T, addr string, args ...string) *served {
 	t.Helper()
-	s := &served{addr: addr, stderr: new(syncBuffer), exited: make(chan struct{})}
+	s := &served{addr: addr, stderr: new(oteltest.SyncBuffer), exited: make(chan struct{})}
 	s.cmd = exec.Command(wrapperBin, args...)
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
 
 // sharedCLI is the CLI of TestWrappersShareAHost: it writes to stderr
@@ -115,12 +117,12 @@ func TestWrappersShareAHost(t *testing.T) {
 			type wrapper struct {
 				cmd            *exec.Cmd
 				stdin          io.WriteCloser
-				stdout, stderr *syncBuffer
+				stdout, stderr *oteltest.SyncBuffer
 				done           chan error
 			}
 			ws := make([]*wrapper, n)
 			for i := range ws {
-				w := &wrapper{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan error, 1)}
+				w := &wrapper{stdout: new(oteltest.SyncBuffer), stderr: new(oteltest.SyncBuffer), done: make(chan error, 1)}
 				w.cmd = exec.Command(wrapperBin, append(append([]string{"run"}, tc.args(i)...), sharedCLI(data, i)...)...)
 				w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
 				var err error

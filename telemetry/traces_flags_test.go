@@ -1,43 +1,25 @@
-package main
+package telemetry
 
 import (
 	"bufio"
 	"context"
 	"flag"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/cbc-otel/cbc-otel/egress"
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 	"github.com/cbc-otel/cbc-otel/traces"
-)
 
-// clearOTelEnv blanks, for the rest of the test, the OTel variables the SDK
-// reads from the process environment (and ours), so that the developer's
-// own cannot leak in. t.Setenv: never in parallel tests.
-func clearOTelEnv(t *testing.T) {
-	t.Helper()
-	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
-		t.Setenv(k, "")
-	}
-	for _, v := range []string{"ENDPOINT", "PROTOCOL", "HEADERS", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY", "COMPRESSION", "TIMEOUT", "INSECURE"} {
-		t.Setenv("OTEL_EXPORTER_OTLP_"+v, "")
-		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_"+v, "")
-	}
-}
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
+)
 
 func parseTracesFlags(t *testing.T, live bool, args ...string) *tracesFlags {
 	t.Helper()
@@ -84,7 +66,7 @@ func TestTracesFlagsValidate(t *testing.T) {
 }
 
 func TestTracesRuntimeOff(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	f := parseTracesFlags(t, true)
 	r, err := f.start(context.Background(), func(string) string { return "" }, nil)
 	if err != nil {
@@ -116,7 +98,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	if err := f.validate(); err != nil {
 		t.Fatal(err)
 	}
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	// OTEL_SERVICE_NAME is the SDK's: the process environment. TRACEPARENT
 	// is ours: env.
 	t.Setenv("OTEL_SERVICE_NAME", "svc")
@@ -128,7 +110,7 @@ func TestTracesRuntimeFile(t *testing.T) {
 	if !r.enabled() || !r.capturePreviews() || !strings.Contains(r.describe(), path) {
 		t.Fatalf("runtime: enabled %v previews %v describe %q", r.enabled(), r.capturePreviews(), r.describe())
 	}
-	in, err := os.Open("../../testdata/corpus/claude-code-2.1.328/complete.ndjson")
+	in, err := os.Open("../testdata/corpus/claude-code-2.1.328/complete.ndjson")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +172,7 @@ func resourceAttr(r *resourcepb.Resource, key string) string {
 // feedCorpus runs the corpus's complete recording through r's sink.
 func feedCorpus(t *testing.T, r *tracesRuntime) {
 	t.Helper()
-	in, err := os.Open("../../testdata/corpus/claude-code-2.1.328/complete.ndjson")
+	in, err := os.Open("../testdata/corpus/claude-code-2.1.328/complete.ndjson")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +187,7 @@ func feedCorpus(t *testing.T, r *tracesRuntime) {
 // TestTracesRuntimeEnvHidesParent: an env that hides TRACEPARENT, as
 // serve's does, wins over the process environment for what cbc-otel reads.
 func TestTracesRuntimeEnvHidesParent(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	t.Setenv("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	env := func(k string) string {
 		if k == "TRACEPARENT" {
@@ -227,46 +209,13 @@ func TestTracesRuntimeEnvHidesParent(t *testing.T) {
 	}
 }
 
-// otlpReceiver is an OTLP gRPC receiver that keeps what it is sent.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	mu      sync.Mutex
-	reqs    []*collectortrace.ExportTraceServiceRequest
-	headers []metadata.MD
-	at      []time.Time // when each request arrived
-}
-
-func (o *otlpReceiver) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.reqs = append(o.reqs, req)
-	o.headers = append(o.headers, md)
-	o.at = append(o.at, time.Now())
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	o := new(otlpReceiver)
-	collectortrace.RegisterTraceServiceServer(srv, o)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return o, lis.Addr().String()
-}
-
 // TestTracesFlagsOverrideEnv: --otlp.endpoint and --otlp.protocol beat the
 // environment's endpoint and protocol; the SDK still applies the
 // environment's headers and resource.
 func TestTracesFlagsOverrideEnv(t *testing.T) {
-	clearOTelEnv(t)
-	envSide, envAddr := startOTLPReceiver(t)
-	flagSide, flagAddr := startOTLPReceiver(t)
+	oteltest.ClearEnv(t)
+	envSide, envAddr := oteltest.StartReceiver(t)
+	flagSide, flagAddr := oteltest.StartReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+envAddr)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=agents")
@@ -289,16 +238,13 @@ func TestTracesFlagsOverrideEnv(t *testing.T) {
 	if r.dropped()() != 0 || r.exportErrors()() != 0 {
 		t.Errorf("dropped %v errors %v", r.dropped()(), r.exportErrors()())
 	}
-	envSide.mu.Lock()
-	if len(envSide.reqs) != 0 {
+	if reqs, _, _ := envSide.Received(); len(reqs) != 0 {
 		t.Error("the environment's endpoint got spans")
 	}
-	envSide.mu.Unlock()
-	flagSide.mu.Lock()
-	defer flagSide.mu.Unlock()
+	reqs, headers, _ := flagSide.Received()
 	spans := 0
-	for i, req := range flagSide.reqs {
-		if got := flagSide.headers[i].Get("x-team"); len(got) != 1 || got[0] != "agents" {
+	for i, req := range reqs {
+		if got := headers[i].Get("x-team"); len(got) != 1 || got[0] != "agents" {
 			t.Errorf("x-team = %v: OTEL_EXPORTER_OTLP_HEADERS not applied", got)
 		}
 		for _, rs := range req.ResourceSpans {
@@ -316,7 +262,7 @@ func TestTracesFlagsOverrideEnv(t *testing.T) {
 }
 
 func TestTracesRuntimeBadEnv(t *testing.T) {
-	clearOTelEnv(t)
+	oteltest.ClearEnv(t)
 	f := parseTracesFlags(t, true, "--traces.exporter", "otlp")
 	if _, err := f.start(context.Background(), func(string) string { return "" }, nil); err == nil {
 		t.Error("otlp without any endpoint must fail")

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -43,6 +43,7 @@ type metricsFlags struct {
 	page                                      http.Handler      // the page at / (telemetry's runs page); nil: none
 	web                                       webFlags          // --web.telemetry-path and the other exporter conventions
 	constLabels                               map[string]string // on every series: demo's demo="true"
+	version                                   string            // cbc_otel_build_info
 }
 
 // register defines the metrics flags on fs. serve selects the flags of a
@@ -121,7 +122,7 @@ func (m *metricsFlags) validate() error {
 		errs = append(errs, fmt.Errorf("--push.timeout %s: must be positive", m.flushTimeout))
 	}
 	if m.file != "" {
-		errs = append(errs, checkOutputPath("metrics.file", m.file))
+		errs = append(errs, CheckOutputPath("metrics.file", m.file))
 	}
 	if m.maxWorkflows < 1 {
 		errs = append(errs, fmt.Errorf("--metrics.max-workflows %d: must be at least 1", m.maxWorkflows))
@@ -166,10 +167,14 @@ type metricsRuntime struct {
 	m      *metrics.Metrics
 	logger *slog.Logger
 	// gatherer is what /metrics and the file expose: the registry, or
-	// serve's cumulative totals around it.
+	// serve's cumulative totals around it (cum: restored base + this
+	// process; nil but in serve).
 	gatherer prometheus.Gatherer
+	cum      *exposition.Cumulative
+	ckpt     *metrics.Checkpoint // of cum
 
 	ready      atomic.Bool
+	started    bool     // serve ran: the outputs at shutdown are due
 	addr       net.Addr // nil when not serving
 	stopServer context.CancelFunc
 	served     chan error // Serve's result; nil when not serving
@@ -178,9 +183,8 @@ type metricsRuntime struct {
 	shutErr error
 }
 
-// start builds the Metrics and, if --web.listen-address is set, binds and
-// serves it (see listen). The returned error is for what cannot happen
-// with validated flags.
+// start builds the Metrics; serve binds and serves it. The returned error
+// is for what cannot happen with validated flags.
 func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar func(*ingest.Run) (string, string), logger *slog.Logger) (*metricsRuntime, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -194,7 +198,7 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 	}
 	met, err := metrics.New(metrics.Options{
 		Stats:         stats,
-		Version:       buildVersion(),
+		Version:       m.version,
 		MaxWorkflows:  m.maxWorkflows,
 		WorkflowAllow: m.allow,
 		MaxModels:     m.maxModels,
@@ -212,13 +216,27 @@ func (m *metricsFlags) start(ctx context.Context, stats *ingest.Stats, exemplar 
 		r.flags.flushTimeout = defaultFlushTimeout
 	}
 	r.ready.Store(true)
-	if m.listen != "" {
-		if err := r.listen(ctx, nil, nil); err != nil {
-			// Telemetry never stops the child: run goes on without it.
-			logger.Error("metrics endpoint not started; continuing without it", "addr", m.listen, "err", err)
+	return r, nil
+}
+
+// serve starts the outputs: the server on --web.listen-address, if set
+// (see listen), with /readyz answering ready (nil: until shutdown), and
+// the file and the push at shutdown. A server that cannot start is
+// logged, and the process goes on without it (telemetry never stops the
+// child), unless required (serve): then it is returned and nothing is
+// written at shutdown either, or serve's file would replace the last good
+// one with totals never restored.
+func (r *metricsRuntime) serve(ctx context.Context, ready func() error, required bool) error {
+	if r.flags.listen != "" {
+		if err := r.listen(ctx, nil, ready); err != nil {
+			if required {
+				return err
+			}
+			r.logger.Error("metrics endpoint not started; continuing without it", "addr", r.flags.listen, "err", err)
 		}
 	}
-	return r, nil
+	r.started = true
+	return nil
 }
 
 // listen serves g (nil: the registry) on --web.listen-address, with
@@ -263,29 +281,45 @@ func (r *metricsRuntime) listen(ctx context.Context, g prometheus.Gatherer, read
 	return nil
 }
 
-// expose is serve's late start of the outputs its telemetry was started
-// without: f's listen address and file, both of g, with /readyz
-// answering ready. A server that cannot start is an error: serving is
-// serve's job.
-func (r *metricsRuntime) expose(ctx context.Context, f metricsFlags, g prometheus.Gatherer, ready func() error) error {
-	r.flags.listen, r.flags.webConfig = f.listen, f.webConfig
-	if f.listen != "" {
-		if err := r.listen(ctx, g, ready); err != nil {
-			// serve stops here: no file either, or the last good one
-			// would be replaced by totals never restored.
-			return err
-		}
+// exposeTotals makes /metrics and the file expose the totals across
+// restarts (serve): the restored base plus this process.
+func (r *metricsRuntime) exposeTotals() {
+	r.cum = exposition.NewCumulative(r.m.Registry(), "cbc_")
+	r.ckpt = metrics.NewCheckpoint(r.m, r.cum)
+	r.gatherer = r.cum
+}
+
+// checkpointer is serve's checkpoint of the totals across restarts.
+func (r *metricsRuntime) checkpointer() ingest.Checkpointer {
+	return r.ckpt
+}
+
+// baseRuns is how many finished runs the restored totals hold.
+func (r *metricsRuntime) baseRuns() uint64 { return r.ckpt.BaseRuns() }
+
+// sayShutdownErr logs what shutdown returned: a push the Pushgateway did
+// not take in one line of its own saying where and why, the rest in one.
+func (r *metricsRuntime) sayShutdownErr(err error) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
 	}
-	r.flags.file, r.gatherer = f.file, g
-	return nil
+	var rest []error
+	for _, e := range errs {
+		var pe *exposition.PushError
+		if !errors.As(e, &pe) {
+			rest = append(rest, e)
+			continue
+		}
+		r.logger.Error(fmt.Sprintf("flushing metrics: push not delivered to %s (Pushgateway): %s", pe.URL, cause(pe.Err)))
+	}
+	if len(rest) > 0 {
+		r.logger.Error("flushing metrics", "err", errors.Join(rest...))
+	}
 }
 
 // sink is the ingest.Sink to add to the pipeline.
 func (r *metricsRuntime) sink() ingest.Sink { return r.m }
-
-// registry is where the process's other collectors register: the
-// registry behind /metrics, the file and the push, with the const labels.
-func (r *metricsRuntime) registry() prometheus.Registerer { return r.m.Registerer() }
 
 // metrics is the Metrics itself (e.g. to SetExportCounters once the traces
 // exporter exists).
@@ -309,6 +343,9 @@ func (r *metricsRuntime) shutdown(ctx context.Context) error {
 
 func (r *metricsRuntime) doShutdown(ctx context.Context) error {
 	r.ready.Store(false)
+	if !r.started {
+		return nil // never started: nothing to write, push or stop
+	}
 	var errs []error
 	// The file first: it is local and quick, and a gateway that never
 	// answers must not cost it (the process may be killed while it waits).

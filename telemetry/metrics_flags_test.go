@@ -1,10 +1,8 @@
-package main
+package telemetry
 
 import (
-	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,7 +17,19 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
+
+	"github.com/cbc-otel/cbc-otel/internal/oteltest"
 )
+
+// startMetrics builds the metrics side and starts its outputs, as New
+// and Start do (a server that cannot start is logged, not returned).
+func startMetrics(m *metricsFlags, stats *ingest.Stats, exemplar func(*ingest.Run) (string, string), log *slog.Logger) (*metricsRuntime, error) {
+	rt, err := m.start(context.Background(), stats, exemplar, log)
+	if err != nil {
+		return nil, err
+	}
+	return rt, rt.serve(context.Background(), nil, false)
+}
 
 func parseMetricsFlags(t *testing.T, serve bool, args ...string) (*metricsFlags, error) {
 	t.Helper()
@@ -140,24 +150,6 @@ func TestMetricsFlagsValidate(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func observeRun(sink ingest.Sink, name string) {
 	r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusCompleted, Start: 1000, End: 4000, Usage: streamjson.Usage{TotalTokens: 11}}
 	sink.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
@@ -183,9 +175,9 @@ func TestMetricsRuntime(t *testing.T) {
 	if err := m.validate(); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs oteltest.SyncBuffer
 	stats := new(ingest.Stats)
-	rt, err := m.start(context.Background(), stats, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	rt, err := startMetrics(m, stats, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -194,17 +186,14 @@ func TestMetricsRuntime(t *testing.T) {
 	}
 	observeRun(rt.sink(), "wf")
 	base := "http://" + rt.listenAddr().String()
-	body := httpGet(t, base+"/metrics")
+	body := oteltest.HTTPGet(t, base+"/metrics")
 	for _, want := range []string{`cbc_workflow_runs_total{status="completed",workflow="wf"} 1`, `cbc_otel_build_info{goversion=`, "go_goroutines"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if httpGet(t, base+"/readyz") == "" {
+	if oteltest.HTTPGet(t, base+"/readyz") == "" {
 		t.Error("/readyz empty")
-	}
-	if rt.registry() != rt.metrics().Registry() {
-		t.Error("registry() is not the Metrics' registry")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -244,8 +233,8 @@ func TestMetricsRuntimeBindFailure(t *testing.T) {
 	defer busy.Close()
 	file := filepath.Join(t.TempDir(), "m.prom")
 	m, _ := parseMetricsFlags(t, true, "--web.listen-address", busy.Addr().String(), "--metrics.file", file)
-	var logs syncBuffer
-	rt, err := m.start(context.Background(), nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	var logs oteltest.SyncBuffer
+	rt, err := startMetrics(m, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("start must not fail on a busy port: %v", err)
 	}
@@ -282,7 +271,7 @@ func TestMetricsRuntimeShutdownBounded(t *testing.T) {
 	defer close(release)
 	m, _ := parseMetricsFlags(t, false)
 	m.pushURL, m.pushJob = pgw.URL, "j" // as run would set them
-	rt, err := m.start(context.Background(), nil, nil, nil)
+	rt, err := startMetrics(m, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +318,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 	if err := m.validate(); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
+	rt, err := startMetrics(m, new(ingest.Stats), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +348,7 @@ func TestMetricsRuntimePushTimeout(t *testing.T) {
 func TestReplayMetricsFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "replay.prom")
 	m, _ := parseMetricsFlags(t, false, "--metrics.file", file)
-	rt, err := m.start(context.Background(), new(ingest.Stats), nil, nil)
+	rt, err := startMetrics(m, new(ingest.Stats), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,70 +359,5 @@ func TestReplayMetricsFile(t *testing.T) {
 	b, _ := os.ReadFile(file)
 	if !strings.Contains(string(b), "cbc_workflow_runs_total") || strings.Contains(string(b), "go_goroutines") {
 		t.Errorf("replay file:\n%s", b)
-	}
-}
-
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	return string(b)
-}
-
-// TestWorkflowAllowEverySubcommand: every subcommand with
-// --metrics.max-workflows takes --metrics.workflow-allow and refuses a bad
-// regexp as a usage error in one line; replay's metrics file shows a
-// rejected name under "other", counted.
-func TestWorkflowAllowEverySubcommand(t *testing.T) {
-	subs := map[string]func(context.Context, []string, stdio) int{
-		"run": cmdRun, "replay": cmdReplay, "demo": cmdDemo, "serve": cmdServe,
-	}
-	for sub, cmd := range subs {
-		args := map[string][]string{
-			"run":    {"--web.listen-address=", "--metrics.workflow-allow", "(", "--", "true"},
-			"replay": {"--metrics.workflow-allow", "(", "-"},
-			"demo":   {"--web.listen-address=", "--metrics.workflow-allow", "("},
-			"serve":  {"--web.listen-address=", "--spool.dir", t.TempDir(), "--metrics.workflow-allow", "("},
-		}[sub]
-		var errb bytes.Buffer
-		if code := cmd(context.Background(), args, stdio{in: strings.NewReader(""), out: io.Discard, err: &errb}); code != exitUsage {
-			t.Errorf("%s %q: exit %d, want %d (stderr %q)", sub, args, code, exitUsage, errb.String())
-		}
-		if msg := strings.TrimSpace(errb.String()); !strings.Contains(msg, "--metrics.workflow-allow: error parsing regexp") || strings.Contains(msg, "\n") {
-			t.Errorf("%s: stderr %q, want one line naming the flag", sub, msg)
-		}
-	}
-
-	var stream strings.Builder
-	for i, name := range []string{"review", "review-2", "tidy-up-7f3a"} {
-		fmt.Fprintf(&stream, `{"type":"system","subtype":"task_started","task_id":"t%d","run_id":"r%d","task_type":"local_workflow","workflow_name":%q,"session_id":"s1"}`+"\n", i, i, name)
-	}
-	file := filepath.Join(t.TempDir(), "m.prom")
-	var errb bytes.Buffer
-	args := []string{"--metrics.file", file, "--metrics.workflow-allow", "review", "-"}
-	if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(stream.String()), out: io.Discard, err: &errb}); code != exitOK {
-		t.Fatalf("replay %q: exit %d, stderr %q", args, code, errb.String())
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		`cbc_workflow_runs_started_total{workflow="review"} 1`,
-		`cbc_workflow_runs_started_total{workflow="other"} 2`,
-		"cbc_otel_workflow_labels_disallowed_total 2",
-		"cbc_otel_workflow_labels_overflow_total 0",
-	} {
-		if !strings.Contains(string(b), want+"\n") {
-			t.Errorf("metrics file lacks %q", want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -15,17 +15,18 @@ import (
 	"github.com/cbc-otel/cbc-otel/tap"
 )
 
-// spoolFlags are run's flags for handing the stream to a sidecar.
-type spoolFlags struct {
-	dir     string
-	process bool
+// SpoolFlags are run's flags for handing the stream to a sidecar.
+type SpoolFlags struct {
+	Dir     string // --spool.dir; "": no spool
+	Process bool   // --spool.process
 }
 
-func (s *spoolFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.dir, "spool.dir", "",
+// Register defines the flags on fs.
+func (s *SpoolFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&s.Dir, "spool.dir", "",
 		"also write the tapped stdout (without control_response lines, which carry credentials; with the interrupt/stop_task requests seen on stdin) to a new file in this directory, for the serve sidecar; "+
 			"run then does no processing of its own unless --spool.process")
-	fs.BoolVar(&s.process, "spool.process", false,
+	fs.BoolVar(&s.Process, "spool.process", false,
 		"with --spool.dir, also run the pipeline and telemetry in the wrapper as without it")
 }
 
@@ -36,15 +37,15 @@ var telemetryOutputFlags = []string{
 	"traces.exporter", "otlp.endpoint", "otlp.protocol", "traces.file", "summary.waterfall", "summary.file",
 }
 
-// validate checks the spool flags against the flags set explicitly.
-func (s *spoolFlags) validate(explicit map[string]bool) error {
-	if s.dir == "" {
-		if s.process {
+// Validate checks the spool flags against the flags set explicitly.
+func (s *SpoolFlags) Validate(explicit map[string]bool) error {
+	if s.Dir == "" {
+		if s.Process {
 			return errors.New("--spool.process needs --spool.dir")
 		}
 		return nil
 	}
-	if s.process {
+	if s.Process {
 		return nil
 	}
 	var bad []string

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -41,16 +41,8 @@ type tracesFlags struct {
 	// console is where the console exporter writes: the command's stderr
 	// (never stdout); nil means os.Stderr.
 	console io.Writer
-	// join is set by run --cli-telemetry.join before the start.
-	join *tracesJoin
-}
-
-// tracesJoin is what the traces sink needs under --cli-telemetry.join: the
-// parent the child's TRACEPARENT names (the user's, or minted), and the
-// CLI's spans that launched runs.
-type tracesJoin struct {
-	parent   trace.SpanContext
-	launcher func(toolUseID string) (trace.SpanContext, bool)
+	version string // service.version
+	forward bool   // the CLI's logs and metrics are forwarded (--cli-telemetry.join)
 }
 
 // register defines the traces flags on fs. live is true for run and demo
@@ -127,6 +119,7 @@ func (f *tracesFlags) validate() error {
 type tracesRuntime struct {
 	prov         *egress.Egress // nil when off
 	sk           *traces.Sink
+	parent       trace.SpanContext // the process's TRACEPARENT; invalid: none
 	previews     bool
 	flushTimeout time.Duration
 	logger       *slog.Logger
@@ -147,6 +140,17 @@ type tracesRuntime struct {
 // --traces.exporter otlp without any endpoint, a malformed
 // OTEL_EXPORTER_OTLP_HEADERS, an unwritable --traces.file).
 func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger *slog.Logger) (*tracesRuntime, error) {
+	r, err := f.setup(ctx, env, logger)
+	if err != nil {
+		return nil, err
+	}
+	r.newSink(nil)
+	return r, nil
+}
+
+// setup is start without the sink: under --cli-telemetry.join the join is
+// made on the exporters first, then the sink on the join (newSink).
+func (f *tracesFlags) setup(ctx context.Context, env func(string) string, logger *slog.Logger) (*tracesRuntime, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -167,9 +171,9 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 		// OTEL_TRACES_EXPORTER=console goes to stderr: stdout is the
 		// wrapped CLI's stream (run) or the summary (replay).
 		Console:        f.consoleOut(),
-		ServiceVersion: buildVersion(),
+		ServiceVersion: f.version,
 		IDGenerator:    traces.NewIDGenerator(),
-		Forward:        f.join != nil, // the CLI's logs and metrics go where our spans go
+		Forward:        f.forward, // the CLI's logs and metrics go where our spans go
 		Env:            env,
 		Logger:         lossLog,
 	})
@@ -184,21 +188,61 @@ func (f *tracesFlags) start(ctx context.Context, env func(string) string, logger
 	if env("TRACEPARENT") != "" && !parent.IsValid() {
 		logger.Warn("ignoring malformed TRACEPARENT")
 	}
-	r.previews = f.capturePreviews
-	opts := traces.Options{Parent: parent, CapturePreviews: f.capturePreviews}
-	if f.join != nil {
+	r.previews, r.parent = f.capturePreviews, parent
+	return r, nil
+}
+
+// newSink makes the process's traces sink, once its exporters exist and,
+// under --cli-telemetry.join, the join (j; nil without), whose parent and
+// launcher the sink takes.
+func (r *tracesRuntime) newSink(j *cliJoin) {
+	if !r.enabled() {
+		return
+	}
+	opts := traces.Options{Parent: r.parent, CapturePreviews: r.previews}
+	if j != nil {
 		// Agent spans wait for the run's end: the CLI's cost of each
 		// agent arrives until then.
-		opts.Parent, opts.Launcher, opts.HoldAgents = f.join.parent, f.join.launcher, true
+		opts.Parent, opts.Launcher, opts.HoldAgents = j.parent, j.s.Joiner.Launcher, true
 	}
-	r.sk = traces.New(prov.TracerProvider(), opts)
-	logger.Info("exporting traces", "to", prov.Describe(), "parent", parent.IsValid(), "previews", f.capturePreviews)
-	return r, nil
+	r.sk = traces.New(r.prov.TracerProvider(), opts)
+	r.logger.Info("exporting traces", "to", r.prov.Describe(), "parent", r.parent.IsValid(), "previews", r.previews)
+}
+
+// streamSink is a traces sink of its own for one of serve's streams (it
+// keeps per-stream state) on the process's exporters; nil when tracing
+// is off.
+func (r *tracesRuntime) streamSink() *traces.Sink {
+	if !r.enabled() {
+		return nil
+	}
+	return traces.New(r.prov.TracerProvider(), traces.Options{CapturePreviews: r.previews})
+}
+
+// outlet is where the CLI's joined telemetry leaves (join.Outlet): the
+// egress itself; a nil one (tracing off) drops it.
+func (r *tracesRuntime) outlet() *egress.Egress {
+	if !r.enabled() {
+		return nil
+	}
+	return r.prov
+}
+
+// cause is the short reason of an export failure, as the loss lines say
+// it (the Pushgateway's too).
+func cause(err error) string { return egress.Cause(err) }
+
+// otlp is where spans go over OTLP; zero (off) when tracing is off.
+func (r *tracesRuntime) otlp() egress.OTLPTarget {
+	if !r.enabled() {
+		return egress.OTLPTarget{}
+	}
+	return r.prov.OTLP()
 }
 
 // exportsOTLP reports whether spans go to an OTLP endpoint (not only to a
 // file or the console).
-func (r *tracesRuntime) exportsOTLP() bool { return r.enabled() && r.prov.OTLP().On }
+func (r *tracesRuntime) exportsOTLP() bool { return r.otlp().On }
 
 // enabled reports whether spans are exported anywhere.
 func (r *tracesRuntime) enabled() bool { return r != nil && r.prov != nil }
