@@ -39,7 +39,7 @@ chaos() { (cd chaos && "$work/chaos.test" -test.count=1 -test.timeout=20m -test.
 # shellcheck source=chaos/fuzzlib.sh
 . chaos/fuzzlib.sh
 # The packages whose fuzz targets share the fuzzing time.
-FUZZ_PKGS="streamjson ingest clitelemetry internal/otlpjson"
+FUZZ_PKGS="streamjson ingest clitelemetry internal/otlpjson safetext"
 fuzz() {
 	local targets n fuzztime total=0 tolerated=0 pkg
 	# PACKAGE:TARGET pairs: the decoders' own targets and the pipeline's.
