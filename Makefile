@@ -146,7 +146,7 @@ lint: vet fmt-check staticcheck
 # Native fuzzing, one target at a time (go test -fuzz takes one). A new
 # interesting input is minimised for 2 s, not Go's 60 s (chaos/fuzzlib.sh).
 fuzz:
-	@for p in streamjson ingest clitelemetry internal/otlpjson; do \
+	@for p in streamjson ingest clitelemetry internal/otlpjson safetext; do \
 		for t in $$($(GO) test -list 'Fuzz.*' ./$$p/ | grep ^Fuzz); do \
 			echo "== $$p $$t ($(FUZZTIME))"; \
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$p/ || exit 1; \
