@@ -390,11 +390,9 @@ func (r *runner) startConsumers(ctx context.Context, cfg *runConfig, log *slog.L
 			logTapTotals(log, p.Stats(), stdout, stdin)
 		}
 	}
+	supervise.YieldWhenBehind(log, c.pipe, c.pipeIn)
 	go func() {
 		defer close(c.consumed)
-		if err := supervise.YieldToPassthrough(); err != nil {
-			log.Debug("lowering the telemetry consumer's priority", "err", err)
-		}
 		consume(c.pipe, c.pipeIn, log)
 	}()
 	return c, nil
