@@ -2,6 +2,7 @@ package tap
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -168,6 +169,14 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 			pend[i] = nil
 			m.Chunk(i, *c)
 			busy = batch > 0
+			if busy && (len(chans[0]) > 0 || len(chans[1]) > 0) {
+				// A batch is many chunks' work in one go: between
+				// two, let a goroutine that waits for a P run first
+				// (the pump, woken by its pipe while every P is busy),
+				// so the batch never delays the passthrough by more
+				// than one chunk's work.
+				runtime.Gosched()
+			}
 		}
 		if m.Idle != nil && pend[0] == nil && pend[1] == nil && len(chans[0]) == 0 && len(chans[1]) == 0 {
 			m.Idle()

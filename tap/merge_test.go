@@ -3,6 +3,7 @@ package tap
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -292,5 +293,40 @@ func TestMergeNoBatch(t *testing.T) {
 	out.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Between two chunks of a batch Merge lets a runnable goroutine run first
+// (the pump, woken while every P is busy): with one P, a goroutine made
+// runnable by the first chunk's handler has run before the second chunk
+// is handled.
+func TestMergeBatchYieldsBetweenChunks(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	out := NewTap(64 << 10)
+	for range 3 {
+		out.Write([]byte("line\n"))
+	}
+	out.Close()
+	release, ran := make(chan struct{}), make(chan struct{})
+	go func() { <-release; close(ran) }()
+	var handled int
+	var ranBefore []bool
+	err := Merge(context.Background(), out, nil, MergeOptions{Chunk: func(_ Source, c Chunk) {
+		select {
+		case <-ran:
+			ranBefore = append(ranBefore, true)
+		default:
+			ranBefore = append(ranBefore, false)
+		}
+		if handled++; handled == 1 {
+			close(release) // the goroutine is runnable, not running: one P, ours
+		}
+		out.Release(c)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true}; !slices.Equal(ranBefore, want) {
+		t.Errorf("the woken goroutine had run before chunk i: %v, want %v", ranBefore, want)
 	}
 }
