@@ -114,6 +114,8 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		}
 	}()
 	buf := make([]byte, s.cfg.BufSize)
+	// Quiet system calls for the bytes' way through (see quiet.go).
+	rd, out := newQuietReader(r), newQuietWriter(w)
 	// emit taps p, then passes it on.
 	emit := func(p []byte) bool {
 		st.mu.Lock()
@@ -137,7 +139,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		}
 		st.writing = true
 		st.mu.Unlock()
-		_, err := w.Write(p)
+		_, err := out.Write(p)
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.writing = false
@@ -155,7 +157,7 @@ func (s *supervisor) pumpOut(st *outPump, r *os.File, w, tap io.Writer, stdout b
 		return true
 	}
 	for {
-		n, err := r.Read(buf)
+		n, err := rd.Read(buf)
 		if n > 0 && !emit(buf[:n]) {
 			st.mu.Lock()
 			broken := st.broken && !st.detached

@@ -2,6 +2,7 @@ package tap
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -24,7 +25,21 @@ type MergeOptions struct {
 	// with the chunks without a lock on the consumer's state.
 	Wake   <-chan struct{}
 	OnWake func()
+	// Batch is how long Merge lets chunks gather once it has handled
+	// some, before it looks again: 0 is DefaultBatch, a negative value
+	// hands over every chunk as soon as it is queued. See Merge.
+	Batch time.Duration
 }
+
+// DefaultBatch is the batch interval of Merge when MergeOptions.Batch is 0.
+// A paced child's lines then cost the consumer one wake-up per 20 ms rather
+// than one per line (at 2,000 lines/s, 40 lines a wake-up; at 200, 4):
+// waking a goroutine on the consumer's own thread cost more than handling
+// the line (strace of `run` at 2,000 lines/s: 5 futex, 2.4 nanosleep and
+// 2.2 epoll_pwait calls per line). The telemetry's clock is each chunk's
+// passage (Chunk.At), not when it is handled, so the delay changes no
+// timestamp, and the passthrough never waits for the consumer at all.
+const DefaultBatch = 20 * time.Millisecond
 
 // Merge drains the stdout and stdin taps of a wrapped child until both
 // are closed (either may be nil) or ctx is done. When both hold data, the
@@ -33,12 +48,38 @@ type MergeOptions struct {
 // is always handled before the stopped notification it caused, whichever
 // queue a plain select would have looked at first. It returns ctx's error
 // if ctx ended it.
+//
+// Merge is woken by the first chunk after a quiet spell and handles it at
+// once; while chunks keep coming it then looks every Batch only, handling
+// all that gathered, or sooner when a tap's queue fills past an eighth (a
+// burst must not make the tap drop for a consumer asleep) or closes. The
+// first interval that brings nothing makes it wait for a chunk again.
 func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 	var tick <-chan time.Time
 	if m.Tick != nil && m.Every > 0 {
 		t := time.NewTicker(m.Every)
 		defer t.Stop()
 		tick = t.C
+	}
+	batch := m.Batch
+	if batch == 0 {
+		batch = DefaultBatch
+	}
+	var (
+		batchTimer *time.Timer
+		// wakes and ends: a queue past its wake mark, a tap closed.
+		wakes, ends [NumSources]<-chan struct{}
+		busy        bool // the last look found chunks: wait a Batch before the next
+	)
+	if batch > 0 {
+		batchTimer = time.NewTimer(batch)
+		batchTimer.Stop()
+		defer batchTimer.Stop()
+		for i, tp := range [NumSources]*Tap{stdout, stdin} {
+			if tp != nil {
+				wakes[i], ends[i] = tp.wake, tp.ended
+			}
+		}
 	}
 	taps := [NumSources]*Tap{stdout, stdin}
 	var chans [NumSources]<-chan Chunk
@@ -48,9 +89,10 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 		}
 	}
 	var pend [NumSources]*Chunk
+	behindSeen := false
 	take := func(i int, c Chunk, ok bool) {
 		if !ok {
-			chans[i] = nil
+			chans[i], wakes[i], ends[i] = nil, nil, nil
 			if m.End != nil {
 				m.End(Source(i))
 			}
@@ -60,12 +102,38 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 			taps[i].abandon(c)
 			return
 		}
+		if !behindSeen && taps[i].behind != nil && taps[i].queued.Load() >= taps[i].wakeAt {
+			behindSeen = true
+			taps[i].behind()
+		}
 		pend[i] = &c
 	}
 	for {
 		if pend[0] == nil && pend[1] == nil {
 			if chans[0] == nil && chans[1] == nil {
 				return nil
+			}
+			if busy && len(chans[0]) == 0 && len(chans[1]) == 0 {
+				// Let the next chunks gather: the queues' chunks do
+				// not wake us, only the interval, a filling queue
+				// (Tap.signal) or a close.
+				busy = false
+				batchTimer.Reset(batch)
+				select {
+				case <-batchTimer.C:
+				case <-wakes[0]:
+				case <-wakes[1]:
+				case <-ends[0]:
+				case <-ends[1]:
+				case <-tick:
+					m.Tick()
+				case <-m.Wake:
+					m.OnWake()
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				batchTimer.Stop()
+				continue
 			}
 			select {
 			case c, ok := <-chans[0]:
@@ -100,6 +168,15 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 		if c := pend[i]; c != nil {
 			pend[i] = nil
 			m.Chunk(i, *c)
+			busy = batch > 0
+			if busy && (len(chans[0]) > 0 || len(chans[1]) > 0) {
+				// A batch is many chunks' work in one go: between
+				// two, let a goroutine that waits for a P run first
+				// (the pump, woken by its pipe while every P is busy),
+				// so the batch never delays the passthrough by more
+				// than one chunk's work.
+				runtime.Gosched()
+			}
 		}
 		if m.Idle != nil && pend[0] == nil && pend[1] == nil && len(chans[0]) == 0 && len(chans[1]) == 0 {
 			m.Idle()

@@ -77,6 +77,16 @@ type Tap struct {
 	maxClass   int          // largest class that fits the budget
 	queued     atomic.Int64 // capacity of buffers handed out and not released
 	ch         chan Chunk
+	// wakeAt is the queued capacity past which Write wakes a consumer
+	// that waits out its batch interval (see MergeOptions.Batch): wake
+	// holds one token, so a burst costs at most one wake-up, and a
+	// consumer that sleeps never lets the queue fill up for that.
+	wakeAt int64
+	wake   chan struct{}
+	ended  chan struct{} // closed by Close: the end wakes a batching consumer for good
+	// behind is called by Merge, once, on its goroutine, when it first
+	// finds this queue past wakeAt (see OnBehind). Set before Merge.
+	behind func()
 	// free holds each class's released buffers, a stack: the next one out
 	// is the one the consumer last read, still in cache, and an idle tap's
 	// coldest buffers sit at the bottom.
@@ -116,7 +126,8 @@ func NewTap(queueBytes int) *Tap {
 	// slots can never be the binding limit: the byte budget is.
 	slots := queueBytes/tapClasses[0] + 1
 	base := time.Now()
-	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano()}
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano(),
+		wakeAt: int64(queueBytes) / wakeFraction, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	for i, size := range tapClasses {
 		if size <= queueBytes {
 			t.maxClass = i
@@ -161,11 +172,14 @@ func (t *Tap) Write(p []byte) (int, error) {
 		buf := t.get(class)
 		k := copy((*buf)[:size], p)
 		c := Chunk{Data: (*buf)[:k], Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: at, when: now, buf: buf}
-		t.queued.Add(int64(size))
+		q := t.queued.Add(int64(size))
 		select {
 		case t.ch <- c:
 			t.gap = false
 			p = p[k:]
+			if q >= t.wakeAt {
+				t.signal()
+			}
 		default:
 			// Unreachable with slots sized from the byte budget; kept so
 			// that Write can never block whatever the sizing.
@@ -176,6 +190,21 @@ func (t *Tap) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// wakeFraction: Write wakes a batching consumer once a wakeFraction-th of
+// the queue is taken. At 2 MiB (run's default) that is 256 KiB: a couple of
+// the pump's largest reads, and seven eighths of the queue still free for
+// what arrives while the consumer gets the CPU.
+const wakeFraction = 8
+
+// signal wakes a consumer waiting out its batch interval, if none is woken
+// already. Never blocks.
+func (t *Tap) signal() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
 }
 
 // drop counts the dropped bytes p and remembers to flag the next chunk, and
@@ -212,6 +241,16 @@ func (t *Tap) get(class int) *[]byte {
 	b := make([]byte, tapClasses[class])
 	return &b
 }
+
+// OnBehind sets f to be called once, on the goroutine that merges the tap
+// (Merge), the first time Merge finds the queue filled past an eighth: the
+// consumer is falling behind a burst. It is how a consumer gives way to the
+// passthrough only when there is load to give way to (see
+// supervise.YieldToPassthrough): a paced child's lines never fill the
+// queue that far, and then the consumer's goroutine stays free to run on
+// any thread, which costs fewer thread hand-overs per wake-up. Call it
+// before Merge starts; Merge calls at most one of its taps' f.
+func (t *Tap) OnBehind(f func()) { t.behind = f }
 
 // Chunks returns the queue. It is closed after Close once everything queued
 // before Close has been received.
@@ -274,6 +313,7 @@ func (t *Tap) Close() {
 	t.gapPendingAtEOL.Store(t.gap && t.gapAtEOL)
 	t.gapPending.Store(t.gap)
 	close(t.ch)
+	close(t.ended) // a batching consumer sees the end now, not at its next round
 }
 
 // GapPending reports, once Chunks is closed, that bytes were dropped after

@@ -120,13 +120,9 @@ func cpuSection(ctx context.Context, c *config, rep *report) error {
 		return fmt.Errorf("cpu dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	self, err := os.Executable()
+	self, devnull, err := pacedChildIO()
 	if err != nil {
-		return fmt.Errorf("the harness binary (paced child): %w", err)
-	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", os.DevNull, err)
+		return err
 	}
 	defer devnull.Close()
 
@@ -334,11 +330,17 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 		return cpuResult{}, statErr
 	}
 	defer os.Remove(filepath.Join(a.dir, a.tag+"-traces.jsonl"))
-	metrics, err := os.ReadFile(filepath.Join(a.dir, a.tag+"-metrics.prom"))
+	return checkedRun(cpuResult{cpu: cpu, events: a.events}, a.dir, a.tag, a.lines)
+}
+
+// checkedRun completes r, a paced run of `run` whose metrics file is named
+// from tag in dir: it is invalid when the tap dropped bytes or not every
+// one of lines was framed, and notes the spans the exporter dropped.
+func checkedRun(r cpuResult, dir, tag string, lines int64) (cpuResult, error) {
+	metrics, err := os.ReadFile(filepath.Join(dir, tag+"-metrics.prom"))
 	if err != nil {
 		return cpuResult{}, fmt.Errorf("run wrote no metrics file, telemetry was not on: %w", err)
 	}
-	r := cpuResult{cpu: cpu, events: a.events}
 	dropped, found, err := promtext.Sum(bytes.NewReader(metrics), "cbc_otel_tap_dropped_bytes_total")
 	switch {
 	case err != nil:
@@ -352,8 +354,8 @@ func cpuRun(ctx context.Context, c *config, b cpuBin, a cpuRunArgs) (cpuResult, 
 	if err != nil {
 		return cpuResult{}, fmt.Errorf("metrics file: %w", err)
 	}
-	if r.invalid == "" && found && int64(framed) != a.lines {
-		r.invalid = fmt.Sprintf("cbc_otel_lines_total is %.0f, the stream has %d lines", framed, a.lines)
+	if r.invalid == "" && found && int64(framed) != lines {
+		r.invalid = fmt.Sprintf("cbc_otel_lines_total is %.0f, the stream has %d lines", framed, lines)
 	}
 	if r.spansDropped, _, err = promtext.Sum(bytes.NewReader(metrics), "cbc_otel_spans_dropped_total"); err != nil {
 		return cpuResult{}, fmt.Errorf("metrics file: %w", err)
@@ -596,27 +598,11 @@ func buildRev(ctx context.Context, root, hash, bin string) error {
 		return fmt.Errorf("baseline source dir: %w", err)
 	}
 	defer os.RemoveAll(src)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
 	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", hash)
-	archive.Stdout, archive.Stderr = pw, os.Stderr
+	archive.Stderr = os.Stderr
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
-	untar.Stdin, untar.Stderr = pr, os.Stderr
-	errA := archive.Start()
-	errU := untar.Start()
-	// The children hold the pipe's ends now; ours must be closed, or tar
-	// never sees the end of the archive.
-	pr.Close()
-	pw.Close()
-	if errA == nil {
-		errA = archive.Wait()
-	}
-	if errU == nil {
-		errU = untar.Wait()
-	}
-	if err := errors.Join(errA, errU); err != nil {
+	untar.Stderr = os.Stderr
+	if err := pipeline(archive, untar); err != nil {
 		return fmt.Errorf("baseline: git archive %s | tar -x: %w", hash, err)
 	}
 	if _, err := testbin.Build(ctx, bin, testbin.Dir(src)); err != nil {

@@ -7,9 +7,10 @@
 // task-heavy stream), added latency per line at fixed line rates, replay
 // throughput against a Node consumer and an OpenTelemetry Collector, scaling
 // of one workflow to 1000 agents, peak RSS of run on a long stream and on one
-// huge line, and the CPU per task event of replay, run and serve (and of
+// huge line, the CPU per task event of replay, run and serve (and of
 // serve following many growing files), side by side with a baseline binary
-// when one is given. It asserts no timing: it fails only when the harness
+// when one is given, and run's CPU per line next to cat's on the same paced
+// stream (runcat). It asserts no timing: it fails only when the harness
 // itself breaks (a command fails, bytes go missing, the peers disagree on
 // counts).
 //
@@ -69,7 +70,7 @@ type config struct {
 }
 
 // sectionNames lists the sections in the order they run and print.
-var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu", "serve"}
+var sectionNames = []string{"passthrough", "latency", "replay", "scaling", "memory", "cpu", "serve", "runcat"}
 
 func main() {
 	if spec := os.Getenv(pacegen.EnvLatGen); spec != "" {
@@ -77,6 +78,9 @@ func main() {
 	}
 	if spec := os.Getenv(pacegen.EnvCPUGen); spec != "" {
 		os.Exit(pacegen.CPUGenMain(spec))
+	}
+	if spec := os.Getenv(envRunCatGen); spec != "" {
+		os.Exit(runCatGenMain(spec))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -98,8 +102,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	work := fs.String("work", "", "scratch directory (default a temporary one, removed at exit); generated inputs in it are reused")
 	only := fs.String("only", strings.Join(sectionNames, ","), "comma-separated sections to run")
 	out := fs.String("o", "", "also write the report (markdown) to this file")
-	baseBin := fs.String("baseline-bin", os.Getenv("CBC_OTEL_BASELINE_BIN"), "cpu section: also measure this cbc-otel binary (e.g. the previous release), interleaved, and show the ratio new/baseline (default $CBC_OTEL_BASELINE_BIN)")
-	baseRev := fs.String("baseline-rev", "", "cpu section: build the baseline from this git revision of -root (instead of -baseline-bin)")
+	baseBin := fs.String("baseline-bin", os.Getenv("CBC_OTEL_BASELINE_BIN"), "cpu and runcat sections: also measure this cbc-otel binary (e.g. the previous release), interleaved, and show the ratio new/baseline (default $CBC_OTEL_BASELINE_BIN)")
+	baseRev := fs.String("baseline-rev", "", "cpu and runcat sections: build the baseline from this git revision of -root (instead of -baseline-bin)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
@@ -212,6 +216,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 			err = cpuSection(ctx, c, rep)
 		case "serve":
 			err = serveSection(ctx, c, rep)
+		case "runcat":
+			err = runCat(ctx, c, rep)
 		}
 		if err != nil {
 			// One broken section must not hide the figures of the others,
