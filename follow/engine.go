@@ -993,7 +993,7 @@ func (e *Engine) saveState() error {
 
 // streamState is one stream's part of the checkpoint.
 func (e *Engine) streamState(s *stream) (StreamState, error) {
-	ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+	ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().SnapshotShared(), LastGrowth: s.lastGrowth}
 	open := s.pipe.Tracker().Open()
 	for name, c := range s.ckpt {
 		raw, err := c.SaveStream(open)

@@ -54,13 +54,26 @@ type RunSnapshot struct {
 
 // Snapshot returns a deep copy of the Tracker's state. It must be called
 // from the goroutine that feeds the Tracker.
-func (t *Tracker) Snapshot() TrackerState {
+func (t *Tracker) Snapshot() TrackerState { return t.snapshot(true) }
+
+// SnapshotShared is Snapshot without the deep copy: the runs share their
+// agents, phases and costs with the Tracker's, so it is valid only until
+// the Tracker is next fed, advanced or closed. For a caller that encodes it
+// at once: serve's checkpoint takes one of every stream each second, and
+// copying every run in its grace window for it (~6,000 with 256 busy
+// streams) was a sixth of serve's allocation.
+func (t *Tracker) SnapshotShared() TrackerState { return t.snapshot(false) }
+
+func (t *Tracker) snapshot(deep bool) TrackerState {
 	s := TrackerState{Now: t.now}
 	for _, r := range t.open {
 		if r.Finalized {
 			continue
 		}
-		rs := RunSnapshot{Run: r.Clone()}
+		rs := RunSnapshot{Run: *r}
+		if deep {
+			rs.Run = r.Clone()
+		}
 		if r.Finished {
 			rs.GraceEnd = r.graceEnd
 		}
