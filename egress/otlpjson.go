@@ -32,7 +32,13 @@ type jsonExporter struct {
 	w      *bufio.Writer
 	closer io.Closer // nil for a writer we do not own (stderr)
 	closed bool
+	buf    []byte // the line being encoded, reused: see maxKeptBuf
 }
+
+// maxKeptBuf is the largest encoding buffer an exporter keeps between
+// exports: a batch of 512 spans is ~0.5 MB of JSON, one that grew past
+// this (huge attributes) is let go rather than held for the process's life.
+const maxKeptBuf = 4 << 20
 
 var _ sdktrace.SpanExporter = (*jsonExporter)(nil)
 
@@ -71,17 +77,22 @@ func (e *jsonExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlyS
 	if len(spans) == 0 {
 		return nil
 	}
-	b, err := MarshalRequest(Request(spans))
-	if err != nil {
-		return fmt.Errorf("encoding spans: %w", err)
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return errors.New("traces file exporter is shut down")
 	}
+	b, err := AppendRequest(e.buf[:0], spans)
+	b = append(b, '\n')
+	if cap(b) <= maxKeptBuf {
+		e.buf = b[:0]
+	} else {
+		e.buf = nil
+	}
+	if err != nil {
+		return fmt.Errorf("encoding spans: %w", err)
+	}
 	e.w.Write(b)
-	e.w.WriteByte('\n')
 	if err := e.w.Flush(); err != nil {
 		return fmt.Errorf("writing spans: %w", err)
 	}
@@ -110,7 +121,10 @@ func (e *jsonExporter) Shutdown(context.Context) error {
 
 // Request converts SDK spans to an OTLP ExportTraceServiceRequest, grouped by
 // resource and instrumentation scope in order of first appearance. (The
-// SDK's own conversion lives in an internal package of otlptrace.)
+// SDK's own conversion lives in an internal package of otlptrace.) The
+// traces file does not go through it (AppendRequest writes the same bytes
+// straight from the spans); it is the reference AppendRequest is tested
+// against, and what a caller wanting the protobuf message uses.
 func Request(spans []sdktrace.ReadOnlySpan) *collectortrace.ExportTraceServiceRequest {
 	type scopeKey struct {
 		res   *resource.Resource

@@ -166,6 +166,9 @@ type Engine struct {
 	finished map[fileID]FileState
 	warned   map[string]bool
 	buf      []byte
+	// snapRuns is the array each stream's checkpoint snapshot reuses;
+	// cleared after a checkpoint so that it holds no run past it.
+	snapRuns []ingest.RunSnapshot
 	ready    atomic.Bool
 
 	terminal       bool // a run reached a terminal state since the checkpoint
@@ -988,12 +991,19 @@ func (e *Engine) saveState() error {
 		}
 		return nil
 	}
-	return writeAtomic(e.opts.StateDir, StateFile, func(w io.Writer) error { return encodeState(w, st, streams) })
+	err := writeAtomic(e.opts.StateDir, StateFile, func(w io.Writer) error { return encodeState(w, st, streams) })
+	clear(e.snapRuns)
+	e.snapRuns = e.snapRuns[:0]
+	return err
 }
 
 // streamState is one stream's part of the checkpoint.
 func (e *Engine) streamState(s *stream) (StreamState, error) {
-	ss := StreamState{FileState: s.identity(), Tracker: s.pipe.Tracker().Snapshot(), LastGrowth: s.lastGrowth}
+	ts := s.pipe.Tracker().SnapshotShared(e.snapRuns)
+	if ts.Runs != nil {
+		e.snapRuns = ts.Runs // reused by the next stream's (encoded by then)
+	}
+	ss := StreamState{FileState: s.identity(), Tracker: ts, LastGrowth: s.lastGrowth}
 	open := s.pipe.Tracker().Open()
 	for name, c := range s.ckpt {
 		raw, err := c.SaveStream(open)

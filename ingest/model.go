@@ -101,26 +101,26 @@ func parseAgentState(e *streamjson.Entry) (AgentState, bool) {
 
 // Phase is a workflow phase. Start and End are derived from its agents.
 type Phase struct {
-	Index int
-	Title string
+	Index int    `json:",omitzero"`
+	Title string `json:",omitzero"`
 	// Child marks a script's workflow() run inside this run (a phase row
 	// of kind "child"): its agents are this run's agents.
-	Child bool
-	Start int64 // epoch ms, 0 if unknown
-	End   int64
+	Child bool  `json:",omitzero"`
+	Start int64 `json:",omitzero"` // epoch ms, 0 if unknown
+	End   int64 `json:",omitzero"`
 }
 
 // Agent is a sub-agent of a workflow run, identified within the run by Index
 // (agentId may be missing while it is queued).
 type Agent struct {
-	Index      int
-	AgentID    string
-	Label      string
-	PhaseIndex int
-	PhaseTitle string
-	State      AgentState
-	Cached     bool
-	QueuedAt   int64
+	Index      int        `json:",omitzero"`
+	AgentID    string     `json:",omitzero"`
+	Label      string     `json:",omitzero"`
+	PhaseIndex int        `json:",omitzero"`
+	PhaseTitle string     `json:",omitzero"`
+	State      AgentState `json:",omitzero"`
+	Cached     bool       `json:",omitzero"`
+	QueuedAt   int64      `json:",omitzero"`
 	// Start and End are the agent's times on the run's one clock, epoch ms.
 	// While the run is open they are what the stream said (startedAt;
 	// endedAt, else startedAt+durationMs), 0 when unknown. Once the run is
@@ -128,25 +128,25 @@ type Agent struct {
 	// Start and End: an agent that never got an end (stopped, abandoned)
 	// ends at the run's end with EndInferred set; one that never ran
 	// (not_started, cached without times) is a zero-length interval.
-	Start       int64
-	End         int64
-	EndInferred bool
-	DurationMs  int64
-	Tokens      int64
-	ToolCalls   int64
-	Error       string
+	Start       int64  `json:",omitzero"`
+	End         int64  `json:",omitzero"`
+	EndInferred bool   `json:",omitzero"`
+	DurationMs  int64  `json:",omitzero"`
+	Tokens      int64  `json:",omitzero"`
+	ToolCalls   int64  `json:",omitzero"`
+	Error       string `json:",omitzero"`
 	// Cost is what the agent's model calls cost, from the CLI's own
 	// telemetry (run --cli-telemetry.join); zero without it.
-	Cost cost.Sum
+	Cost cost.Sum `json:",omitzero"`
 	// Opt-in content (DecodeOptions.KeepPreviews).
-	ResultPreview string
-	PromptPreview string
+	ResultPreview string `json:",omitzero"`
+	PromptPreview string `json:",omitzero"`
 
 	// Stalled is set while the started, live agent of an unfinished run
 	// has shown no progress for TrackerOptions.StallAfter; Stalls counts
 	// its silences (see agentstall.go).
-	Stalled bool
-	Stalls  int
+	Stalled bool `json:",omitzero"`
+	Stalls  int  `json:",omitzero"`
 
 	startSent bool // AgentStarted emitted
 	endSent   bool // AgentEnded emitted
@@ -161,15 +161,15 @@ type Agent struct {
 // Run is one run of a task: a workflow (Workflow true) with its phases and
 // agents, or a plain background task.
 type Run struct {
-	TaskID       string
-	RunID        string
-	SessionID    string
-	ToolUseID    string
-	ParentTaskID string // only when that task was seen in the stream
+	TaskID       string `json:",omitzero"`
+	RunID        string `json:",omitzero"`
+	SessionID    string `json:",omitzero"`
+	ToolUseID    string `json:",omitzero"`
+	ParentTaskID string `json:",omitzero"` // only when that task was seen in the stream
 	// SpawnDepth is task_started's spawn_depth: 1 top level, N+1 when
 	// launched from inside a depth-N run; 0 when the stream did not say
 	// (a workflow's task_started never does).
-	SpawnDepth int
+	SpawnDepth int `json:",omitzero"`
 	// Parent is the run (or, by parent_agent_id, the workflow agent) that
 	// launched this run while it ran: the span's parent. ParentLink is the
 	// parent task's run otherwise (it had ended, even finalized): a link.
@@ -178,46 +178,46 @@ type Run struct {
 	// nil: held out of line, as few runs have either and a Run of 100,000
 	// given up by a hostile stream must stay small (docs/reliability.md's
 	// state attack measured +0.3-0.4 MiB of peak RSS with both inline).
-	Parent              AgentRef
-	ParentLink, Resumes *AgentRef
+	Parent              AgentRef  `json:",omitzero"`
+	ParentLink, Resumes *AgentRef `json:",omitzero"`
 
-	TaskType    string
-	Workflow    bool
-	Name        string // workflow_name (sanitized)
-	Description string
+	TaskType    string `json:",omitzero"`
+	Workflow    bool   `json:",omitzero"`
+	Name        string `json:",omitzero"` // workflow_name (sanitized)
+	Description string `json:",omitzero"`
 
-	Status      RunStatus
-	PatchStatus string // last task_updated status spelling
-	Reason      string // task_notification reason (e.g. worker_restart), or StopReasonBudget
-	Error       string // task_updated patch.error
-	Summary     string // opt-in
+	Status      RunStatus `json:",omitzero"`
+	PatchStatus string    `json:",omitzero"` // last task_updated status spelling
+	Reason      string    `json:",omitzero"` // task_notification reason (e.g. worker_restart), or StopReasonBudget
+	Error       string    `json:",omitzero"` // task_updated patch.error
+	Summary     string    `json:",omitzero"` // opt-in
 
-	FirstSeen int64 // the Tracker's clock at the run's first event, epoch ms
+	FirstSeen int64 `json:",omitzero"` // the Tracker's clock at the run's first event, epoch ms
 	// StartedAt is the time its task_started was written (written_at), 0
 	// when the line did not say.
-	StartedAt int64
+	StartedAt int64 `json:",omitzero"`
 	// LastSeen is the latest time the run itself showed: its events'
 	// written_at, end_time and its agents' times (never arrival). An
 	// abandoned run ends there, else at the Tracker's clock.
-	LastSeen int64
+	LastSeen int64 `json:",omitzero"`
 	// Start and End are set when the terminal status is known and final
 	// when the run is finalized (see fixTimes): Start is StartedAt (else
 	// the earlier of end − usage.duration_ms and the agents' times, else
 	// FirstSeen); End is task_updated's end_time, else the
 	// notification's time (an abandoned run's: LastSeen); the pair is
 	// widened to enclose every agent. Every output reads these.
-	Start int64
-	End   int64
-	Usage streamjson.Usage // final usage (notification's, else the last progress)
+	Start int64            `json:",omitzero"`
+	End   int64            `json:",omitzero"`
+	Usage streamjson.Usage `json:",omitzero"` // final usage (notification's, else the last progress)
 	// Cost sums its agents' Cost (the CLI's own telemetry).
-	Cost cost.Sum
+	Cost cost.Sum `json:",omitzero"`
 	// Stalled is set while the unfinished run has shown no event for
 	// TrackerOptions.StallAfter; Stalls counts its silences.
-	Stalled   bool
-	Stalls    int
+	Stalled   bool  `json:",omitzero"`
+	Stalls    int   `json:",omitzero"`
 	lastEvent int64 // the Tracker's clock at its last event
 	// AgentsStalled counts its agents stalled now (Agent.Stalled).
-	AgentsStalled int
+	AgentsStalled int `json:",omitzero"`
 	// agentDue is a lower bound of when one of its live agents can stall
 	// (0: none can): the stall check looks at its agents only then.
 	agentDue int64
@@ -225,22 +225,22 @@ type Run struct {
 	// Adopted is set while a run known only from its task_progress (no
 	// task_started yet: a follower that joined mid-stream, or a reordered
 	// stream) lacks its identity. A late task_started completes it.
-	Adopted bool
+	Adopted bool `json:",omitzero"`
 
-	Phases []Phase // by index
-	Agents []Agent // by index
+	Phases []Phase `json:",omitzero"` // by index
+	Agents []Agent `json:",omitzero"` // by index
 
 	// InterruptAt is when an interrupt or stop_task aimed at this run was
 	// seen on stdin (arrival, epoch ms); InterruptLatencyMs is the time
 	// from it to the stopped notification, -1 when not applicable.
-	InterruptAt        int64
-	InterruptLatencyMs int64
+	InterruptAt        int64 `json:",omitzero"`
+	InterruptLatencyMs int64 `json:",omitzero"`
 	// budgetInterrupt: the interrupt was the wrapper's budget cap's
 	// (its request_id starts with BudgetRequestIDPrefix).
 	budgetInterrupt bool
 
-	Finished  bool  // task_notification seen (or abandoned at stream end)
-	Finalized bool  // grace window closed: nothing changes any more
+	Finished  bool  `json:",omitzero"` // task_notification seen (or abandoned at stream end)
+	Finalized bool  `json:",omitzero"` // grace window closed: nothing changes any more
 	graceEnd  int64 // when the grace window closes
 	// announceBy is set while an adopted run's RunStarted is held back
 	// (see Tracker.adopt): it is emitted when the task_started comes, when

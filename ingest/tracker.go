@@ -544,9 +544,17 @@ func (t *Tracker) mergeSnapshot(r *Run, ev *streamjson.Event) {
 	t.capHit = ev.ElementsOverCap > 0
 	t.resent = ev.Resent
 	// A snapshot lists every agent so far: room for as many as it has
-	// elements (up to the cap) at once, not one doubling per new agent
-	// (a quarter of replay's allocated bytes were those copies).
-	if n := min(len(ev.Entries), t.caps.Agents); n > cap(r.Agents) {
+	// agent elements (up to the cap) at once, not one doubling per new
+	// agent (a quarter of replay's allocated bytes were those copies).
+	// Phase elements are not counted: room for them too was a third of
+	// the agents' bytes that serve holds for runs in their grace window.
+	agents := 0
+	for i := range ev.Entries {
+		if !ev.Entries[i].Phase {
+			agents++
+		}
+	}
+	if n := min(agents, t.caps.Agents); n > cap(r.Agents) {
 		r.Agents = slices.Grow(r.Agents, n-len(r.Agents))
 	}
 	for i := range ev.Entries {
