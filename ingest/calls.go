@@ -121,7 +121,9 @@ func (t *Tracker) unindexRun(r *Run) {
 // conversation's or its agent is known, after the grace window (as
 // unmatched) when the stream never names its agent. Calls reach the
 // Tracker only when TrackerOptions.AttributeCalls is set; otherwise every
-// agent call is unmatched.
+// agent call is unmatched. c's text must be clean (safetext.Clean to the
+// decoder's MaxIDLen): its boundary is the caller's (join cleans the CLI's
+// attributes), the sinks only Cut it.
 func (t *Tracker) HandleCall(c ModelCall, now int64) {
 	t.Advance(now)
 	t.stats.calls.Add(1)

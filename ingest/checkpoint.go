@@ -133,10 +133,13 @@ func agentIndices(pool []int, agents []Agent, sent func(*Agent) bool) (idx, grow
 // close them before the late snapshots written meanwhile are read. A
 // replay, whose clock is the stream, passes s.Now. No lifecycle event is
 // emitted: the sinks learn of restored runs from their own checkpoints.
+// A checkpoint is input too: its text is cleaned as the decoder cleans a
+// line's (hygiene.go), so the runs the sinks get from Restore are clean.
 func (t *Tracker) Restore(s TrackerState, now int64) error {
 	if len(t.open) > 0 || len(t.tombOrder) > 0 || t.ended.Len() > 0 || t.now != 0 || t.sess.Len() > 0 {
 		return errors.New("ingest: Restore on a Tracker that is in use")
 	}
+	s = cleanState(s)
 	loadSessions, err := t.sess.Restore(s.Sessions)
 	if err != nil {
 		return fmt.Errorf("ingest: restoring %w", err)

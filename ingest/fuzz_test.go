@@ -492,6 +492,7 @@ func (s *invariantSink) checkParent(r *ingest.Run) {
 func (s *invariantSink) Observe(l ingest.Lifecycle) {
 	t := s.t
 	s.events++
+	checkLifecycleText(t, l)
 	if l.Kind == ingest.ViolationSeen {
 		s.violations[l.Violation]++
 	}
@@ -771,7 +772,7 @@ func agentRowJSON(idx int, c byte, now int64) string {
 	case 4:
 		return base + id + fmt.Sprintf(`,"state":"done","startedAt":%d,"durationMs":%d,"tokens":7}`, start, 10+int(c))
 	case 5:
-		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"endedAt":%d,"error":"subagent aborted: x"}`, start, now)
+		return base + id + fmt.Sprintf(`,"state":"error","startedAt":%d,"endedAt":%d,"error":"%s","resultPreview":"%[3]s"}`, start, now, fzNames[int(c/12)%len(fzNames)])
 	case 6:
 		return base + id + `,"state":"cached"}`
 	case 7:
@@ -851,7 +852,8 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 				nest += fmt.Sprintf(`,"parent_agent_id":"v1:%d"`, 1+int(b/16)%5)
 			}
 		}
-		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"wf","tool_use_id":"tu"%s}`, typ, nest), 0
+		name := fzNames[int(a/5)%len(fzNames)]
+		return head + fmt.Sprintf(`,"subtype":"task_started","task_type":"%s","workflow_name":"%s","description":"%s","tool_use_id":"tu"%s}`, typ, name, name, nest), 0
 	case 2, 3, 4:
 		// op 4: a snapshot sent again after a reconnect (issue 28).
 		resent := ""
@@ -884,6 +886,9 @@ func (p *fzProgram) line(tr *ingest.Tracker) (line string, src tap.Source) {
 		}
 		if a&8 != 0 {
 			u += `,"reason":"worker_restart"`
+		}
+		if a&16 != 0 {
+			u += fmt.Sprintf(`,"summary":"%s"`, fzNames[int(a/32)%len(fzNames)])
 		}
 		return head + fmt.Sprintf(`,"subtype":"task_notification","status":"%s"%s}`, fzStatuses[int(p.next())%len(fzStatuses)], u), 0
 	case 9:
@@ -945,7 +950,9 @@ func FuzzTracker(f *testing.F) {
 		inv := newInvariantSink(t)
 		st := new(ingest.Stats)
 		tr := ingest.NewTracker(ingest.TrackerOptions{Grace: 5 * time.Second, Sinks: []ingest.Sink{inv}, Stats: st, AttributeCalls: true, StallAfter: 3 * time.Second})
-		dec := streamjson.NewDecoder(streamjson.DecodeOptions{})
+		// Kept previews and errors (an odd program) carry hostile text too.
+		keep := len(prog)%2 == 1
+		dec := streamjson.NewDecoder(streamjson.DecodeOptions{KeepPreviews: keep, KeepErrors: keep})
 		p := &fzProgram{b: prog, now: T0}
 		prev, prevSrc := "", tap.SourceStdout
 		last := inv.checkCounters(st, nil)

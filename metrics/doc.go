@@ -62,8 +62,8 @@
 // 1.1, at most 160 buckets, resolution reduced rather than reset when that
 // is exceeded, so nothing ever goes down) for scrapers that negotiate it.
 //
-// Cardinality. The workflow label is the sanitized workflow_name
-// (safetext.Clean, 128 bytes), "unknown" when empty, and at most
+// Cardinality. The workflow label is the workflow_name ingest cleaned
+// (safetext.Clean), cut to 128 bytes (safetext.Cut), "unknown" when empty, and at most
 // Options.MaxWorkflows distinct values (default 200); later names become
 // "other" and are counted. With Options.WorkflowAllow (CompileWorkflowAllow:
 // a regexp or a file of them, matched against the whole label value) only

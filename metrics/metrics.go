@@ -271,7 +271,7 @@ func New(opts Options) (*Metrics, error) {
 		Name: "cbc_otel_build_info",
 		Help: "Always 1; the labels say which cbc-otel build is running.",
 	}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(safetext.Clean(opts.Version, maxLabelLen), runtime.Version()).Set(1)
+	buildInfo.WithLabelValues(safetext.Cut(opts.Version, maxLabelLen), runtime.Version()).Set(1)
 
 	cs := []prometheus.Collector{
 		m.runsStarted, m.runsTotal, m.runsActive, m.duration, m.agentsTotal, m.agentDuration,
@@ -601,11 +601,11 @@ func (c *labelCap) allows(label string) bool {
 	return c.allow == nil || label == LabelUnknown || label == LabelOther || c.allow.MatchString(label)
 }
 
-// resolve sanitizes raw and returns its label value; added reports a value
+// resolve bounds raw (clean: ingest cleaned it) and returns its label value; added reports a value
 // seen for the first time (its series should be pre-created), folded why a
 // name became "other". The allow-list applies first, then the cap.
 func (c *labelCap) resolve(raw string) (label string, added bool, folded folding) {
-	label = safetext.Clean(raw, maxLabelLen)
+	label = safetext.Cut(raw, maxLabelLen)
 	if label == "" {
 		label = LabelUnknown
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/exposition"
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
 )
@@ -322,11 +323,18 @@ func TestHostileNames(t *testing.T) {
 		`quote"back\slash{}=,`,
 	}
 	for _, name := range hostile {
-		r := &ingest.Run{Workflow: true, Name: name, Status: ingest.StatusFailed, Start: t0, End: t0 + 1000}
+		// The names reach the sink through ingest's boundary (a
+		// checkpoint's Restore), as they really can: the sink only cuts.
+		runs, err := ingesttest.Restored(ingest.Run{TaskID: "w", Workflow: true, Name: name, Status: ingest.StatusFailed, Start: t0, End: t0 + 1000},
+			ingest.Run{TaskID: "t", TaskType: name, Status: ingest.StatusCompleted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runs[0]
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
-		task := &ingest.Run{TaskType: name, Status: ingest.StatusCompleted}
+		task := runs[1]
 		m.Observe(ingest.Lifecycle{Kind: ingest.TaskStarted, Run: task})
 		m.Observe(ingest.Lifecycle{Kind: ingest.TaskEnded, Run: task})
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/safetext"
 )
 
 // This file lets a long-lived process (cbc-otel serve) survive its own
@@ -85,6 +86,9 @@ func (m *Metrics) RestoreStream(state json.RawMessage, open []*ingest.Run) (func
 	for _, sm := range marks {
 		if sm.Run < 0 || sm.Run >= len(open) {
 			return nil, fmt.Errorf("metrics: a run mark of run %d, but %d runs are open", sm.Run, len(open))
+		}
+		if err := checkLabels("run mark", sm.Mark.Label); err != nil {
+			return nil, err
 		}
 	}
 	return func() {
@@ -266,6 +270,11 @@ func (k *Checkpoint) RestoreCheckpoint(state json.RawMessage) (func(), error) {
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, fmt.Errorf("metrics: decoding the checkpoint: %w", err)
 	}
+	for what, ls := range map[string][]string{"workflow": st.Workflows, "task_type": st.TaskTypes, "model": st.Models} {
+		if err := checkLabels(what, ls...); err != nil {
+			return nil, err
+		}
+	}
 	base, err := unmarshalFamilies(st.Totals)
 	if err != nil {
 		return nil, err
@@ -281,6 +290,19 @@ func (k *Checkpoint) RestoreCheckpoint(state json.RawMessage) (func(), error) {
 		}
 		k.m.mu.Unlock()
 	}, nil
+}
+
+// checkLabels refuses label values read back from a checkpoint that are
+// not clean text within maxLabelLen: what this package saved was (ingest
+// cleaned it, resolve cut it), so such a value means the file was changed,
+// and the sink cuts but never cleans.
+func checkLabels(what string, labels ...string) error {
+	for _, l := range labels {
+		if !safetext.IsClean(l, maxLabelLen) {
+			return fmt.Errorf("metrics: a %s label in the checkpoint is not clean text: %q", what, l)
+		}
+	}
+	return nil
 }
 
 // marshalFamilies encodes families to JSON (protobuf JSON mapping, one

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -254,5 +255,33 @@ func TestRestoreIsTwoPhase(t *testing.T) {
 	}
 	if b, err := newTest(t, Options{}).SaveStream(open); b != nil || err != nil {
 		t.Fatalf("marks of runs never seen: %s %v", b, err)
+	}
+}
+
+// TestRestoreRefusesUncleanLabels: a checkpoint is input too. A label
+// value read back that is not clean text (controls, bidirectional marks,
+// runs of spaces, beyond the bound) is refused as a changed file, in the
+// stream's run marks and in the process's label lists alike; the sink
+// never cleans it.
+func TestRestoreRefusesUncleanLabels(t *testing.T) {
+	run := []*ingest.Run{{TaskID: "t", Workflow: true, Name: "wf"}}
+	for _, bad := range []string{`evil\u0000\u001b[31m`, `\u202eenod`, `two  spaces`, ` lead`, strings.Repeat("x", maxLabelLen+1)} {
+		m := newTest(t, Options{})
+		if _, err := m.RestoreStream(json.RawMessage(`[{"run":0,"mark":{"label":"`+bad+`","workflow":true,"active":true}}]`), run); err == nil {
+			t.Errorf("run mark label %q restored", bad)
+		}
+		for _, field := range []string{"workflows", "task_types", "models"} {
+			k := NewCheckpoint(m, exposition.NewCumulative(m.Registry(), "cbc_"))
+			if _, err := k.RestoreCheckpoint(json.RawMessage(`{"` + field + `":["ok","` + bad + `"]}`)); err == nil {
+				t.Errorf("%s label %q restored", field, bad)
+			}
+		}
+	}
+	m := newTest(t, Options{})
+	if _, err := m.RestoreStream(json.RawMessage(`[{"run":0,"mark":{"label":"wf","workflow":true,"active":true}}]`), run); err != nil {
+		t.Errorf("a clean mark refused: %v", err)
+	}
+	if _, err := NewCheckpoint(m, exposition.NewCumulative(m.Registry(), "cbc_")).RestoreCheckpoint(json.RawMessage(`{"workflows":["wf","名前 ok"],"models":["claude-x"]}`)); err != nil {
+		t.Errorf("clean labels refused: %v", err)
 	}
 }

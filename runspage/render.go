@@ -355,11 +355,10 @@ func spanText(s, e int64) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
-// clean is safetext.Clean (no control or bidirectional formatting
-// characters, whatever a caller of Observe passed) cut to n runes with a
-// mark.
+// clean cuts text that ingest cleaned (safetext.Cut: no control or
+// bidirectional formatting character to strip) to n runes with a mark.
 func clean(s string, n int) string {
-	s = safetext.Clean(s, 4*n)
+	s = safetext.Cut(s, 4*n)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

@@ -16,9 +16,9 @@
 // them once a request may hold them (copy on write), so the pipeline never
 // waits for a page to render.
 //
-// Every name, title and label comes from the stream: html/template escapes
-// it, and it is cleaned again of control and bidirectional formatting
-// characters (safetext.Clean). Prompt and result previews are never
+// Every name, title and label comes from the stream: ingest cleaned it of
+// control and bidirectional formatting characters (safetext.Clean, once),
+// the page only cuts it (safetext.Cut) and html/template escapes it. Prompt and result previews are never
 // shown; error texts are what the Tracker kept (withheld unless
 // --tracker.capture-errors).
 package runspage

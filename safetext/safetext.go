@@ -76,6 +76,16 @@ func Cut(s string, max int) string {
 	return strings.TrimRight(s[:i], " ")
 }
 
+// IsClean reports whether s is what Clean(s, max) returns: text that
+// passed Clean to that bound. It lets a consumer of clean text check text
+// it reads back (its own checkpoint) without cleaning it again.
+func IsClean(s string, max int) bool {
+	if max <= 0 || len(s) > max {
+		return s == ""
+	}
+	return IsPlain(s) || clean(s, max) == s
+}
+
 // IsPlain reports whether s is printable ASCII without runs of spaces, or
 // spaces at either end: text that Clean returns unchanged when it fits.
 func IsPlain(s string) bool {

@@ -58,6 +58,22 @@ func TestCut(t *testing.T) {
 	}
 }
 
+func TestIsClean(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		max  int
+		want bool
+	}{
+		{"", 0, true}, {"", 5, true}, {"x", 0, false}, {"plain", 5, true}, {"plain", 4, false},
+		{"ünï code", 20, true}, {"a  b", 20, false}, {" a", 20, false}, {"bad\xff", 20, false},
+		{"rtl\u202e", 20, false}, {"tab\t", 20, false}, {"éé", 3, false}, {"é", 2, true},
+	} {
+		if got := IsClean(tt.in, tt.max); got != tt.want {
+			t.Errorf("IsClean(%q, %d) = %v, want %v", tt.in, tt.max, got, tt.want)
+		}
+	}
+}
+
 func TestIsPlain(t *testing.T) {
 	for in, want := range map[string]bool{
 		"": true, "a b": true, "a  b": false, " a": false, "a ": false,
@@ -103,6 +119,10 @@ func FuzzCutOfClean(f *testing.F) {
 		}
 		if got, want := Cut(c, b), Clean(c, b); got != want {
 			t.Fatalf("Cut(Clean(%q, %d), %d) = %q, Clean of it = %q", s, a, b, got, want)
+		}
+		// IsClean is the definition: what Clean leaves as it is.
+		if !IsClean(c, a) || IsClean(s, a) != (Clean(s, a) == s) || IsClean(s, b) != (Clean(s, b) == s) {
+			t.Fatalf("IsClean(%q, %d) = %v, IsClean(%q, %d) = %v, Clean = %q", c, a, IsClean(c, a), s, a, IsClean(s, a), Clean(s, a))
 		}
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/cbc-otel/cbc-otel/ndjson"
 	"github.com/cbc-otel/cbc-otel/report"
 	"github.com/cbc-otel/cbc-otel/runspage"
+	"github.com/cbc-otel/cbc-otel/safetext"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 )
 
@@ -55,6 +56,9 @@ type Flags struct {
 	// service.version, the runs page).
 	Version string
 }
+
+// maxVersionLen bounds the build's version: a label value's bound.
+const maxVersionLen = 128
 
 // Mode says which command the flags are registered for: which flag groups
 // exist and their defaults.
@@ -185,7 +189,10 @@ func New(ctx context.Context, f *Flags, env func(string) string, logger *slog.Lo
 		}
 	}
 	t := &Telemetry{flags: f, stats: new(ingest.Stats), logger: logger}
-	f.traces.console, f.traces.version, f.metrics.version = f.Console, f.Version, f.Version
+	// The build's version is text from outside (ldflags, the module's
+	// build info): cleaned once here, as a label's, the sinks only cut it.
+	version := safetext.Clean(f.Version, maxVersionLen)
+	f.traces.console, f.traces.version, f.metrics.version = f.Console, version, version
 	f.traces.forward = f.JoinCLI // the egress forwards the CLI's logs and metrics too
 	tr, err := f.traces.setup(ctx, env, logger)
 	if err != nil {
@@ -197,7 +204,7 @@ func New(ctx context.Context, f *Flags, env func(string) string, logger *slog.Lo
 	}
 	tr.newSink(t.join)
 	if f.metrics.serve && f.metrics.webRuns > 0 {
-		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: f.Version,
+		t.page = runspage.New(runspage.Options{Runs: f.metrics.webRuns, Version: version,
 			Gaps: func() string { return report.StatsOf(t.stats).GapsText() }})
 		f.metrics.page = t.page // served by the metrics listener
 	}

@@ -402,16 +402,16 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 		kv = append(kv, attribute.String(AttrErrorType, ErrorTypeAbandoned))
 	}
 	if s.previews {
-		if v := safetext.Clean(a.PromptPreview, maxPreviewLen); v != "" {
+		if v := safetext.Cut(a.PromptPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrPromptPreview, v))
 		}
-		if v := safetext.Clean(a.ResultPreview, maxPreviewLen); v != "" {
+		if v := safetext.Cut(a.ResultPreview, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrResultPreview, v))
 		}
 	}
 	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
 	if code == codes.Error {
-		sp.SetStatus(code, safetext.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, safetext.Cut(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }
@@ -550,7 +550,7 @@ func (s *Sink) task(r *ingest.Run) {
 // its parent task.
 func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute.KeyValue, failMsg string) {
 	if s.previews {
-		if v := safetext.Clean(r.Summary, maxPreviewLen); v != "" {
+		if v := safetext.Cut(r.Summary, maxPreviewLen); v != "" {
 			kv = append(kv, attribute.String(AttrSummary, v))
 		}
 	}
@@ -558,7 +558,7 @@ func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute
 	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
 		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
 	if code == codes.Error {
-		sp.SetStatus(code, safetext.Clean(msg, maxStatusLen))
+		sp.SetStatus(code, safetext.Cut(msg, maxStatusLen))
 	}
 	sp.End(trace.WithTimestamp(ms(end)))
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/ingest"
 	"github.com/cbc-otel/cbc-otel/internal/golden"
+	"github.com/cbc-otel/cbc-otel/internal/ingesttest"
 	"github.com/cbc-otel/cbc-otel/simulate"
 	"github.com/cbc-otel/cbc-otel/streamjson"
 	"github.com/cbc-otel/cbc-otel/tap"
@@ -288,10 +289,16 @@ func TestPreviewBounded(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(NewIDGenerator()))
 	s := New(tp, Options{CapturePreviews: true})
-	r := &ingest.Run{TaskID: "t", Workflow: true, Name: "w", Status: ingest.StatusFailed, Start: 1000, End: 5000,
-		Error: "boom\x1b[31m\u202e" + strings.Repeat("x", 1000), InterruptLatencyMs: -1}
-	r.Agents = []ingest.Agent{{Index: 1, State: ingest.AgentError, Start: 1000, End: 2000, Error: strings.Repeat("e\n", 400),
-		ResultPreview: "ok\x00\x07" + strings.Repeat("r", 2000)}}
+	// Hostile text reaches the sink through ingest's boundary (here a
+	// checkpoint's Restore): the sink only cuts what ingest cleaned.
+	runs, err := ingesttest.Restored(ingest.Run{TaskID: "t", Workflow: true, Name: "w", Status: ingest.StatusFailed, Start: 1000, End: 5000,
+		Error: "boom\x1b[31m\u202e" + strings.Repeat("x", 1000), InterruptLatencyMs: -1,
+		Agents: []ingest.Agent{{Index: 1, State: ingest.AgentError, Start: 1000, End: 2000, Error: strings.Repeat("e\n", 400),
+			ResultPreview: "ok\x00\x07" + strings.Repeat("r", 2000)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runs[0]
 	s.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
 	s.Observe(ingest.Lifecycle{Kind: ingest.AgentEnded, Run: r, Agent: &r.Agents[0]})
 	s.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})

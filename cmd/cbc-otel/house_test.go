@@ -49,7 +49,8 @@ func TestNoLongFunctions(t *testing.T) {
 
 // TestPackageGraph holds the direction of the imports (docs/development.md, Layout):
 // the taps know no protocol, the wire format knows only the taps and
-// safetext, the Tracker knows no sink, no sink knows another or the
+// safetext, the Tracker knows no sink (and cleans a checkpoint's text:
+// safetext), no sink knows another or the
 // decoder, and no source (supervise, spool, follow) knows a sink.
 // telemetry builds the sinks of a process and only this command knows it;
 // the command knows no sink.
@@ -84,7 +85,7 @@ func TestPackageGraph(t *testing.T) {
 		"streamjson": {"tap", "safetext"},
 		"cost":       {},
 		"safetext":   {},
-		"ingest":     {"tap", "ndjson", "streamjson", "cost", "internal/fifo"},
+		"ingest":     {"tap", "ndjson", "streamjson", "cost", "safetext", "internal/fifo"},
 		"supervise":  {},
 		"spool":      {"tap", "streamjson"},
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
@@ -112,7 +113,7 @@ func TestPackageGraph(t *testing.T) {
 		// The sink set of one process: everything below it but the
 		// supervisor, which is the command's.
 		"telemetry": {"tap", "ndjson", "streamjson", "ingest", "spool", "follow", "traces", "metrics", "report", "runspage",
-			"join", "egress", "exposition", "internal/ghoutput", "internal/runcost"},
+			"join", "egress", "exposition", "safetext", "internal/ghoutput", "internal/runcost"},
 		// The face: flags, subcommands, exit codes; no sink, no decoder.
 		// spool only for the names of its files in serve's globs.
 		"cmd/cbc-otel": {"telemetry", "supervise", "follow", "spool", "simulate", "simulate/drive", "internal/count", "internal/runcost"},

@@ -1,5 +1,6 @@
 // Package ingesttest holds test support for the users of package ingest:
-// a Sink that records every lifecycle event.
+// a Sink that records every lifecycle event, and runs restored through
+// ingest's text boundary.
 package ingesttest
 
 import (
