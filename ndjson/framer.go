@@ -129,6 +129,14 @@ func (f *Framer) partial(p []byte) {
 				p = p[:room]
 				f.truncated = true
 			}
+			if need := len(f.buf) + len(p); need > cap(f.buf) {
+				// Doubling, not straight to the limit as grow does: what
+				// is kept of a squeezed line is usually far less than it
+				// (and append's 1.25x steps left a trail of garbage).
+				nb := make([]byte, len(f.buf), min(max(need, 2*cap(f.buf)), f.max))
+				copy(nb, f.buf)
+				f.buf = nb
+			}
 			f.buf = f.sq.Append(f.buf, p)
 		} else if len(p) > 0 {
 			f.truncated = true
