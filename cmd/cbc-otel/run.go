@@ -150,11 +150,15 @@ type runner struct {
 	// done, before the telemetry shuts down (demo prints what it saw, and
 	// may keep /metrics up).
 	finished func(*telemetry, outcome)
+	// releaseStartup drops the binary's start-up pages from the resident
+	// set before the child starts (releaseStartupPages): run, a process
+	// of its own, not demo.
+	releaseStartup bool
 }
 
 // cmdRun is `cbc-otel run [flags] -- CMD [ARGS...]`.
 func cmdRun(ctx context.Context, args []string, sio stdio) int {
-	r := runner{signals: supervise.NotifySignals, watchParent: true, consumerWait: defaultConsumerWait}
+	r := runner{signals: supervise.NotifySignals, watchParent: true, consumerWait: defaultConsumerWait, releaseStartup: true}
 	return r.run(ctx, args, sio)
 }
 
@@ -254,6 +258,10 @@ func (r *runner) exec(ctx context.Context, cfg runConfig, sio stdio) outcome {
 	}
 	if r.started != nil {
 		r.started(c.tel)
+	}
+	if r.releaseStartup {
+		n, err := releaseStartupPages()
+		log.Debug("start-up pages of the binary released", "bytes", n, "err", err)
 	}
 	res, err := supervise.Run(ctx, supervise.Config{
 		Path:         cfg.command[0],
