@@ -203,3 +203,19 @@ func FuzzSqueeze(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSqueeze is the state attack's snapshot arriving in 64 KiB
+// pieces: the cost per byte of reading a line the Squeezer takes.
+func BenchmarkSqueeze(b *testing.B) {
+	line := []byte(squeezeLine(agentElems(20000), ","))
+	s := NewSqueezer(2200)
+	buf := make([]byte, 0, 1<<20)
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		s.Reset()
+		buf = buf[:0]
+		for off := 0; off < len(line); off += 64 << 10 {
+			buf = s.Append(buf, line[off:min(off+64<<10, len(line))])
+		}
+	}
+}
