@@ -109,12 +109,15 @@ grep -E '^(=== RUN|--- |\s+--- )' "$work/backend.log" | grep -v '=== RUN.*/' || 
 
 # The table of every figure.
 elapsed=$(( $(date +%s) - start ))
-# 720 s since issue 21: the state attack's peak RSS is measured alone
-# (about 55 s more, two rounds after the fuzzing); the CI run that added it
-# took 655 s in a slow phase of its host (its throughput ratios were the
-# noisiest seen), where a quiet host takes about 500 s.
-printf '%s\t%s\t%s\t%s\t%s\n' "0 suite" "make chaos wall time" "${elapsed}s (fuzzing ${fuzz_total}s beside the tests)" "<= 720s" \
-	"$( [ "$elapsed" -le 720 ] && echo ok || echo BREACH)" >>"$work/rows.tsv"
+# 900 s since issue 33: the slowest runs measured, 738 and 743 s, were
+# fresh clones on a host busy with other work (passthrough streams 5m29s,
+# fuzzing 425 s over 11 targets, backend faults 165 s), plus 20 %; a quiet
+# CI host takes about 520 s (fuzzing 357 s beside the tests, then 105 s of
+# backend faults and 53 s of the state attack). It was 720 s since issue
+# 21, when the state attack began to run alone after the fuzzing.
+chaos_bound=900
+printf '%s\t%s\t%s\t%s\t%s\n' "0 suite" "make chaos wall time" "${elapsed}s (fuzzing ${fuzz_total}s beside the tests)" "<= ${chaos_bound}s" \
+	"$( [ "$elapsed" -le "$chaos_bound" ] && echo ok || echo BREACH)" >>"$work/rows.tsv"
 set +e
 CHAOS_FIGURES="$work/fuzz.tsv:$work/rows.tsv" chaos -test.run '^$' >"$work/table.log" 2>&1
 s=$?

@@ -14,6 +14,13 @@ import (
 // it asks whether the line is worth keeping (see ndjson.Framer.SetProbe).
 const probeBytes = 4 << 10
 
+// squeezeBytes is how much of a line still arriving the framer buffers
+// before a streamjson.Squeezer reads it, so that a snapshot's elements
+// beyond what the decoder reads are not held (the 4 MiB snapshot of the
+// state attack was the peak of run's heap). Shorter lines, nearly all,
+// cost the Squeezer nothing.
+const squeezeBytes = 64 << 10
+
 // maxClockLeap bounds how far one event may move a replay's clock.
 const maxClockLeap = 24 * 60 * 60 * 1000
 
@@ -81,6 +88,9 @@ func NewPipeline(opts PipelineOptions) *Pipeline {
 	for i := range p.framers {
 		p.framers[i] = ndjson.NewFramer(opts.MaxLine, p.line)
 		p.framers[i].SetProbe(probeBytes, streamjson.WorthBuffering)
+		if n := opts.Decode.MaxElements; n > 0 {
+			p.framers[i].SetSqueezer(squeezeBytes, streamjson.NewSqueezer(n))
+		}
 	}
 	return p
 }

@@ -38,6 +38,23 @@ type Framer struct {
 	skipping  bool  // after a gap: discard up to the next newline
 	skipped   int64 // bytes discarded so far while skipping
 	emit      func(Line)
+	sq        Squeezer
+	sqFrom    int  // buffered bytes of a line at which sq takes over
+	squeezing bool // sq holds the current line
+}
+
+// A Squeezer rewrites a long line while it arrives into a shorter one that
+// means the same to the line's reader (streamjson.Squeezer: the elements
+// of a snapshot the decoder would skip unread), so that the framer need
+// not hold the line whole.
+type Squeezer interface {
+	// Append appends to dst what is kept of src, the line's next bytes,
+	// and returns the extended slice. dst may share src's array if it
+	// ends at or before src's start: nothing kept of src may be longer
+	// than what was read of it.
+	Append(dst, src []byte) []byte
+	// Reset starts the next line.
+	Reset()
 }
 
 // NewFramer returns a framer that calls emit for every line and buffers at
@@ -55,6 +72,14 @@ func NewFramer(max int, emit func(Line)) *Framer {
 // Truncated: a multi-megabyte message nobody decodes costs no memory.
 func (f *Framer) SetProbe(n int, keep func(prefix []byte) bool) {
 	f.probe, f.keep = n, keep
+}
+
+// SetSqueezer makes the framer pass a line that is still arriving through
+// s once from bytes of it are buffered, and buffer only what s keeps. A
+// squeezed line is still judged by its length in the stream: past the
+// framer's cap it is Truncated, Data what s kept of its first max bytes.
+func (f *Framer) SetSqueezer(from int, s Squeezer) {
+	f.sqFrom, f.sq = from, s
 }
 
 // Write frames p. Complete lines that lie wholly in p are passed to emit
@@ -96,7 +121,28 @@ func (f *Framer) partial(p []byte) {
 		f.skipped += int64(len(p))
 		return
 	}
+	seen := f.lineLen // of the line, before p
 	f.lineLen += int64(len(p))
+	if f.squeezing {
+		if room := int64(f.max) - seen; room > 0 {
+			if int64(len(p)) > room {
+				p = p[:room]
+				f.truncated = true
+			}
+			if need := len(f.buf) + len(p); need > cap(f.buf) {
+				// Doubling, not straight to the limit as grow does: what
+				// is kept of a squeezed line is usually far less than it
+				// (and append's 1.25x steps left a trail of garbage).
+				nb := make([]byte, len(f.buf), min(max(need, 2*cap(f.buf)), f.max))
+				copy(nb, f.buf)
+				f.buf = nb
+			}
+			f.buf = f.sq.Append(f.buf, p)
+		} else if len(p) > 0 {
+			f.truncated = true
+		}
+		return
+	}
 	if room := f.limit - len(f.buf); room > 0 {
 		if len(p) > room {
 			p = p[:room]
@@ -120,6 +166,13 @@ func (f *Framer) partial(p []byte) {
 			f.limit = len(f.buf)
 			f.truncated = true
 		}
+	}
+	if f.sq != nil && !f.truncated && f.limit == f.max && len(f.buf) >= f.sqFrom && (f.keep == nil || f.probed) {
+		// What is buffered is the whole line so far: the squeezer reads
+		// it from the start, in place, then every byte as it comes.
+		f.squeezing = true
+		f.sq.Reset()
+		f.buf = f.sq.Append(f.buf[:0], f.buf)
 	}
 }
 
@@ -183,6 +236,10 @@ func (f *Framer) Flush() {
 	f.reset()
 }
 
+// Held returns the capacity of the buffer of the line being read: what a
+// long line costs in memory while it arrives.
+func (f *Framer) Held() int { return cap(f.buf) }
+
 // Pending returns how many bytes of an unterminated line are held.
 func (f *Framer) Pending() int64 { return f.lineLen }
 
@@ -198,6 +255,7 @@ func (f *Framer) reset() {
 	f.truncated = false
 	f.limit = f.max
 	f.probed = false
+	f.squeezing = false
 }
 
 // trimCR removes one trailing "\r" of a complete line (CRLF framing).

@@ -237,3 +237,62 @@ func TestFramerAccountsEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// dropX is a Squeezer that keeps every byte but 'x'.
+type dropX struct{ resets int }
+
+func (d *dropX) Append(dst, src []byte) []byte {
+	for _, c := range src {
+		if c != 'x' {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+func (d *dropX) Reset() { d.resets++ }
+
+// TestFramerSqueezer: once from bytes of a line still arriving are
+// buffered, the squeezer reads the line from its start and only what it
+// keeps is buffered; the line keeps its length in the stream, and past the
+// cap it is Truncated as an unsqueezed line would be. A line that arrives
+// whole, or is shorter than from, is not squeezed.
+func TestFramerSqueezer(t *testing.T) {
+	const from, max = 8, 40
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		want   []Line
+	}{
+		{"short line, not squeezed", []string{"axxb", "xc\n"}, []Line{{Data: []byte("axxbxc"), Len: 7}}},
+		{"whole in one write, not squeezed", []string{"axxxxxxxxxxxb\n"}, []Line{{Data: []byte("axxxxxxxxxxxb"), Len: 14}}},
+		{"squeezed from the start", []string{"axxxx", "xxxxbx", "xc\r\n"}, []Line{{Data: []byte("abc"), Len: 15}}},
+		{"squeezed, over the cap by its length in the stream", []string{"a" + strings.Repeat("x", 20), strings.Repeat("x", 30) + "b\n"},
+			[]Line{{Data: []byte("a"), Len: 53, Truncated: true}}},
+		{"kept bytes up to the cap", []string{"abcdefghij", strings.Repeat("x", 29) + "kl", "mn\n"},
+			[]Line{{Data: []byte("abcdefghijk"), Len: 44, Truncated: true}}},
+		{"the next line starts afresh", []string{"axxxx", "xxxxb\nxy", "z\n"}, []Line{{Data: []byte("ab"), Len: 11}, {Data: []byte("xyz"), Len: 4}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Line
+			f := NewFramer(max, func(l Line) {
+				l.Data = bytes.Clone(l.Data)
+				got = append(got, l)
+			})
+			sq := new(dropX)
+			f.SetSqueezer(from, sq)
+			for _, p := range tc.pieces {
+				f.Write([]byte(p))
+			}
+			f.Flush()
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d lines %+v, want %+v", len(got), got, tc.want)
+			}
+			for i := range got {
+				if string(got[i].Data) != string(tc.want[i].Data) || got[i].Len != tc.want[i].Len || got[i].Truncated != tc.want[i].Truncated {
+					t.Errorf("line %d: got {%q %d %v}, want {%q %d %v}", i, got[i].Data, got[i].Len, got[i].Truncated, tc.want[i].Data, tc.want[i].Len, tc.want[i].Truncated)
+				}
+			}
+		})
+	}
+}

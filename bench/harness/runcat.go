@@ -53,12 +53,13 @@ func runCat(ctx context.Context, c *config, rep *report) error {
 	if err != nil {
 		return fmt.Errorf("run vs cat: %w", err)
 	}
-	bins := []runCatBin{{name: "cat", cat: true}, {name: "run", bin: cpuBin{name: "new", path: c.bin}}}
+	bins := []runCatBin{{name: "cat", cat: true}, {name: "run", bin: cpuBin{name: "new", path: c.bin, names: c.names}}}
 	base, err := baselineBinary(ctx, c)
 	if err != nil {
 		return err
 	}
 	if base.path != "" {
+		base.names = probeFlagNames(ctx, base.path)
 		bins = append(bins, runCatBin{name: "run, baseline", bin: base})
 		rep.note("runcat: baseline = %s, `%s` (%s), measured in turn with cat and the current binary in every run", base.desc, base.path, binVersion(ctx, base.path))
 	}
@@ -210,7 +211,7 @@ func runCatGenMain(spec string) int {
 // the child it reaped) less the CPU the child reported. A run is invalid
 // when the tap dropped or a line was not framed.
 func runPaced(ctx context.Context, b cpuBin, self string, rate int, path string, lines int64, dir, tag string, out *os.File) (cpuResult, error) {
-	tel, err := telemetryOn(dir, tag)
+	tel, err := telemetryOn(b.names, dir, tag)
 	if err != nil {
 		return cpuResult{}, err
 	}
