@@ -347,7 +347,8 @@ func TestFastDecodeAllocations(t *testing.T) {
 // FuzzFastDecode decodes a sequence of lines (the input split at newlines)
 // with the scanner and with encoding/json alone, with every option set, and
 // fails on any difference of Event or reason. The seeds are every line of
-// the recordings, the tricky lines and the snapshot sequences.
+// the recordings, the tricky lines, the special bytes at every offset and
+// the snapshot sequences.
 func FuzzFastDecode(f *testing.F) {
 	seen := map[string]bool{}
 	for _, l := range corpusLines(f) {
@@ -356,7 +357,7 @@ func FuzzFastDecode(f *testing.F) {
 			f.Add(l)
 		}
 	}
-	for _, l := range trickyLines {
+	for _, l := range append(trickyLines, specialAtEveryOffset()...) {
 		f.Add([]byte(l))
 	}
 	for _, seq := range snapshotSequences {
