@@ -132,8 +132,8 @@ func TestCostNotFinite(t *testing.T) {
 
 // TestCollectorJSONOnly: a Collector that keeps each run as its line
 // writes what WriteJSONSessions writes of the runs it would have copied,
-// sessions and stats included, for runs with and without cost and for a
-// recording's runs.
+// sessions and stats included, for runs with and without cost, for a
+// recording's runs and for runs whose lines fill several of its blocks.
 func TestCollectorJSONOnly(t *testing.T) {
 	feed := func(c *Collector, runs []ingest.Run) {
 		for i := range runs {
@@ -142,13 +142,20 @@ func TestCollectorJSONOnly(t *testing.T) {
 		c.Observe(ingest.Lifecycle{Kind: ingest.ModelCallSeen, Call: &ingest.ModelCall{SessionID: "s1", Cost: costCall("claude-sonnet-4-5", 0.0006, 100, 20, 0, 0), Scope: ingest.CallMain}})
 	}
 	corpus, stats := replay(t, "../testdata/simulate/nested-cbc.ndjson")
-	for name, runs := range map[string][]ingest.Run{"cost": costRuns(), "nested recording": corpus} {
+	many, _ := benchRuns()
+	for len(many)*300 < 3*linesBlock {
+		many = append(many, many...)
+	}
+	for name, runs := range map[string][]ingest.Run{"cost": costRuns(), "nested recording": corpus, "several blocks": many} {
 		var copies, lines Collector
 		lines.JSONOnly = true
 		feed(&copies, runs)
 		feed(&lines, runs)
 		if len(lines.Runs) != 0 {
 			t.Errorf("%s: JSONOnly kept %d run copies", name, len(lines.Runs))
+		}
+		if name == "several blocks" && len(lines.lines) < 3 {
+			t.Errorf("%s: %d blocks, want several", name, len(lines.lines))
 		}
 		var want, got bytes.Buffer
 		if err := copies.WriteJSON(&want, stats); err != nil {

@@ -43,9 +43,16 @@ type Collector struct {
 	// and phases, a run's line is all that is left of it. The copies were a
 	// quarter of replay's allocated bytes.
 	JSONOnly bool
-	lines    []byte        // the runs' lines, with JSONOnly
-	main     []sessionCost // in order of first call
+	// The runs' lines, with JSONOnly, in blocks of about linesBlock bytes:
+	// one growing slice copied all it held at every doubling and faulted in
+	// fresh pages each time (a tenth of replay's CPU on a 230 MiB stream).
+	lines [][]byte
+	main  []sessionCost // in order of first call
 }
+
+// linesBlock is the size of the blocks a JSONOnly Collector keeps its
+// lines in.
+const linesBlock = 1 << 20
 
 // MaxSessions bounds the sessions whose main conversation a Collector
 // sums; calls of further sessions are not counted (a wrapped CLI runs one).
@@ -60,7 +67,12 @@ type sessionCost struct {
 func (c *Collector) Observe(l ingest.Lifecycle) {
 	switch {
 	case l.Kind == ingest.RunFinalized && c.JSONOnly:
-		c.lines = append(appendRunLine(c.lines, l.Run), '\n')
+		n := len(c.lines) - 1
+		if n < 0 || len(c.lines[n]) >= linesBlock {
+			c.lines = append(c.lines, make([]byte, 0, linesBlock+linesBlock/4))
+			n++
+		}
+		c.lines[n] = append(appendRunLine(c.lines[n], l.Run), '\n')
 	case l.Kind == ingest.RunFinalized:
 		c.Runs = append(c.Runs, l.Run.Clone())
 	case l.Kind == ingest.ModelCallSeen && l.Call != nil && l.Call.Scope == ingest.CallMain:
@@ -417,12 +429,10 @@ func (c *Collector) WriteJSON(w io.Writer, stats *ingest.Stats) error {
 	if !c.JSONOnly {
 		return WriteJSONSessions(w, c.Runs, c.Sessions(), stats)
 	}
-	for b := c.lines; len(b) > 0; {
-		n := min(len(b), jsonChunk)
-		if _, err := w.Write(b[:n]); err != nil {
+	for _, b := range c.lines {
+		if _, err := w.Write(b); err != nil {
 			return fmt.Errorf("writing JSON lines: %w", err)
 		}
-		b = b[n:]
 	}
 	j := jsonLines{w: w, buf: make([]byte, 0, jsonChunk+jsonChunk/4)}
 	return j.sessionsAndStats(c.Sessions(), stats)

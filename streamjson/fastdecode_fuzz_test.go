@@ -224,9 +224,29 @@ func corpusLines(t testing.TB) [][]byte {
 	return lines
 }
 
+// specialAtEveryOffset returns lines whose strings (a key, a top-level
+// value, a snapshot element's value) hold a byte the string scanner must
+// stop at (an escape, a quote, non-ASCII, a raw control byte) at every
+// offset of its 8-byte words, alone and followed by a second one.
+func specialAtEveryOffset() []string {
+	specials := []string{`\"`, `\\`, `\n`, `\u00e9`, "é", "\x01", "\x7f", "😀"}
+	var out []string
+	for _, sp := range specials {
+		for off := range 17 {
+			for _, tail := range []string{"", "abc", sp + "x"} {
+				str := strings.Repeat("a", off) + sp + tail
+				out = append(out,
+					`{"type":"system","subtype":"task_started","task_id":"t`+str+`","task_type":"local_workflow","description":"`+str+`"}`,
+					`{"type":"system","subtype":"task_progress","task_id":"t","`+str+`":1,"workflow_progress":[{"type":"workflow_agent","index":1,"label":"`+str+`","state":"start"}]}`)
+			}
+		}
+	}
+	return out
+}
+
 func TestFastDecodeMatchesPlain(t *testing.T) {
 	var lines [][]byte
-	for _, l := range trickyLines {
+	for _, l := range append(trickyLines, specialAtEveryOffset()...) {
 		lines = append(lines, []byte(l))
 	}
 	for _, opts := range decodeOptionSets {
@@ -327,7 +347,8 @@ func TestFastDecodeAllocations(t *testing.T) {
 // FuzzFastDecode decodes a sequence of lines (the input split at newlines)
 // with the scanner and with encoding/json alone, with every option set, and
 // fails on any difference of Event or reason. The seeds are every line of
-// the recordings, the tricky lines and the snapshot sequences.
+// the recordings, the tricky lines, the special bytes at every offset and
+// the snapshot sequences.
 func FuzzFastDecode(f *testing.F) {
 	seen := map[string]bool{}
 	for _, l := range corpusLines(f) {
@@ -336,7 +357,7 @@ func FuzzFastDecode(f *testing.F) {
 			f.Add(l)
 		}
 	}
-	for _, l := range trickyLines {
+	for _, l := range append(trickyLines, specialAtEveryOffset()...) {
 		f.Add([]byte(l))
 	}
 	for _, seq := range snapshotSequences {

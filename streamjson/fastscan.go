@@ -2,6 +2,7 @@ package streamjson
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -90,7 +91,12 @@ func (s *fastScan) str(i int) (int, span, scanStatus) {
 			w := binary.LittleEndian.Uint64(b[i:])
 			const lo, hi = 0x0101010101010101, 0x8080808080808080
 			special := (w - lo*0x20) | (w ^ lo*'"' - lo) | (w ^ lo*'\\' - lo)
-			if (special&^w|w)&hi != 0 {
+			if m := (special&^w | w) & hi; m != 0 {
+				// The lowest flagged byte is a special one (a borrow
+				// only flags bytes above a real hit): go straight to
+				// it rather than byte by byte, each step reloading
+				// the same word.
+				i += bits.TrailingZeros64(m) / 8
 				break
 			}
 			i += 8

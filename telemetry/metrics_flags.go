@@ -325,6 +325,12 @@ func (r *metricsRuntime) sink() ingest.Sink { return r.m }
 // exporter exists).
 func (r *metricsRuntime) metrics() *metrics.Metrics { return r.m }
 
+// read reports whether anything reads the metrics: the listener, the
+// file or the push.
+func (r *metricsRuntime) read() bool {
+	return r.addr != nil || r.flags.file != "" || r.flags.pushURL != ""
+}
+
 // listenAddr is the bound address, or nil when no server runs.
 func (r *metricsRuntime) listenAddr() net.Addr { return r.addr }
 

@@ -18,7 +18,7 @@ import (
 func (t *Telemetry) Replay(ctx context.Context, names []string, stdin io.Reader, jsonOnly bool) (Outcome, error) {
 	col := &report.Collector{JSONOnly: jsonOnly}
 	for _, name := range names {
-		if err := replayFile(ctx, name, t.newPipeline(stream{extra: []ingest.Sink{col}}), stdin); err != nil {
+		if err := replayFile(ctx, name, t.newPipeline(stream{extra: []ingest.Sink{col}, metricsIfRead: true}), stdin); err != nil {
 			return Outcome{}, err
 		}
 	}

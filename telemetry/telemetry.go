@@ -262,6 +262,11 @@ type stream struct {
 	// calls makes the pipeline take the CLI's own model calls (run
 	// --cli-telemetry.join) from the join's queue.
 	calls bool
+	// metricsIfRead leaves the metrics sink out when no output reads it
+	// (no listener, file or push): replay's default, where observing
+	// metrics nobody reads was a tenth of its CPU. Not for a process whose
+	// checkpoints keep the metrics (serve).
+	metricsIfRead bool
 }
 
 // newPipeline is the pipeline of one stream: framing → decoding → Tracker
@@ -275,6 +280,9 @@ func (t *Telemetry) newPipeline(s stream) *ingest.Pipeline {
 // from the flags and the sinks.
 func (t *Telemetry) pipelineOptions(s stream) ingest.PipelineOptions {
 	sinks := append([]ingest.Sink{t.metrics.sink()}, s.extra...)
+	if s.metricsIfRead && !t.metrics.read() {
+		sinks = sinks[1:]
+	}
 	if s.traces == nil {
 		s.traces = t.traces.sink()
 	}

@@ -78,3 +78,36 @@ func TestReplayProfiles(t *testing.T) {
 		}
 	})
 }
+
+// TestReplayPrintsTheSameWithoutMetrics: replay leaves the metrics sink out
+// when nothing reads the metrics (telemetry's
+// TestReplayMetricsSinkOnlyWhenRead), which must change nothing it prints:
+// the same lines with and without --metrics.file, whose file counts the
+// runs.
+func TestReplayPrintsTheSameWithoutMetrics(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "replay.prom")
+	recs, err := filepath.Glob(filepath.Join("..", "..", "testdata", "simulate", "*.ndjson"))
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("no simulated stream: %v", err)
+	}
+	for _, rec := range recs {
+		for _, format := range [][]string{{"--summary.json"}, nil} {
+			var outs [2]bytes.Buffer
+			for i, args := range [][]string{append(format[:len(format):len(format)], rec), append(format[:len(format):len(format)], "--metrics.file", file, rec)} {
+				var errb bytes.Buffer
+				if code := cmdReplay(context.Background(), args, stdio{in: strings.NewReader(""), out: &outs[i], err: &errb}); code != exitOK {
+					t.Fatalf("replay %v: exit %d: %s", args, code, errb.String())
+				}
+			}
+			if outs[0].String() != outs[1].String() {
+				t.Errorf("%s %v: replay printed\n%s\nwithout --metrics.file, and with it\n%s", rec, format, outs[0].String(), outs[1].String())
+			}
+			if format != nil && strings.Contains(outs[0].String(), `"kind":"workflow"`) {
+				b, _ := os.ReadFile(file)
+				if !strings.Contains(string(b), "cbc_workflow_runs_total{") {
+					t.Errorf("%s: the metrics file counts no run:\n%s", rec, b)
+				}
+			}
+		}
+	}
+}
