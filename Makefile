@@ -63,7 +63,7 @@ image-index:
 demo:
 	$(GO) run ./cmd/cbc-otel demo
 
-# docs/runs-page.png, the README's picture of the page at /: `demo --hold`
+# docs/runs-page.png, the README's picture of the page at /: `demo --cli-telemetry.join --hold`
 # serves its runs (at --simulate.speed 0.5: the simulator's times are the wall
 # clock's, so at 0 every bar would be 0 ms), headless Chromium (Debian package chromium) takes the
 # screenshot, the demo is stopped. Run it when the page changes; make test
@@ -72,7 +72,7 @@ CHROMIUM        ?= chromium
 SCREENSHOT_ADDR ?= 127.0.0.1:19478
 screenshot: build
 	@tmp=$$(mktemp -d); \
-	$(BIN) demo --simulate.speed 0.5 --hold --web.listen-address $(SCREENSHOT_ADDR) >/dev/null 2>$$tmp/demo.err & pid=$$!; \
+	$(BIN) demo --simulate.speed 0.5 --cli-telemetry.join --hold --web.listen-address $(SCREENSHOT_ADDR) >/dev/null 2>$$tmp/demo.err & pid=$$!; \
 	for i in $$(seq 600); do grep -q 'until interrupted' $$tmp/demo.err && break; sleep 0.1; done; \
 	if grep -q 'until interrupted' $$tmp/demo.err; then \
 		$(CHROMIUM) --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
