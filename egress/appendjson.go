@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/cbc-otel/cbc-otel/internal/jsonnum"
 )
 
 // errInvalidUTF8 is what protojson refuses too: a string that is not UTF-8
@@ -21,7 +23,7 @@ import (
 var errInvalidUTF8 = errors.New("otlpjson: string field contains invalid UTF-8")
 
 // AppendRequest appends spans as one OTLP/JSON ExportTraceServiceRequest
-// (no newline) to dst: byte for byte what MarshalRequest(Request(spans))
+// (no newline) to dst: byte for byte what MarshalRequest of the reference conversion (Request, reference_test.go)
 // writes, encoded straight from the spans. Building the protobuf request,
 // having protojson encode it and rewriting its ids was ~35 % of serve's CPU
 // with --traces.file (~10 µs per event) and most of its garbage; this
@@ -379,7 +381,8 @@ func appendInt(dst []byte, n int64) []byte {
 	return append(dst, '"')
 }
 
-// appendFloat is protojson's (and encoding/json's) number format.
+// appendFloat is protojson's number format: encoding/json's for finite
+// values, quoted names for the others.
 func appendFloat(dst []byte, n float64) []byte {
 	switch {
 	case math.IsNaN(n):
@@ -389,19 +392,7 @@ func appendFloat(dst []byte, n float64) []byte {
 	case math.IsInf(n, -1):
 		return append(dst, `"-Infinity"`...)
 	}
-	f := byte('f')
-	if abs := math.Abs(n); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		f = 'e'
-	}
-	dst = strconv.AppendFloat(dst, n, f, -1, 64)
-	if f == 'e' {
-		// 1e-07 → 1e-7, as encoding/json.
-		if l := len(dst); l >= 4 && dst[l-4] == 'e' && dst[l-3] == '-' && dst[l-2] == '0' {
-			dst[l-2] = dst[l-1]
-			dst = dst[:l-1]
-		}
-	}
-	return dst
+	return jsonnum.AppendFloat(dst, n)
 }
 
 // appendString is protojson's string escaping: only '"', '\\' and control

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cbc-otel/cbc-otel/cost"
 	"github.com/cbc-otel/cbc-otel/ingest"
+	"github.com/cbc-otel/cbc-otel/internal/jsonnum"
 )
 
 // jsonChunk is how much output is gathered before it is written: callers
@@ -164,7 +165,7 @@ func appendRunCost(b []byte, c *cost.Sum) []byte {
 	}
 	if isFinite(c.CostUSD) {
 		b = append(b, `,"cost_usd":`...)
-		b = appendJSONFloat(b, c.CostUSD)
+		b = jsonnum.AppendFloat(b, c.CostUSD)
 	}
 	b = append(b, `,"tokens_by_type":`...)
 	b = appendTokens(b, tokensOf(c.Tokens))
@@ -184,7 +185,7 @@ func appendRunCost(b []byte, c *cost.Sum) []byte {
 		b = appendJSONString(b, m.Model)
 		if isFinite(m.CostUSD) {
 			b = append(b, `,"cost_usd":`...)
-			b = appendJSONFloat(b, m.CostUSD)
+			b = jsonnum.AppendFloat(b, m.CostUSD)
 		}
 		b = append(b, `,"tokens_by_type":`...)
 		b = appendTokens(b, tokensOf(m.Tokens))
@@ -228,7 +229,7 @@ func appendCost(b []byte, c *Cost) ([]byte, error) {
 			return b, fmt.Errorf("cost_usd %v is not a finite number", *c.CostUSD)
 		}
 		b = append(b, `,"cost_usd":`...)
-		b = appendJSONFloat(b, *c.CostUSD)
+		b = jsonnum.AppendFloat(b, *c.CostUSD)
 	}
 	if c.TokensByType != nil {
 		b = append(b, `,"tokens_by_type":`...)
@@ -253,7 +254,7 @@ func appendCost(b []byte, c *Cost) ([]byte, error) {
 				return b, fmt.Errorf("model %q: cost_usd %v is not a finite number", m.Model, *m.CostUSD)
 			}
 			b = append(b, `,"cost_usd":`...)
-			b = appendJSONFloat(b, *m.CostUSD)
+			b = jsonnum.AppendFloat(b, *m.CostUSD)
 		}
 		b = append(b, `,"tokens_by_type":`...)
 		b = appendTokens(b, m.TokensByType)
@@ -326,25 +327,6 @@ func appendOptString(b []byte, key, s string) []byte {
 }
 
 func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-// appendJSONFloat appends a finite f as encoding/json does (its
-// floatEncoder): like ES6, 'f' format unless the magnitude is under 1e-6
-// or at least 1e21, and then 'e' with a one-digit negative exponent
-// unpadded (1e-7, not 1e-07).
-func appendJSONFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
 
 // appendJSONString appends s quoted as encoding/json does without HTML
 // escaping: `"` and `\` escaped, \b \f \n \r \t by name, other control

@@ -91,7 +91,7 @@ func TestPackageGraph(t *testing.T) {
 		"follow":     {"tap", "streamjson", "ingest", "spool"},
 		"traces":     {"ingest", "cost", "safetext"},
 		"metrics":    {"ingest", "cost", "safetext"},
-		"report":     {"ingest", "cost", "internal/durtext", "internal/count", "internal/runcost"},
+		"report":     {"ingest", "cost", "internal/durtext", "internal/count", "internal/runcost", "internal/jsonnum"},
 		"runspage":   {"ingest", "cost", "safetext", "internal/durtext", "internal/count", "internal/runcost"},
 		// A run's cost beside its workflow's p95, and spend against a cap:
 		// what the reports and the runs page both show, below both.
@@ -105,7 +105,7 @@ func TestPackageGraph(t *testing.T) {
 		// Everything that leaves over OTLP: knows no sink (the traces
 		// sink's IDGenerator comes in through its Config) and no receiver
 		// (what the join hands it is OTLP protobuf, converted by otlpconv).
-		"egress":            {"internal/otlpjson", "internal/otlpconv"},
+		"egress":            {"internal/otlpjson", "internal/otlpconv", "internal/jsonnum"},
 		"internal/otlpconv": {},
 		// Exposure (server, file, push, totals across restarts) knows no
 		// sink: it takes a Gatherer.
@@ -126,7 +126,7 @@ func TestPackageGraph(t *testing.T) {
 		"simulate/drive":  {},
 		// Leaves of shared vocabulary and test support.
 		"internal/count": {}, "internal/durtext": {}, "internal/fifo": {}, "internal/ghoutput": {},
-		"internal/jsonesc": {}, "internal/otlpjson": {}, "internal/attackgen": {}, "internal/clicorpus": {},
+		"internal/jsonesc": {}, "internal/jsonnum": {}, "internal/otlpjson": {}, "internal/attackgen": {}, "internal/clicorpus": {},
 		"internal/golden": {}, "internal/mdtable": {}, "internal/oteltest": {}, "internal/promfam": {},
 		"internal/realtool": {}, "supervise/supervisetest": {}, "internal/ingesttest": {"ingest"},
 	}
