@@ -77,7 +77,7 @@ func TestConsumeGapAtLineEndKeepsNextLine(t *testing.T) {
 		tp.Write([]byte("partial line, lost with what follows it"))
 		tp.Write([]byte(tc.dropped)) // queue full: dropped
 		for range 2 {
-			p.chunk(tap.SourceStdout, tp, <-tp.Chunks())
+			p.chunk(tap.SourceStdout, tp, *<-tp.Chunks())
 		}
 		tp.Write([]byte(testComplete))
 		tp.Close()

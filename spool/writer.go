@@ -195,7 +195,7 @@ func (w *Writer) touch() {
 // as dropped: the consumer when the spool file could not be created, so that
 // the taps still never fill up and the passthrough goes on.
 func Drain(stdout, stdin *tap.Tap, stats *Stats) {
-	var outC, inC <-chan tap.Chunk
+	var outC, inC <-chan *tap.Chunk
 	if stdout != nil {
 		outC = stdout.Chunks()
 	}
@@ -210,13 +210,13 @@ func Drain(stdout, stdin *tap.Tap, stats *Stats) {
 				continue
 			}
 			stats.BytesDropped.Add(int64(len(c.Data)))
-			stdout.Release(c)
+			stdout.Release(*c)
 		case c, ok := <-inC:
 			if !ok {
 				inC = nil
 				continue
 			}
-			stdin.Release(c)
+			stdin.Release(*c)
 		}
 	}
 	if stdout != nil {

@@ -218,7 +218,7 @@ func drainTap(t *testing.T, tap *tap.Tap) func() []byte {
 				t.Error("tap dropped bytes")
 			}
 			got.Write(c.Data)
-			tap.Release(c)
+			tap.Release(*c)
 		}
 	}()
 	return func() []byte {

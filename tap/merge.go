@@ -82,7 +82,7 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 		}
 	}
 	taps := [NumSources]*Tap{stdout, stdin}
-	var chans [NumSources]<-chan Chunk
+	var chans [NumSources]<-chan *Chunk
 	for i, tp := range taps {
 		if tp != nil {
 			chans[i] = tp.Chunks()
@@ -90,7 +90,7 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 	}
 	var pend [NumSources]*Chunk
 	behindSeen := false
-	take := func(i int, c Chunk, ok bool) {
+	take := func(i int, c *Chunk, ok bool) {
 		if !ok {
 			chans[i], wakes[i], ends[i] = nil, nil, nil
 			if m.End != nil {
@@ -99,14 +99,14 @@ func Merge(ctx context.Context, stdout, stdin *Tap, m MergeOptions) error {
 			return
 		}
 		if taps[i].abandoned.Load() {
-			taps[i].abandon(c)
+			taps[i].abandon(*c)
 			return
 		}
 		if !behindSeen && taps[i].behind != nil && taps[i].queued.Load() >= taps[i].wakeAt {
 			behindSeen = true
 			taps[i].behind()
 		}
-		pend[i] = &c
+		pend[i] = c
 	}
 	for {
 		if pend[0] == nil && pend[1] == nil {

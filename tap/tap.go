@@ -26,7 +26,19 @@ type Chunk struct {
 	// before it printed the stopped notification must be seen first), so
 	// the order holds even when the taps' wall anchors disagree.
 	when time.Time
-	buf  *[]byte // pooled backing store of Data; nil for an empty chunk
+	buf  *block // pooled backing store of Data; nil for an empty chunk
+}
+
+// block is a pooled buffer together with the header of the chunk it
+// carries. The queue holds pointers to these headers rather than the
+// headers themselves: its slots are sized for the smallest chunks (a 2 MiB
+// budget is 4,097 slots), so 72-byte headers made each tap's ring 295 KB,
+// all of it touched once a long stream has cycled through it (the 4 GiB
+// case of bench's memory section), against 33 KB of pointers. The header
+// lives as long as the buffer it describes, which the byte budget bounds.
+type block struct {
+	c   Chunk
+	mem []byte
 }
 
 // PassedBefore reports whether c passed its tap before o passed its own
@@ -76,7 +88,7 @@ type Tap struct {
 	queueBytes int64
 	maxClass   int          // largest class that fits the budget
 	queued     atomic.Int64 // capacity of buffers handed out and not released
-	ch         chan Chunk
+	ch         chan *Chunk
 	// wakeAt is the queued capacity past which Write wakes a consumer
 	// that waits out its batch interval (see MergeOptions.Batch): wake
 	// holds one token, so a burst costs at most one wake-up, and a
@@ -91,7 +103,7 @@ type Tap struct {
 	// is the one the consumer last read, still in cache, and an idle tap's
 	// coldest buffers sit at the bottom.
 	freeMu sync.Mutex
-	free   [len(tapClasses)][]*[]byte
+	free   [len(tapClasses)][]*block
 	// low is each list's low-water mark since the last trim: the bottom
 	// low buffers were not taken since. released counts the bytes of
 	// buffers released since the last trim. Both guarded by freeMu.
@@ -126,7 +138,7 @@ func NewTap(queueBytes int) *Tap {
 	// slots can never be the binding limit: the byte budget is.
 	slots := queueBytes/tapClasses[0] + 1
 	base := time.Now()
-	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan Chunk, slots), base: base, baseNs: base.UnixNano(),
+	t := &Tap{queueBytes: int64(queueBytes), ch: make(chan *Chunk, slots), base: base, baseNs: base.UnixNano(),
 		wakeAt: int64(queueBytes) / wakeFraction, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	for i, size := range tapClasses {
 		if size <= queueBytes {
@@ -138,7 +150,7 @@ func NewTap(queueBytes int) *Tap {
 		if n > maxFree {
 			n = maxFree
 		}
-		t.free[i] = make([]*[]byte, 0, n+1)
+		t.free[i] = make([]*block, 0, n+1)
 	}
 	return t
 }
@@ -169,12 +181,12 @@ func (t *Tap) Write(p []byte) (int, error) {
 			t.drop(p)
 			return n, nil
 		}
-		buf := t.get(class)
-		k := copy((*buf)[:size], p)
-		c := Chunk{Data: (*buf)[:k], Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: at, when: now, buf: buf}
+		b := t.get(class)
+		k := copy(b.mem, p)
+		b.c = Chunk{Data: b.mem[:k], Gap: t.gap, GapAtLineEnd: t.gap && t.gapAtEOL, At: at, when: now, buf: b}
 		q := t.queued.Add(int64(size))
 		select {
-		case t.ch <- c:
+		case t.ch <- &b.c:
 			t.gap = false
 			p = p[k:]
 			if q >= t.wakeAt {
@@ -184,7 +196,7 @@ func (t *Tap) Write(p []byte) (int, error) {
 			// Unreachable with slots sized from the byte budget; kept so
 			// that Write can never block whatever the sizing.
 			t.queued.Add(-int64(size))
-			t.put(buf)
+			t.put(b)
 			t.drop(p)
 			return n, nil
 		}
@@ -228,7 +240,7 @@ func classFor(n int) int {
 
 // get returns a buffer of the class from the free list, allocating only when
 // the list is empty (warm-up, or after maxFree was exceeded).
-func (t *Tap) get(class int) *[]byte {
+func (t *Tap) get(class int) *block {
 	t.freeMu.Lock()
 	if k := len(t.free[class]); k > 0 {
 		b := t.free[class][k-1]
@@ -238,8 +250,7 @@ func (t *Tap) get(class int) *[]byte {
 		return b
 	}
 	t.freeMu.Unlock()
-	b := make([]byte, tapClasses[class])
-	return &b
+	return &block{mem: make([]byte, tapClasses[class])}
 }
 
 // OnBehind sets f to be called once, on the goroutine that merges the tap
@@ -253,8 +264,9 @@ func (t *Tap) get(class int) *[]byte {
 func (t *Tap) OnBehind(f func()) { t.behind = f }
 
 // Chunks returns the queue. It is closed after Close once everything queued
-// before Close has been received.
-func (t *Tap) Chunks() <-chan Chunk { return t.ch }
+// before Close has been received. A received chunk belongs to the tap: it is
+// valid, like its Data, until it is given back with Release.
+func (t *Tap) Chunks() <-chan *Chunk { return t.ch }
 
 // Release gives a received chunk's buffer back to the tap. The consumer must
 // not use c.Data afterwards, and must release each chunk exactly once;
@@ -264,19 +276,19 @@ func (t *Tap) Release(c Chunk) {
 	if c.buf == nil {
 		return
 	}
-	t.queued.Add(-int64(cap(*c.buf)))
+	t.queued.Add(-int64(len(c.buf.mem)))
 	t.put(c.buf)
 }
 
 // put returns a buffer to its class's free list, or lets the GC have it;
 // after each queue's worth of released bytes it trims the lists.
-func (t *Tap) put(b *[]byte) {
-	class := classFor(cap(*b))
+func (t *Tap) put(b *block) {
+	class := classFor(len(b.mem))
 	t.freeMu.Lock()
 	if len(t.free[class]) < cap(t.free[class]) {
 		t.free[class] = append(t.free[class], b)
 	}
-	t.released += int64(cap(*b))
+	t.released += int64(len(b.mem))
 	if t.released >= t.queueBytes {
 		t.released = 0
 		t.trimIdle()

@@ -3,10 +3,12 @@ package tap
 import (
 	"bytes"
 	"encoding/binary"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // drain receives every chunk until Chunks is closed and returns the
@@ -17,7 +19,7 @@ func drain(tap *Tap) (data []byte, gaps int) {
 			gaps++
 		}
 		data = append(data, c.Data...)
-		tap.Release(c)
+		tap.Release(*c)
 	}
 	return data, gaps
 }
@@ -103,14 +105,14 @@ func TestTapGapFlag(t *testing.T) {
 	if first.Gap || second.Gap || string(first.Data) != "aaaa" || string(second.Data) != "bbbb" {
 		t.Fatalf("first %+v second %+v", first, second)
 	}
-	tap.Release(first)
-	tap.Release(second)
+	tap.Release(*first)
+	tap.Release(*second)
 	tap.Write(d)
 	got := <-tap.Chunks()
 	if !got.Gap || string(got.Data) != "dddd" {
 		t.Fatalf("after a drop got %q gap=%v, want dddd gap=true", got.Data, got.Gap)
 	}
-	tap.Release(got)
+	tap.Release(*got)
 	tap.Close()
 	if _, gaps := drain(tap); gaps != 0 || tap.GapPending() {
 		t.Fatalf("gaps %d pending %v after a clean tail", gaps, tap.GapPending())
@@ -165,12 +167,49 @@ func TestTapSteadyStateDoesNotAllocate(t *testing.T) {
 	cycle := func() {
 		tap.Write(small)
 		tap.Write(large)
-		tap.Release(<-tap.Chunks())
-		tap.Release(<-tap.Chunks())
+		tap.Release(*<-tap.Chunks())
+		tap.Release(*<-tap.Chunks())
 	}
 	cycle() // warm the free lists
 	if n := testing.AllocsPerRun(1000, cycle); n != 0 {
 		t.Fatalf("%v allocations per write/release cycle, want 0", n)
+	}
+}
+
+// TestTapRingHoldsPointers: the queue's slots are sized for the smallest
+// chunks, one per 512 bytes of budget, so what a slot holds is multiplied by
+// thousands and all of it is touched once a long stream cycled through the
+// ring. A slot must hold a pointer to the chunk's header, which lives with
+// its buffer, not the header itself (72 bytes: 295 KB per tap at run's
+// 2 MiB default, against 33 KB).
+func TestTapRingHoldsPointers(t *testing.T) {
+	for _, budget := range []int{64 << 10, 2 << 20, 64 << 20} {
+		tap := NewTap(budget)
+		slot := reflect.TypeOf(tap.ch).Elem().Size()
+		if ring := int(slot) * cap(tap.ch); slot > unsafe.Sizeof(uintptr(0)) || ring > budget/64+8 {
+			t.Errorf("budget %d: ring of %d slots of %d bytes (%d bytes), want pointer-sized slots, at most 1/64 of the budget", budget, cap(tap.ch), slot, ring)
+		}
+	}
+}
+
+// TestTapHeldChunkUnchanged: a chunk received and not yet released keeps its
+// header and bytes however much is written after it; only a released
+// chunk's block is reused.
+func TestTapHeldChunkUnchanged(t *testing.T) {
+	tap := NewTap(64 << 10)
+	tap.Write([]byte("held"))
+	held := <-tap.Chunks()
+	at := held.At
+	for i := range 1000 {
+		tap.Write([]byte(strings.Repeat("x", i%700+1)))
+		tap.Release(*<-tap.Chunks())
+	}
+	if string(held.Data) != "held" || held.At != at || held.Gap {
+		t.Fatalf("held chunk changed under later writes: %q at %d (was %d) gap=%v", held.Data, held.At, at, held.Gap)
+	}
+	tap.Release(*held)
+	if q := tap.queued.Load(); q != 0 {
+		t.Fatalf("queued %d after everything was released", q)
 	}
 }
 
@@ -192,14 +231,14 @@ func TestTapFreeListsTrimmedWhenIdle(t *testing.T) {
 	// of bytes (the first span ends in the burst's, the second is its own).
 	for range 2 * n {
 		tap.Write(p)
-		tap.Release(<-tap.Chunks())
+		tap.Release(*<-tap.Chunks())
 	}
 	if got, want := len(tap.free[3]), idleFreeBytes/(128<<10); got != want {
 		t.Fatalf("%d buffers kept once the consumer keeps up, want %d", got, want)
 	}
 	for i, l := range tap.free {
 		for _, b := range l {
-			if b == nil || classFor(cap(*b)) != i {
+			if b == nil || classFor(len(b.mem)) != i {
 				t.Fatalf("class %d's free list holds %v after trimming", i, b)
 			}
 		}
@@ -213,7 +252,7 @@ func fillAndDrain(tap *Tap, p []byte, n int) {
 		tap.Write(p)
 	}
 	for range n {
-		tap.Release(<-tap.Chunks())
+		tap.Release(*<-tap.Chunks())
 	}
 }
 
@@ -253,7 +292,8 @@ func TestTapConcurrent(t *testing.T) {
 	}()
 	var delivered int64
 	next := uint64(0)
-	for c := range tap.Chunks() {
+	for cp := range tap.Chunks() {
+		c := *cp // a copy: the loop below consumes Data, the header is the tap's
 		for len(c.Data) > 0 {
 			v := binary.BigEndian.Uint64(c.Data)
 			if v < next || (v > next && !c.Gap) {
@@ -296,14 +336,14 @@ func TestTapGapAtLineEnd(t *testing.T) {
 			for _, d := range tc.dropped {
 				tap.Write([]byte(d)) // queue full: dropped
 			}
-			tap.Release(<-tap.Chunks())
-			tap.Release(<-tap.Chunks())
+			tap.Release(*<-tap.Chunks())
+			tap.Release(*<-tap.Chunks())
 			tap.Write([]byte("dddd\n"))
 			got := <-tap.Chunks()
 			if !got.Gap || got.GapAtLineEnd != tc.atEOL || string(got.Data) != "dddd\n" {
 				t.Fatalf("got %q gap=%v atLineEnd=%v, want gap, atLineEnd=%v", got.Data, got.Gap, got.GapAtLineEnd, tc.atEOL)
 			}
-			tap.Release(got)
+			tap.Release(*got)
 			// A chunk after a clean delivery has neither flag.
 			tap.Write([]byte("eeee"))
 			if got := <-tap.Chunks(); got.Gap || got.GapAtLineEnd {
@@ -350,6 +390,6 @@ func TestTapAtIsMonotonic(t *testing.T) {
 			t.Fatalf("At %d: want the anchor %d plus the little monotonic time elapsed, never decreasing (prev %d)", c.At, anchor, prev)
 		}
 		prev = c.At
-		tap.Release(c)
+		tap.Release(*c)
 	}
 }
