@@ -94,11 +94,15 @@ type runQueue struct {
 	head int
 }
 
-// push adds r. Runs that finish out of order stay in the queue behind an
-// older open one until they reach its head, so now and then the finished
-// ones are dropped: the queue holds at most about twice its open runs.
+// push adds r. The finished runs at the front are dropped first (runs
+// mostly finish in order); those that finished behind an older open one
+// are dropped now and then: the queue holds at most about twice its open
+// runs, and no finished run's state is kept alive by it for long (serve
+// multiplies what one queue holds by its streams: a floor of 64 here held
+// ~11 MB of finished runs with 256 busy streams).
 func (q *runQueue) push(r *Run, open int) {
-	if live := len(q.runs) - q.head; live > 2*open+64 {
+	q.trim()
+	if live := len(q.runs) - q.head; live > 2*open+8 {
 		n := 0
 		for _, x := range q.runs[q.head:] {
 			if !x.Finished {
@@ -115,19 +119,27 @@ func (q *runQueue) push(r *Run, open int) {
 // oldest returns the oldest run still unfinished, dropping finished ones
 // from the front.
 func (q *runQueue) oldest() *Run {
-	for q.head < len(q.runs) && q.runs[q.head].Finished {
-		q.runs[q.head] = nil
-		q.head++
-	}
-	if q.head > 64 && q.head > len(q.runs)/2 {
-		n := copy(q.runs, q.runs[q.head:])
-		clear(q.runs[n:])
-		q.runs, q.head = q.runs[:n], 0
-	}
+	q.trim()
 	if q.head < len(q.runs) {
 		return q.runs[q.head]
 	}
 	return nil
+}
+
+// trim drops the finished runs at the front.
+func (q *runQueue) trim() {
+	for q.head < len(q.runs) && q.runs[q.head].Finished {
+		q.runs[q.head] = nil
+		q.head++
+	}
+	switch {
+	case q.head == len(q.runs):
+		q.runs, q.head = q.runs[:0], 0 // every slot is nil already
+	case q.head > 64 && q.head > len(q.runs)/2:
+		n := copy(q.runs, q.runs[q.head:])
+		clear(q.runs[n:])
+		q.runs, q.head = q.runs[:n], 0
+	}
 }
 
 // Tracker reconstructs workflow runs from decoded events. It is not safe for
@@ -1027,9 +1039,21 @@ func (t *Tracker) forget(r *Run) {
 			t.tombOrder = t.tombOrder[1:]
 		}
 	}
-	// Compact the open list now and then rather than on every finalize.
+	// A finalized run (its agents, phases, strings) must not stay alive in
+	// the open list: serve multiplies what one list holds by its streams
+	// (a floor of 64 finalized runs here held ~10,000 runs, ~20 MB of
+	// heap, with 256 busy streams). Runs mostly end in the order they
+	// began: those at the front go at once; the others when half of the
+	// list is finalized (amortized O(1) per run).
 	t.finalizedN++
-	if t.finalizedN > 64 && t.finalizedN > len(t.open)/2 {
+	front := 0
+	for front < len(t.open) && t.open[front].Finalized {
+		t.open[front] = nil
+		front++
+	}
+	t.open = t.open[front:]
+	t.finalizedN = max(t.finalizedN-front, 0)
+	if t.finalizedN > len(t.open)/2 {
 		n := 0
 		for _, x := range t.open {
 			if !x.Finalized {

@@ -31,6 +31,9 @@ func (d *Decoder) decodeFast(src tap.Source, line []byte) (ev *Event, reason Rea
 	d.fillWire()
 	ev, reason = d.convert(src)
 	d.fast = nil
+	if ev != nil && ev.Kind == KindTaskNotification && t.taskIDRaw[1] > 0 {
+		d.snap.forget(line[t.taskIDRaw[0]:t.taskIDRaw[1]])
+	}
 	return ev, reason, true
 }
 

@@ -115,6 +115,29 @@ func (s *snapshotState) store(prev, next *snapshotCache) {
 	s.caches[oldest] = next
 }
 
+// forget drops the cache of key, the task_id of a task_notification: the
+// task has ended, and a stream that runs task after task (serve follows
+// hundreds) would otherwise hold the last snapshots of maxSnapshotCaches
+// tasks that are over. A late snapshot of the task (within the Tracker's
+// grace window) is then decoded in full: the same Event, as decoding is a
+// pure function of the bytes. Its buffers become the spare if there is
+// none (the Event just decoded may still read its entries: the spare is
+// only cleared by the next line's takeSpare).
+func (s *snapshotState) forget(key []byte) {
+	for i, c := range s.caches {
+		if bytes.Equal(c.key, key) {
+			last := len(s.caches) - 1
+			s.caches[i] = s.caches[last]
+			s.caches[last] = nil
+			s.caches = s.caches[:last]
+			if s.spare == nil {
+				s.spare = c
+			}
+			return
+		}
+	}
+}
+
 func (s *snapshotState) takeSpare() *snapshotCache {
 	c := s.spare
 	if c == nil {

@@ -86,6 +86,12 @@ var snapshotSequences = map[string][]string{
 	"not an array":                     {snap(agent1), strings.Replace(snap(agent1), "[", "{", 1), snapHead + `null}`, snapHead + `"[x]"}`},
 	"header errors":                    {snap(agent1), strings.Replace(snap(agent1), `"task_id":"w"`, `"task_id":5`, 1), strings.Replace(snap(agent1), `"task_id":"w"`, `"task_id":"w"x`, 1), strings.Replace(snap(agent1), `"task_id":"w",`, ``, 1), strings.Replace(snap(agent1), `"usage":{"total_tokens":5}`, `"usage":{"total_tokens":5]`, 1)},
 	"strings with quotes and brackets": {snap(`{"type":"workflow_agent","index":1,"label":"\\\"]}","state":"start"}`), snap(`{"type":"workflow_agent","index":1,"label":"\\\\","state":"start"}`, agent2), snap(`{"type":"workflow_agent","index":1,"label":"\\\\\"","state":"start"}`)},
+	"late snapshots after the notification": {
+		snap(agent1, agent2), strings.Replace(snap(agent1, agent2b), "task_progress", "task_notification", 1), snap(agent1, agent2b), snap(agent1, agent2b, agent3),
+		`{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}`, snap(agent1, agent2b, agent3),
+		strings.Replace(snap(agent2), `"w"`, `"x"`, 1), `{"type":"system","subtype":"task_notification","task_id":"x","status":"failed"}`, snap(agent1, agent2b, agent3),
+		strings.Replace(snap(agent2b), `"w"`, `"x"`, 1), `{"type":"system","subtype":"task_notification","status":"completed","task_id":"w"}`, snap(agent1, agent2b),
+	},
 	"many tasks evict caches": {
 		snap(agent1), strings.Replace(snap(agent2), `"w"`, `"x1"`, 1), strings.Replace(snap(agent2), `"w"`, `"x2"`, 1),
 		strings.Replace(snap(agent2), `"w"`, `"x3"`, 1), strings.Replace(snap(agent2), `"w"`, `"x4"`, 1), snap(agent1, agent2), strings.Replace(snap(agent2b), `"w"`, `"x1"`, 1),
@@ -197,5 +203,53 @@ func TestSnapshotDecodesChangedAgentsOnly(t *testing.T) {
 	}
 	if a10, a1000 := allocs(10), allocs(1000); a1000 > a10 {
 		t.Errorf("a repeated snapshot allocates %v times with 1000 agents, %v with 10", a1000, a10)
+	}
+}
+
+// TestSnapshotCachesLetGoOfEndedTasks: a stream that runs workflow after
+// workflow (serve follows hundreds of them) keeps no snapshot of a task
+// that has ended: after each task_notification the decoder holds the
+// snapshots of the tasks still running only, whatever came before; a late
+// snapshot of an ended task decodes in full, as the plain path does.
+func TestSnapshotCachesLetGoOfEndedTasks(t *testing.T) {
+	d := NewDecoder(DecodeOptions{})
+	plain := NewDecoder(DecodeOptions{})
+	plain.plainOnly = true
+	decode := func(l string) {
+		t.Helper()
+		ev1, r1 := d.Decode(tap.SourceStdout, []byte(l))
+		got := copyEvent(ev1)
+		ev2, r2 := plain.Decode(tap.SourceStdout, []byte(l))
+		if want := copyEvent(ev2); r1 != r2 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nfast:  %v %+v\nplain: %v %+v", l, r1, got, r2, want)
+		}
+	}
+	task := func(id, l string) string { return strings.Replace(l, `"task_id":"w"`, `"task_id":"`+id+`"`, 1) }
+	// One task that stays open throughout, beside tasks run one by one.
+	decode(task("open", snap(phase1, agent1)))
+	for i := range 3 * maxSnapshotCaches {
+		id := fmt.Sprintf("t%d", i)
+		decode(task(id, snap(phase1, agent1, agent2)))
+		decode(task(id, snap(phase1, agent1, agent2b)))
+		notification := task(id, `{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}`)
+		if i%2 == 1 { // with its final snapshot
+			notification = strings.Replace(task(id, snap(phase1, agent1, agent2b, agent3)), "task_progress", "task_notification", 1)
+		}
+		decode(notification)
+		for _, c := range d.snap.caches {
+			if string(c.key) != `"open"` {
+				t.Fatalf("after the notification of %s: the decoder still holds the snapshot of %s", id, c.key)
+			}
+		}
+		// A late snapshot of the task that ended: decoded in full.
+		before := d.snap.decoded
+		decode(task(id, snap(phase1, agent1, agent2b)))
+		if n := d.snap.decoded - before; n != 3 {
+			t.Fatalf("late snapshot of %s: %d elements decoded, want 3", id, n)
+		}
+		decode(task(id, `{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}`))
+	}
+	if len(d.snap.caches) != 1 {
+		t.Fatalf("%d snapshots held, want 1 (the open task's)", len(d.snap.caches))
 	}
 }

@@ -37,7 +37,7 @@ var envVars = []envVar{
 	{"TRACESTATE", []string{"run", "demo", "replay"}, "W3C trace state that goes with TRACEPARENT"},
 	{"GITHUB_STEP_SUMMARY", []string{"run"}, "when --summary.step-file is not given: append a Markdown table of the runs seen to this file (GitHub Actions sets it)"},
 	{"GITHUB_OUTPUT", []string{"run"}, "when --summary.step-output is not given: append the session's cost, tokens and runs by status to this file as step outputs (GitHub Actions sets it)"},
-	{"GOMEMLIMIT", []string{"run"}, "Go's soft memory limit (run's default: 16MiB, 24MiB with an OTLP endpoint)"},
+	{"GOMEMLIMIT", []string{"run", "serve"}, "Go's soft memory limit (run's default: 16MiB, 24MiB with an OTLP endpoint; serve's: 32MiB + --follow.memory-per-file × --follow.max-files)"},
 	{"GOGC", []string{"run", "replay"}, "Go's GC target (default 400 for run and replay)"},
 }
 

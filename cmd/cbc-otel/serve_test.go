@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -450,5 +452,69 @@ func (s *served) waitLog(t *testing.T, msg string) {
 		case <-deadline:
 			t.Fatalf("serve never logged %q:\n%s", msg, s.stderr)
 		}
+	}
+}
+
+// TestServeMemoryLimit: serve's soft Go memory limit is derived from its
+// flags (32 MiB + --follow.memory-per-file × --follow.max-files), none
+// with --follow.memory-per-file 0, and GOMEMLIMIT wins over both; read
+// from outside, as the Go runtime reports it on /metrics.
+func TestServeMemoryLimit(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+		want float64
+	}{
+		{"default: 256 files", "", nil, 56 * mib},
+		{"1024 files", "", []string{"--follow.max-files", "1024"}, 128 * mib},
+		{"per file set", "", []string{"--follow.max-files", "10", "--follow.memory-per-file", "1048576"}, 42 * mib},
+		{"off", "", []string{"--follow.memory-per-file", "0"}, math.MaxInt64},
+		{"GOMEMLIMIT wins", "GOMEMLIMIT=100MiB", []string{"--follow.max-files", "1024"}, 100 * mib},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := freeAddr(t)
+			env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") })
+			if tc.env != "" {
+				env = append(env, tc.env)
+			}
+			s := &served{addr: addr, stderr: new(oteltest.SyncBuffer), exited: make(chan struct{})}
+			s.cmd = exec.Command(wrapperBin, append([]string{"serve", "--web.listen-address", addr, "--follow.glob", filepath.Join(t.TempDir(), "*.ndjson")}, tc.args...)...)
+			s.cmd.Env, s.cmd.Stderr = env, s.stderr
+			if err := s.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { s.cmd.Wait(); close(s.exited) }()
+			defer func() {
+				if code := s.stop(t); code != 0 {
+					t.Errorf("exit %d after SIGTERM; stderr:\n%s", code, s.stderr)
+				}
+			}()
+			var got float64
+			poll(t, 10*time.Second, "go_gc_gomemlimit_bytes on /metrics", func() (bool, string) {
+				m, err := s.metric("go_gc_gomemlimit_bytes", "")
+				if err != nil {
+					return false, err.Error()
+				}
+				v, ok := m[""]
+				got = v
+				return ok, "not exposed"
+			})
+			if got != tc.want {
+				t.Fatalf("go_gc_gomemlimit_bytes %.0f, want %.0f", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestServeMemoryPerFileNegative: a negative --follow.memory-per-file is a
+// usage error.
+func TestServeMemoryPerFileNegative(t *testing.T) {
+	_, ok, code := parseServeArgs([]string{"--follow.glob", "x", "--follow.memory-per-file", "-1"}, new(strings.Builder))
+	if ok || code != exitUsage {
+		t.Fatalf("ok %v code %d, want a usage error", ok, code)
 	}
 }
