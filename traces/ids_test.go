@@ -6,9 +6,13 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/cbc-otel/cbc-otel/ingest"
 )
 
 // refTraceID and refSpanID are the id contract written the plain way (a
@@ -95,5 +99,33 @@ func TestIDsAllocateNothing(t *testing.T) {
 	}
 	if sid := g.NewSpanID(context.Background(), TraceID(task, run)); !sid.IsValid() {
 		t.Error("NewSpanID without a wanted id: invalid id")
+	}
+}
+
+// TestExemplarWritesNothing: IDs and Exemplar (metrics' exemplar func,
+// called under metrics' lock from every stream of serve) leave the Sink's
+// remembered ids alone, so they may run beside one another (-race), and
+// agree with the spans' ids.
+func TestExemplarWritesNothing(t *testing.T) {
+	s := New(noop.NewTracerProvider(), Options{})
+	r := &ingest.Run{TaskID: "ww1t7k50l", RunID: "0mx5yo7rw-0b933e5a"}
+	before := s.runMemo
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				if tid, _ := s.Exemplar(r); tid != goldenTraceID {
+					t.Errorf("Exemplar trace id %s, want %s", tid, goldenTraceID)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s.runMemo != before {
+		t.Error("Exemplar wrote the Sink's remembered ids")
+	}
+	if tid, sid := s.IDs(r); tid != s.traceID(r.TaskID, r.RunID) || sid != s.workflowSpanID(r.TaskID, r.RunID) {
+		t.Error("IDs and the Sink's own ids disagree")
 	}
 }

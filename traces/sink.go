@@ -171,8 +171,14 @@ func (s *Sink) ExportErrors() float64 {
 
 // IDs returns the trace id and root span id r is exported with: IDs(r),
 // except that the trace id is the parent's when Options.Parent is set.
+// It writes nothing (metrics' Exemplar calls it): the Sink's own paths use
+// the remembered ids instead.
 func (s *Sink) IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
-	return s.traceID(r.TaskID, r.RunID), s.workflowSpanID(r.TaskID, r.RunID)
+	tid, ok := s.chainTraceID(r.TaskID, r.RunID)
+	if !ok {
+		tid = TraceID(r.TaskID, r.RunID)
+	}
+	return tid, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
 }
 
 // ownIDs returns TraceID(task, run) and the run's workflow span id: pure
@@ -227,14 +233,23 @@ func (s *Sink) Exemplar(r *ingest.Run) (traceID, spanID string) {
 }
 
 func (s *Sink) traceID(task, run string) trace.TraceID {
-	if s.parent.IsValid() {
-		return s.parent.TraceID()
-	}
-	if root, ok := s.roots[runKey{task, run}]; ok {
-		return TraceID(root.task, root.run)
+	if tid, ok := s.chainTraceID(task, run); ok {
+		return tid
 	}
 	tid, _ := s.ownIDs(task, run)
 	return tid
+}
+
+// chainTraceID is the trace id of (task, run) when it is not its own: the
+// parent's, or its chain root's.
+func (s *Sink) chainTraceID(task, run string) (trace.TraceID, bool) {
+	if s.parent.IsValid() {
+		return s.parent.TraceID(), true
+	}
+	if root, ok := s.roots[runKey{task, run}]; ok {
+		return TraceID(root.task, root.run), true
+	}
+	return trace.TraceID{}, false
 }
 
 // nested records that r joins the trace of its chain's root: a nested
@@ -381,7 +396,7 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 	if s.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, s.parent)
 	}
-	tid, sid := s.IDs(r)
+	tid, sid := s.traceID(r.TaskID, r.RunID), s.workflowSpanID(r.TaskID, r.RunID)
 	if sc, ok := s.launchedBy(r); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	} else if p := &r.Parent; p.TaskID != "" {
