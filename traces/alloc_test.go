@@ -11,7 +11,7 @@ import (
 
 // TestSpanAllocations bounds what the Sink allocates per exported span
 // beyond the Tracker's own work, with the SDK's provider and a synchronous
-// exporter that discards. 22 per span before issue 33; about 12 after
+// exporter that discards. 22 per span before issue 33; 12 after
 // (the SDK's own: the span, its attributes, its snapshot, the dedupe map,
 // the start context, the two timestamps boxed into options; ours: the
 // name and the context asking for the ids). The bound fails if an
@@ -37,7 +37,8 @@ func TestSpanAllocations(t *testing.T) {
 		t.Fatal("no spans exported")
 	}
 	t.Logf("%.1f allocations per span", perSpan)
-	if perSpan > 14 {
-		t.Errorf("%.1f allocations per span, want ≤ 14", perSpan)
+	// 13: one more under -race.
+	if perSpan > 13.5 {
+		t.Errorf("%.1f allocations per span, want ≤ 13.5", perSpan)
 	}
 }
