@@ -35,13 +35,20 @@ const FailedCollectorWait = 500 * time.Millisecond
 type batcher struct {
 	exp           sdktrace.SpanExporter
 	rep           *exportReporter // says failures as they happen; never nil
-	queue         chan sdktrace.ReadOnlySpan
+	queueSize     int
 	maxBatch      int
 	interval      time.Duration
 	exportTimeout time.Duration
 
-	mu     sync.RWMutex // closed vs. OnEnd: no span is queued after shutdown began
-	closed bool
+	// mu guards the queue and closed (no span is queued after shutdown
+	// began). The queue is a slice the loop takes batches from, not a
+	// channel: a send to the loop waiting on a channel woke it (a futex
+	// and a goroutine switch) for every span; now it is woken only when
+	// a batch is ready (full), at its tick, a flush or the stop.
+	mu      sync.Mutex
+	closed  bool
+	pending []sdktrace.ReadOnlySpan // ≤ queueSize, oldest first
+	full    chan struct{}           // cap 1: a batch's worth is pending
 
 	flushReq chan chan struct{}
 	stop     chan struct{}
@@ -88,7 +95,8 @@ func newBatcher(exp sdktrace.SpanExporter, rep *exportReporter, queue int, inter
 	b := &batcher{
 		exp:           exp,
 		rep:           rep,
-		queue:         make(chan sdktrace.ReadOnlySpan, queue),
+		queueSize:     queue,
+		full:          make(chan struct{}, 1),
 		maxBatch:      min(DefaultBatchSize, queue),
 		interval:      interval,
 		exportTimeout: exportTimeout,
@@ -110,17 +118,26 @@ func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
+	b.mu.Lock()
+	switch {
+	case b.closed:
+		b.mu.Unlock()
 		b.late.Add(1)
 		return
-	}
-	select {
-	case b.queue <- s:
-		b.accepted.Add(1)
-	default:
+	case len(b.pending) >= b.queueSize:
+		b.mu.Unlock()
 		b.queueFull.Add(1)
+		return
+	}
+	b.pending = append(b.pending, s)
+	ready := len(b.pending) >= b.maxBatch
+	b.mu.Unlock()
+	b.accepted.Add(1)
+	if ready {
+		select {
+		case b.full <- struct{}{}:
+		default: // the loop is told already
+		}
 	}
 }
 
@@ -129,41 +146,37 @@ func (b *batcher) loop() {
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	batch := make([]sdktrace.ReadOnlySpan, 0, b.maxBatch)
-	flush := func() {
-		if len(batch) > 0 {
-			b.export(batch)
-			clear(batch)
-			batch = batch[:0]
-		}
-	}
-	drain := func() {
+	// exportQueued exports the queue in batches of maxBatch, oldest
+	// first: every span queued (all), or the full batches only.
+	exportQueued := func(all bool) {
 		for {
-			select {
-			case s := <-b.queue:
-				batch = append(batch, s)
-				if len(batch) >= b.maxBatch {
-					flush()
-				}
-			default:
-				flush()
+			b.mu.Lock()
+			n := len(b.pending)
+			if n == 0 || (!all && n < b.maxBatch) {
+				b.mu.Unlock()
 				return
 			}
+			k := min(n, b.maxBatch)
+			batch = append(batch[:0], b.pending[:k]...)
+			rest := copy(b.pending, b.pending[k:])
+			clear(b.pending[rest:])
+			b.pending = b.pending[:rest]
+			b.mu.Unlock()
+			b.export(batch)
+			clear(batch)
 		}
 	}
 	for {
 		select {
-		case s := <-b.queue:
-			batch = append(batch, s)
-			if len(batch) >= b.maxBatch {
-				flush()
-			}
+		case <-b.full:
+			exportQueued(false)
 		case <-t.C:
-			flush()
+			exportQueued(true)
 		case ack := <-b.flushReq:
-			drain()
+			exportQueued(true)
 			close(ack)
 		case <-b.stop:
-			drain()
+			exportQueued(true)
 			return
 		}
 	}

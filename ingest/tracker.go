@@ -560,14 +560,21 @@ func (t *Tracker) mergeSnapshot(r *Run, ev *streamjson.Event) {
 	// agent (a quarter of replay's allocated bytes were those copies).
 	// Phase elements are not counted: room for them too was a third of
 	// the agents' bytes that serve holds for runs in their grace window.
-	agents := 0
+	agents, phases := 0, 0
 	for i := range ev.Entries {
 		if !ev.Entries[i].Phase {
 			agents++
+		} else {
+			phases++
 		}
 	}
 	if n := min(agents, t.caps.Agents); n > cap(r.Agents) {
 		r.Agents = slices.Grow(r.Agents, n-len(r.Agents))
+	}
+	// Likewise the phases: room for the snapshot's at once (one
+	// slices.Insert growth per new phase was 7 % of replay's allocations).
+	if n := min(phases, t.caps.Phases); n > cap(r.Phases) {
+		r.Phases = slices.Grow(r.Phases, n-len(r.Phases))
 	}
 	for i := range ev.Entries {
 		e := &ev.Entries[i]

@@ -198,7 +198,7 @@ func (m *Metrics) runCosted(r *ingest.Run, st *runState) {
 	}
 	st.costed = true
 	if usd, ok := runCost(&r.Cost); ok {
-		observeWithExemplar(m.cost.runCost.WithLabelValues(st.label), usd, m.exemplarFor(r))
+		observeWithExemplar(m.cost.runCost.WithLabelValues(st.label), usd, m.runExemplar(r, st))
 		return
 	}
 	m.cost.runCostNone.WithLabelValues(st.label).Inc()

@@ -153,6 +153,12 @@ type runState struct {
 	stalledAgents map[int]bool
 	agents        map[int]struct{}
 	series        *agentSeries // of label, for a workflow run; nil until an agent ends
+	// ex is the run's exemplar labels once made (exDone) while the run's
+	// chain had root exRoot: the runs total, the duration and the cost of
+	// a run share them.
+	ex     prometheus.Labels
+	exDone bool
+	exRoot [2]string
 }
 
 // agentSeries is one workflow label's agent counters and histograms by
@@ -469,7 +475,7 @@ func (m *Metrics) runFinished(r *ingest.Run) {
 		m.runsActive.WithLabelValues(st.label).Dec()
 	}
 	status := r.Status.String()
-	addWithExemplar(m.runsTotal.WithLabelValues(st.label, status), 1, m.exemplarFor(r))
+	addWithExemplar(m.runsTotal.WithLabelValues(st.label, status), 1, m.runExemplar(r, st))
 	if r.Usage.TotalTokens > 0 {
 		m.tokens.WithLabelValues(st.label).Add(float64(r.Usage.TotalTokens))
 	}
@@ -488,7 +494,7 @@ func (m *Metrics) runTimed(r *ingest.Run, st *runState) {
 	}
 	st.timed = true
 	if r.Start > 0 && r.End >= r.Start {
-		observeWithExemplar(m.duration.WithLabelValues(st.label, r.Status.String()), float64(r.End-r.Start)/1000, m.exemplarFor(r))
+		observeWithExemplar(m.duration.WithLabelValues(st.label, r.Status.String()), float64(r.End-r.Start)/1000, m.runExemplar(r, st))
 	}
 }
 
@@ -529,6 +535,23 @@ func (m *Metrics) agentEnded(r *ingest.Run, a *ingest.Agent) {
 // terminal reports whether s is one of the terminal status labels.
 func terminal(s ingest.RunStatus) bool {
 	return slices.Contains(ingest.TerminalStatuses(), s)
+}
+
+// runExemplar is exemplarFor(r), made once per run (the Exemplar func
+// hashes the run's ids and formats them), for each of up to three series.
+// A run's trace is its chain's root's, which a task_started in the grace
+// window can still name: then it is made again.
+func (m *Metrics) runExemplar(r *ingest.Run, st *runState) prometheus.Labels {
+	root := [2]string{}
+	if p := &r.Parent; p.TaskID != "" {
+		root = [2]string{p.RootTask, p.RootRun}
+	} else if p := r.Resumes; p != nil {
+		root = [2]string{p.RootTask, p.RootRun}
+	}
+	if !st.exDone || st.exRoot != root {
+		st.ex, st.exDone, st.exRoot = m.exemplarFor(r), true, root
+	}
+	return st.ex
 }
 
 // exemplarFor returns the exemplar labels of r, or nil when there is no

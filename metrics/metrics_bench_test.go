@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"testing"
 
@@ -33,19 +35,25 @@ func benchWorkflow(n int) []streamjson.Event {
 // BenchmarkSink is the metrics sink behind a Tracker for one workflow per
 // iteration; "tracker-only" is the same without the sink, so the
 // difference is the sink's cost (per workflow, and per agent as
-// ns/agent).
+// ns/agent). "metrics+exemplars" has an Exemplar func that hashes and
+// formats the run's ids, as the traces sink's does.
 func BenchmarkSink(b *testing.B) {
+	exemplar := func(r *ingest.Run) (string, string) {
+		sum := sha256.Sum256([]byte(r.TaskID + "\x00" + r.RunID))
+		return hex.EncodeToString(sum[:16]), hex.EncodeToString(sum[16:24])
+	}
 	for _, n := range []int{10, 100} {
 		evs := benchWorkflow(n)
-		for _, withSink := range []bool{false, true} {
-			name := fmt.Sprintf("tracker-only/agents=%d", n)
-			if withSink {
-				name = fmt.Sprintf("metrics/agents=%d", n)
-			}
+		for _, variant := range []string{"tracker-only", "metrics", "metrics+exemplars"} {
+			name := fmt.Sprintf("%s/agents=%d", variant, n)
 			b.Run(name, func(b *testing.B) {
 				var sinks []ingest.Sink
-				if withSink {
-					m, err := New(Options{Version: "bench", NoRuntimeCollectors: true})
+				if variant != "tracker-only" {
+					opts := Options{Version: "bench", NoRuntimeCollectors: true}
+					if variant == "metrics+exemplars" {
+						opts.Exemplar = exemplar
+					}
+					m, err := New(opts)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -375,7 +375,8 @@ func TestHostileNames(t *testing.T) {
 }
 
 // TestExemplars: with an Exemplar func, runs_total and the duration
-// histogram carry {trace_id, span_id} exemplars in OpenMetrics.
+// histogram carry {trace_id, span_id} exemplars in OpenMetrics, made once
+// per run.
 func TestExemplars(t *testing.T) {
 	calls := 0
 	m := newTest(t, Options{Exemplar: func(r *ingest.Run) (string, string) {
@@ -392,8 +393,20 @@ func TestExemplars(t *testing.T) {
 		// The duration is observed when the run's times are final.
 		m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
 	}
-	if calls != 4 {
-		t.Errorf("exemplar func called %d times, want twice per run (runs_total, duration)", calls)
+	if calls != 2 {
+		t.Errorf("exemplar func called %d times, want once per run (runs_total and duration share it)", calls)
+	}
+	// A run whose chain's root is named only in its grace window (a
+	// task_started after its adopted run ended) is in that root's trace
+	// when finalized: its exemplar is made again.
+	calls = 0
+	r := &ingest.Run{TaskID: "late", Workflow: true, Name: "flow-late", Status: ingest.StatusCompleted, Start: t0, End: t0 + 1_000}
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunStarted, Run: r})
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinished, Run: r})
+	r.Parent = ingest.AgentRef{TaskID: "launcher", RootTask: "launcher", RootRun: "r1"}
+	m.Observe(ingest.Lifecycle{Kind: ingest.RunFinalized, Run: r})
+	if calls != 2 {
+		t.Errorf("exemplar func called %d times for a run nested after its end, want 2", calls)
 	}
 	srv := httptest.NewServer(exposition.Handler(exposition.Options{Gatherer: m.Registry()}))
 	defer srv.Close()

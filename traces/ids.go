@@ -32,14 +32,16 @@ const (
 // always UUIDs (Claude Code's look like "ww1t7k50l"), so they are hashed,
 // never parsed.
 func TraceID(taskID, runID string) trace.TraceID {
-	h := sha256.New()
-	h.Write([]byte("cbc-otel/trace\x00"))
-	h.Write([]byte(taskID))
-	h.Write([]byte{0})
-	h.Write([]byte(runID))
-	var sum [sha256.Size]byte
+	// One stack buffer and sha256.Sum256: no hash object, nothing on the
+	// heap for ids of usual length (they are computed for every span).
+	var buf [128]byte
+	b := append(buf[:0], "cbc-otel/trace\x00"...)
+	b = append(b, taskID...)
+	b = append(b, 0)
+	b = append(b, runID...)
+	sum := sha256.Sum256(b)
 	var id trace.TraceID
-	copy(id[:], h.Sum(sum[:0]))
+	copy(id[:], sum[:])
 	if !id.IsValid() {
 		id[15] = 1 // an all-zero id is invalid in W3C; 2^-128, but be total
 	}
@@ -51,18 +53,18 @@ func TraceID(taskID, runID string) trace.TraceID {
 // kind + "\x00" + decimal index). kind is "workflow" (index 0), "phase"
 // (the phase index) or "agent" (the agent index).
 func SpanID(taskID, runID, kind string, index int) trace.SpanID {
-	h := sha256.New()
-	h.Write([]byte("cbc-otel/span\x00"))
-	h.Write([]byte(taskID))
-	h.Write([]byte{0})
-	h.Write([]byte(runID))
-	h.Write([]byte{0})
-	h.Write([]byte(kind))
-	h.Write([]byte{0})
-	h.Write(strconv.AppendInt(nil, int64(index), 10))
-	var sum [sha256.Size]byte
+	var buf [160]byte
+	b := append(buf[:0], "cbc-otel/span\x00"...)
+	b = append(b, taskID...)
+	b = append(b, 0)
+	b = append(b, runID...)
+	b = append(b, 0)
+	b = append(b, kind...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(index), 10)
+	sum := sha256.Sum256(b)
 	var id trace.SpanID
-	copy(id[:], h.Sum(sum[:0]))
+	copy(id[:], sum[:])
 	if !id.IsValid() {
 		id[7] = 1
 	}
@@ -100,9 +102,25 @@ type wantIDs struct {
 	span  trace.SpanID
 }
 
+// idsCtx is ctx with the ids wanted for the next span: one allocation,
+// where context.WithValue took two (the context and the boxed ids), and
+// Value answers a pointer, which boxes nothing.
+type idsCtx struct {
+	context.Context
+	ids wantIDs
+}
+
+// Value returns the wanted ids (a *wantIDs) for wantKey, else ctx's value.
+func (c *idsCtx) Value(key any) any {
+	if _, ok := key.(wantKey); ok {
+		return &c.ids
+	}
+	return c.Context.Value(key)
+}
+
 // withIDs returns ctx asking IDGenerator for these ids.
 func withIDs(ctx context.Context, tid trace.TraceID, sid trace.SpanID) context.Context {
-	return context.WithValue(ctx, wantKey{}, wantIDs{trace: tid, span: sid})
+	return &idsCtx{Context: ctx, ids: wantIDs{trace: tid, span: sid}}
 }
 
 // IDGenerator is an sdktrace.IDGenerator that gives a span the ids the Sink
@@ -127,7 +145,7 @@ func NewIDGenerator() *IDGenerator {
 
 // NewIDs returns the wanted trace and span id, or random ones.
 func (g *IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if w, ok := ctx.Value(wantKey{}).(wantIDs); ok && w.trace.IsValid() && w.span.IsValid() {
+	if w, ok := ctx.Value(wantKey{}).(*wantIDs); ok && w.trace.IsValid() && w.span.IsValid() {
 		return w.trace, w.span
 	}
 	g.mu.Lock()
@@ -147,7 +165,7 @@ func (g *IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) 
 // NewSpanID returns the wanted span id, or a random one. The trace id is the
 // parent's and is not ours to choose.
 func (g *IDGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
-	if w, ok := ctx.Value(wantKey{}).(wantIDs); ok && w.span.IsValid() {
+	if w, ok := ctx.Value(wantKey{}).(*wantIDs); ok && w.span.IsValid() {
 		return w.span
 	}
 	g.mu.Lock()

@@ -89,6 +89,40 @@ type Sink struct {
 	roots     map[runKey]runKey
 	rootOrder []runKey
 	kv        []attribute.KeyValue // scratch of common
+
+	// What every span costs beyond the SDK's own work, kept down: the ids
+	// of the last run and phase asked for (two SHA-256 sums saved per
+	// agent span), the parent context of the last span (its agents share
+	// a phase, its phases the workflow), the span kind option made once,
+	// and scratch for the options (a variadic slice passed through an
+	// interface is allocated at every call).
+	runMemo   runIDMemo
+	phaseMemo phaseIDMemo
+	lastPCtx  parentMemo
+	kindOpt   trace.SpanStartOption
+	startOpts [3]trace.SpanStartOption
+	endOpts   [1]trace.SpanEndOption
+}
+
+// runIDMemo is TraceID and the workflow span id of one (task, run).
+type runIDMemo struct {
+	task, run string
+	tid       trace.TraceID
+	sid       trace.SpanID
+}
+
+// phaseIDMemo is the span id of one phase of one (task, run).
+type phaseIDMemo struct {
+	task, run string
+	index     int
+	sid       trace.SpanID
+}
+
+// parentMemo is the context parentCtx made last, and for which span.
+type parentMemo struct {
+	tid trace.TraceID
+	sid trace.SpanID
+	ctx context.Context
 }
 
 var _ ingest.Sink = (*Sink)(nil)
@@ -108,6 +142,7 @@ func New(tp trace.TracerProvider, opts Options) *Sink {
 		lastRun:  make(map[string]string),
 		roots:    make(map[runKey]runKey),
 		kv:       make([]attribute.KeyValue, 0, 24),
+		kindOpt:  trace.WithSpanKind(trace.SpanKindInternal),
 	}
 	if c, ok := tp.(dropCounter); ok {
 		s.counts = c
@@ -136,8 +171,41 @@ func (s *Sink) ExportErrors() float64 {
 
 // IDs returns the trace id and root span id r is exported with: IDs(r),
 // except that the trace id is the parent's when Options.Parent is set.
+// It writes nothing (metrics' Exemplar calls it): the Sink's own paths use
+// the remembered ids instead.
 func (s *Sink) IDs(r *ingest.Run) (trace.TraceID, trace.SpanID) {
-	return s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+	tid, ok := s.chainTraceID(r.TaskID, r.RunID)
+	if !ok {
+		tid = TraceID(r.TaskID, r.RunID)
+	}
+	return tid, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+}
+
+// ownIDs returns TraceID(task, run) and the run's workflow span id: pure
+// functions of the pair, remembered for the last pair asked (the spans of a
+// run are exported one after the other).
+func (s *Sink) ownIDs(task, run string) (trace.TraceID, trace.SpanID) {
+	m := &s.runMemo
+	if !m.sid.IsValid() || m.task != task || m.run != run {
+		*m = runIDMemo{task: task, run: run, tid: TraceID(task, run), sid: SpanID(task, run, kindWorkflow, 0)}
+	}
+	return m.tid, m.sid
+}
+
+// workflowSpanID is SpanID(task, run, kindWorkflow, 0).
+func (s *Sink) workflowSpanID(task, run string) trace.SpanID {
+	_, sid := s.ownIDs(task, run)
+	return sid
+}
+
+// phaseSpanID is SpanID(task, run, kindPhase, index), remembered for the
+// last phase asked (a run's agents end phase after phase).
+func (s *Sink) phaseSpanID(task, run string, index int) trace.SpanID {
+	m := &s.phaseMemo
+	if !m.sid.IsValid() || m.index != index || m.task != task || m.run != run {
+		*m = phaseIDMemo{task: task, run: run, index: index, sid: SpanID(task, run, kindPhase, index)}
+	}
+	return m.sid
 }
 
 // AgentSpanContext returns the span context of the invoke_agent span of
@@ -165,13 +233,23 @@ func (s *Sink) Exemplar(r *ingest.Run) (traceID, spanID string) {
 }
 
 func (s *Sink) traceID(task, run string) trace.TraceID {
+	if tid, ok := s.chainTraceID(task, run); ok {
+		return tid
+	}
+	tid, _ := s.ownIDs(task, run)
+	return tid
+}
+
+// chainTraceID is the trace id of (task, run) when it is not its own: the
+// parent's, or its chain root's.
+func (s *Sink) chainTraceID(task, run string) (trace.TraceID, bool) {
 	if s.parent.IsValid() {
-		return s.parent.TraceID()
+		return s.parent.TraceID(), true
 	}
 	if root, ok := s.roots[runKey{task, run}]; ok {
-		return TraceID(root.task, root.run)
+		return TraceID(root.task, root.run), true
 	}
-	return TraceID(task, run)
+	return trace.TraceID{}, false
 }
 
 // nested records that r joins the trace of its chain's root: a nested
@@ -272,14 +350,43 @@ func ms(v int64) time.Time { return time.UnixMilli(v) }
 
 // parentCtx returns a context whose span is our own (already or later
 // exported) span sid of r's trace, for children started in another call.
-func (s *Sink) parentCtx(r *ingest.Run, sid trace.SpanID) context.Context {
+// The last one is reused for the same span (flags and trace state are the
+// Sink's, fixed): siblings follow each other.
+func (s *Sink) parentCtx(tid trace.TraceID, sid trace.SpanID) context.Context {
+	if m := &s.lastPCtx; m.ctx != nil && m.tid == tid && m.sid == sid {
+		return m.ctx
+	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID:    s.traceID(r.TaskID, r.RunID),
+		TraceID:    tid,
 		SpanID:     sid,
 		TraceFlags: s.flags(),
 		TraceState: s.parent.TraceState(),
 	})
-	return trace.ContextWithSpanContext(context.Background(), sc)
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	s.lastPCtx = parentMemo{tid: tid, sid: sid, ctx: ctx}
+	return ctx
+}
+
+// start starts a span of the Sink at start (epoch ms), internal, with kv
+// set after Start: given to Start (trace.WithAttributes) they would be
+// copied twice, into the start config and then into the span; SetAttributes
+// copies them once, through the same limits, in the same order.
+func (s *Sink) start(ctx context.Context, name string, start int64, kv []attribute.KeyValue, links []trace.Link) trace.Span {
+	opts := append(s.startOpts[:0], s.kindOpt, trace.WithTimestamp(ms(start)))
+	if len(links) > 0 {
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	_, sp := s.tracer.Start(ctx, name, opts...)
+	clear(s.startOpts[:])
+	sp.SetAttributes(kv...)
+	return sp
+}
+
+// end ends sp at end (epoch ms).
+func (s *Sink) end(sp trace.Span, end int64) {
+	s.endOpts[0] = trace.WithTimestamp(ms(end))
+	sp.End(s.endOpts[:]...)
+	s.endOpts[0] = nil
 }
 
 // rootCtx is the start context of a run's root span: the TRACEPARENT parent
@@ -289,7 +396,7 @@ func (s *Sink) rootCtx(r *ingest.Run) context.Context {
 	if s.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, s.parent)
 	}
-	tid, sid := s.IDs(r)
+	tid, sid := s.traceID(r.TaskID, r.RunID), s.workflowSpanID(r.TaskID, r.RunID)
 	if sc, ok := s.launchedBy(r); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	} else if p := &r.Parent; p.TaskID != "" {
@@ -354,13 +461,16 @@ func (s *Sink) common(r *ingest.Run) []attribute.KeyValue {
 }
 
 func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
-	parent := SpanID(r.TaskID, r.RunID, kindWorkflow, 0)
+	var parent trace.SpanID
 	if a.PhaseIndex != 0 {
 		// Every phase an agent names exists by RunFinalized (the Tracker
 		// derives missing ones), so the phase span will be there.
-		parent = SpanID(r.TaskID, r.RunID, kindPhase, a.PhaseIndex)
+		parent = s.phaseSpanID(r.TaskID, r.RunID, a.PhaseIndex)
+	} else {
+		parent = s.workflowSpanID(r.TaskID, r.RunID)
 	}
-	ctx := withIDs(s.parentCtx(r, parent), s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindAgent, a.Index))
+	tid := s.traceID(r.TaskID, r.RunID)
+	ctx := withIDs(s.parentCtx(tid, parent), tid, SpanID(r.TaskID, r.RunID, kindAgent, a.Index))
 	name := OpInvokeAgent
 	if a.Label != "" {
 		name += " " + a.Label
@@ -409,16 +519,17 @@ func (s *Sink) exportAgent(r *ingest.Run, a *ingest.Agent, start, end int64) {
 			kv = append(kv, attribute.String(AttrResultPreview, v))
 		}
 	}
-	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
+	sp := s.start(ctx, name, start, kv, nil)
 	if code == codes.Error {
 		sp.SetStatus(code, safetext.Cut(msg, maxStatusLen))
 	}
-	sp.End(trace.WithTimestamp(ms(end)))
+	s.end(sp, end)
 }
 
 func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
 	start, end := p.Start, p.End
-	ctx := withIDs(s.parentCtx(r, SpanID(r.TaskID, r.RunID, kindWorkflow, 0)), s.traceID(r.TaskID, r.RunID), SpanID(r.TaskID, r.RunID, kindPhase, p.Index))
+	tid := s.traceID(r.TaskID, r.RunID)
+	ctx := withIDs(s.parentCtx(tid, s.workflowSpanID(r.TaskID, r.RunID)), tid, s.phaseSpanID(r.TaskID, r.RunID, p.Index))
 	name := SpanPhase + " "
 	if p.Title != "" {
 		name += p.Title
@@ -433,8 +544,7 @@ func (s *Sink) exportPhase(r *ingest.Run, p *ingest.Phase) {
 	if p.Child {
 		kv = append(kv, attribute.String(AttrPhaseKind, "child"))
 	}
-	_, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)), trace.WithAttributes(kv...))
-	sp.End(trace.WithTimestamp(ms(end)))
+	s.end(s.start(ctx, name, start, kv, nil), end)
 }
 
 // link returns a link to the root span of r's parent task, when that task
@@ -555,12 +665,11 @@ func (s *Sink) root(r *ingest.Run, name string, start, end int64, kv []attribute
 		}
 	}
 	code, msg, kv := runStatus(r, kv, failMsg)
-	_, sp := s.tracer.Start(s.rootCtx(r), name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(ms(start)),
-		trace.WithAttributes(kv...), trace.WithLinks(s.link(r)...))
+	sp := s.start(s.rootCtx(r), name, start, kv, s.link(r))
 	if code == codes.Error {
 		sp.SetStatus(code, safetext.Cut(msg, maxStatusLen))
 	}
-	sp.End(trace.WithTimestamp(ms(end)))
+	s.end(sp, end)
 }
 
 // providerName is gen_ai.provider.name: the stream tells which CLI wrote it
