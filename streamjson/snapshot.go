@@ -69,6 +69,13 @@ func (c *snapshotCache) elem(j int) []byte {
 type snapshotState struct {
 	caches  []*snapshotCache
 	spare   *snapshotCache // the buffers the next snapshot is built in
+	// spent holds the buffers of a task that ended while there was a
+	// spare already: the next task takes them instead of allocating.
+	// Dropped, a stream running task after task allocated a cache per
+	// task (replay of the task-heavy stream: 22 MB allocated instead of
+	// 15, CPU 0.09 -> 0.11 s); kept, it is one cache, not the
+	// maxSnapshotCaches - 1 of ended tasks held before forget.
+	spent *snapshotCache
 	clock   uint64
 	key     []byte
 	we      wireEntry
@@ -121,8 +128,8 @@ func (s *snapshotState) store(prev, next *snapshotCache) {
 // tasks that are over. A late snapshot of the task (within the Tracker's
 // grace window) is then decoded in full: the same Event, as decoding is a
 // pure function of the bytes. Its buffers become the spare if there is
-// none (the Event just decoded may still read its entries: the spare is
-// only cleared by the next line's takeSpare).
+// none, else the spent cache (the Event just decoded may still read its
+// entries: both are only cleared when the next line's takeSpare takes them).
 func (s *snapshotState) forget(key []byte) {
 	for i, c := range s.caches {
 		if bytes.Equal(c.key, key) {
@@ -132,6 +139,8 @@ func (s *snapshotState) forget(key []byte) {
 			s.caches = s.caches[:last]
 			if s.spare == nil {
 				s.spare = c
+			} else {
+				s.spent = c
 			}
 			return
 		}
@@ -140,6 +149,9 @@ func (s *snapshotState) forget(key []byte) {
 
 func (s *snapshotState) takeSpare() *snapshotCache {
 	c := s.spare
+	if c == nil {
+		c, s.spent = s.spent, nil
+	}
 	if c == nil {
 		c = new(snapshotCache)
 	}

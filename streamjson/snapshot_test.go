@@ -211,6 +211,33 @@ func TestSnapshotDecodesChangedAgentsOnly(t *testing.T) {
 // that has ended: after each task_notification the decoder holds the
 // snapshots of the tasks still running only, whatever came before; a late
 // snapshot of an ended task decodes in full, as the plain path does.
+// TestSnapshotTaskAfterTaskAllocatesNothing: a stream that runs task after
+// task (each with its snapshots and its notification) reuses the buffers of
+// the tasks that ended: letting them go (forget) must not make every new
+// task allocate its caches afresh.
+func TestSnapshotTaskAfterTaskAllocatesNothing(t *testing.T) {
+	d := NewDecoder(DecodeOptions{})
+	task := func(id, l string) []byte { return []byte(strings.Replace(l, `"task_id":"w"`, `"task_id":"`+id+`"`, 1)) }
+	var lines [][]byte
+	for i := range 8 {
+		id := fmt.Sprintf("t%d", i)
+		lines = append(lines, task(id, snap(phase1, agent1, agent2)), task(id, snap(phase1, agent1, agent2b)),
+			task(id, `{"type":"system","subtype":"task_notification","task_id":"w","status":"completed"}`))
+	}
+	run := func() {
+		for _, l := range lines {
+			d.Decode(tap.SourceStdout, l)
+		}
+	}
+	run() // warm the caches and the string memo
+	if n := testing.AllocsPerRun(20, run); n > 0 {
+		t.Fatalf("%.1f allocations per %d tasks run one after another, want 0: ended tasks' buffers must be reused", n, len(lines)/3)
+	}
+	if held := len(d.snap.caches); held != 0 {
+		t.Fatalf("%d snapshots held after every task ended, want 0", held)
+	}
+}
+
 func TestSnapshotCachesLetGoOfEndedTasks(t *testing.T) {
 	d := NewDecoder(DecodeOptions{})
 	plain := NewDecoder(DecodeOptions{})
