@@ -67,15 +67,15 @@ func (c *snapshotCache) elem(j int) []byte {
 
 // snapshotState is the Decoder's memory of recent snapshots.
 type snapshotState struct {
-	caches  []*snapshotCache
-	spare   *snapshotCache // the buffers the next snapshot is built in
+	caches []*snapshotCache
+	spare  *snapshotCache // the buffers the next snapshot is built in
 	// spent holds the buffers of a task that ended while there was a
 	// spare already: the next task takes them instead of allocating.
 	// Dropped, a stream running task after task allocated a cache per
 	// task (replay of the task-heavy stream: 22 MB allocated instead of
 	// 15, CPU 0.09 -> 0.11 s); kept, it is one cache, not the
 	// maxSnapshotCaches - 1 of ended tasks held before forget.
-	spent *snapshotCache
+	spent   *snapshotCache
 	clock   uint64
 	key     []byte
 	we      wireEntry
