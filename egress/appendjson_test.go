@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -330,42 +329,6 @@ func BenchmarkTracesFileEncode(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(spans)), "ns/span")
 	})
-}
-
-// TestPlainPrefix holds the word-at-a-time scan to the byte-at-a-time
-// rule: every byte value at every position of strings around the word size
-// (the first byte to escape is found wherever it is), and random strings.
-func TestPlainPrefix(t *testing.T) {
-	naive := func(s string) int {
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c < ' ' || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-				return i
-			}
-		}
-		return len(s)
-	}
-	b := []byte(strings.Repeat("a~ !#[]}", 4))
-	for n := 0; n <= len(b); n++ {
-		for p := 0; p < n; p++ {
-			for c := range 256 {
-				s := append([]byte(nil), b[:n]...)
-				s[p] = byte(c)
-				if got, want := plainPrefix(string(s)), naive(string(s)); got != want {
-					t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
-				}
-			}
-		}
-	}
-	r := rand.New(rand.NewPCG(7, 7))
-	for range 20000 {
-		s := make([]byte, r.IntN(40))
-		for i := range s {
-			s[i] = byte(0x1c + r.IntN(0x66)) // around both ends of the plain range
-		}
-		if got, want := plainPrefix(string(s)), naive(string(s)); got != want {
-			t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
-		}
-	}
 }
 
 // TestAppendRequestAllocations: once the buffer has grown, a batch costs

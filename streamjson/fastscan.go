@@ -1,13 +1,13 @@
 package streamjson
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/cbc-otel/cbc-otel/internal/jsonplain"
 )
 
 // A hand-written scanner for lines of interest (issue #11).
@@ -85,22 +85,9 @@ func (s *fastScan) str(i int) (int, span, scanStatus) {
 	sp := span{off: i + 1, set: true}
 	i++
 	for {
-		// Eight bytes at a time while none is a quote, a backslash, a
-		// control character or non-ASCII: most strings are plain.
-		for i+8 <= len(b) {
-			w := binary.LittleEndian.Uint64(b[i:])
-			const lo, hi = 0x0101010101010101, 0x8080808080808080
-			special := (w - lo*0x20) | (w ^ lo*'"' - lo) | (w ^ lo*'\\' - lo)
-			if m := (special&^w | w) & hi; m != 0 {
-				// The lowest flagged byte is a special one (a borrow
-				// only flags bytes above a real hit): go straight to
-				// it rather than byte by byte, each step reloading
-				// the same word.
-				i += bits.TrailingZeros64(m) / 8
-				break
-			}
-			i += 8
-		}
+		// Step over the plain run (most strings are all plain), eight
+		// bytes at a time, straight to the first special byte.
+		i += jsonplain.Prefix(b[i:])
 		if i >= len(b) {
 			break
 		}

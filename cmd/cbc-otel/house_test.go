@@ -82,7 +82,7 @@ func TestPackageGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"tap":        {},
 		"ndjson":     {},
-		"streamjson": {"tap", "safetext"},
+		"streamjson": {"tap", "safetext", "internal/jsonplain"},
 		"cost":       {},
 		"safetext":   {},
 		"ingest":     {"tap", "ndjson", "streamjson", "cost", "safetext", "internal/fifo"},
@@ -105,7 +105,7 @@ func TestPackageGraph(t *testing.T) {
 		// Everything that leaves over OTLP: knows no sink (the traces
 		// sink's IDGenerator comes in through its Config) and no receiver
 		// (what the join hands it is OTLP protobuf, converted by otlpconv).
-		"egress":            {"internal/otlpjson", "internal/otlpconv", "internal/jsonnum"},
+		"egress":            {"internal/otlpjson", "internal/otlpconv", "internal/jsonnum", "internal/jsonplain"},
 		"internal/otlpconv": {},
 		// Exposure (server, file, push, totals across restarts) knows no
 		// sink: it takes a Gatherer.
@@ -126,7 +126,7 @@ func TestPackageGraph(t *testing.T) {
 		"simulate/drive":  {},
 		// Leaves of shared vocabulary and test support.
 		"internal/count": {}, "internal/durtext": {}, "internal/fifo": {}, "internal/ghoutput": {},
-		"internal/jsonesc": {}, "internal/jsonnum": {}, "internal/otlpjson": {}, "internal/attackgen": {}, "internal/clicorpus": {},
+		"internal/jsonesc": {}, "internal/jsonnum": {}, "internal/jsonplain": {}, "internal/otlpjson": {}, "internal/attackgen": {}, "internal/clicorpus": {},
 		"internal/golden": {}, "internal/mdtable": {}, "internal/oteltest": {}, "internal/promfam": {},
 		"internal/realtool": {}, "supervise/supervisetest": {}, "internal/ingesttest": {"ingest"},
 	}
